@@ -1,0 +1,13 @@
+//! hapctl: a control plane for an HAProxy edge.
+//!
+//! Data flows one way: `cli` → `edge` (services) → `apply` → `haproxy`.
+//! `model` and `render` are pure; see `ARCHITECTURE.md` for the map.
+
+pub mod apply;
+pub mod fsutil;
+pub mod haproxy;
+pub mod model;
+pub mod process;
+pub mod render;
+pub mod settings;
+pub mod store;

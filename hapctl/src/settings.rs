@@ -1,0 +1,410 @@
+//! `hapctl.toml`: where everything lives and how HAProxy is driven.
+//!
+//! Parsing is strict (`deny_unknown_fields`), so a typo in a key is an error that names the key
+//! instead of a silently ignored setting. Relative paths are resolved against the state
+//! directory, so the embedded default is self-contained and a production layout
+//! (`/etc/haproxy/...`) is a matter of absolute paths.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Name of the settings file inside the state directory.
+pub const SETTINGS_FILE: &str = "hapctl.toml";
+/// Environment variable that overrides `[haproxy] binary`.
+pub const HAPROXY_BIN_ENV: &str = "HAPCTL_HAPROXY_BIN";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("cannot read {path}: {source}; run `hapctl init` to create the state directory")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid settings in {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid settings in {path}: key `{key}`: {message}")]
+    Value {
+        path: PathBuf,
+        key: &'static str,
+        message: String,
+    },
+}
+
+/// How HAProxy's master process is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// hapctl starts the master itself, detached, with a pidfile and a log file.
+    Direct,
+    /// A systemd unit runs the master; hapctl talks to it through `systemctl` and the master socket.
+    Systemd,
+}
+
+/// Fully resolved settings: every path absolute, every value checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub edge: EdgeSettings,
+    pub haproxy: HaproxySettings,
+    pub paths: Paths,
+    pub render: RenderSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct EdgeSettings {
+    /// Address of the public HTTP listener.
+    pub http_bind: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct HaproxySettings {
+    pub binary: PathBuf,
+    pub mode: Mode,
+    /// Unit name used in `systemd` mode.
+    pub systemd_unit: String,
+    /// Bound on one `haproxy -c` run.
+    pub check_timeout: Duration,
+    /// Bound on a reload, from the command to the confirmed new worker.
+    pub reload_timeout: Duration,
+    /// Bound on starting the master until its first worker is up.
+    pub start_timeout: Duration,
+}
+
+/// Every file and folder hapctl or HAProxy touches.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// Main configuration file (`-f`).
+    pub config: PathBuf,
+    /// Included generation file (second `-f`): the application backends.
+    pub generation: PathBuf,
+    pub maps_dir: PathBuf,
+    pub pages_dir: PathBuf,
+    pub known_good_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub journal_dir: PathBuf,
+    pub database: PathBuf,
+    pub master_socket: PathBuf,
+    pub admin_socket: PathBuf,
+    pub pidfile: PathBuf,
+    /// Where the master's stderr goes in `direct` mode.
+    pub haproxy_log: PathBuf,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RenderSettings {
+    /// Folder whose templates replace the embedded ones of the same name.
+    pub templates_dir: Option<PathBuf>,
+}
+
+impl Paths {
+    /// The `-f` arguments HAProxy is started and checked with, in order.
+    pub fn config_files(&self) -> [&Path; 2] {
+        [&self.config, &self.generation]
+    }
+
+    /// Lock serialising every apply on this host.
+    pub fn apply_lock(&self) -> PathBuf {
+        self.run_dir.join("apply.lock")
+    }
+
+    /// Marker present while an apply is between its first write and its end.
+    pub fn apply_marker(&self) -> PathBuf {
+        self.run_dir.join("apply.pending")
+    }
+}
+
+// ---- raw file format -------------------------------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    #[serde(default)]
+    edge: RawEdge,
+    #[serde(default)]
+    haproxy: RawHaproxy,
+    #[serde(default)]
+    paths: RawPaths,
+    #[serde(default)]
+    render: RawRender,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEdge {
+    http_bind: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHaproxy {
+    binary: Option<PathBuf>,
+    mode: Option<Mode>,
+    systemd_unit: Option<String>,
+    check_timeout: Option<String>,
+    reload_timeout: Option<String>,
+    start_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPaths {
+    config: Option<PathBuf>,
+    generation: Option<PathBuf>,
+    maps_dir: Option<PathBuf>,
+    pages_dir: Option<PathBuf>,
+    known_good_dir: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
+    journal_dir: Option<PathBuf>,
+    database: Option<PathBuf>,
+    master_socket: Option<PathBuf>,
+    admin_socket: Option<PathBuf>,
+    pidfile: Option<PathBuf>,
+    haproxy_log: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRender {
+    templates_dir: Option<PathBuf>,
+}
+
+/// The settings file `hapctl init` writes: every key with its default, commented.
+pub const DEFAULT_SETTINGS_TOML: &str = r#"# hapctl settings. Relative paths are relative to the state directory.
+
+[edge]
+# Public HTTP listener of the edge.
+http_bind = "127.0.0.1:8080"
+
+[haproxy]
+# Path of the haproxy binary (the HAPCTL_HAPROXY_BIN environment variable overrides it).
+binary = "haproxy"
+# "direct": hapctl runs the master itself. "systemd": a unit runs it (see dist/).
+mode = "direct"
+systemd_unit = "haproxy.service"
+check_timeout = "30s"
+reload_timeout = "30s"
+start_timeout = "30s"
+
+[paths]
+# Every file HAProxy reads. For a production layout use absolute paths under /etc/haproxy.
+config = "live/haproxy.cfg"
+generation = "live/generation.cfg"
+maps_dir = "live/maps"
+pages_dir = "live/pages"
+known_good_dir = "known-good"
+run_dir = "run"
+journal_dir = "journal"
+database = "state.db"
+master_socket = "run/master.sock"
+admin_socket = "run/admin.sock"
+pidfile = "run/haproxy.pid"
+haproxy_log = "haproxy.log"
+
+[render]
+# Optional folder whose templates override the embedded ones (same file names).
+# templates_dir = "templates"
+"#;
+
+impl Settings {
+    /// Reads `STATE_DIR/hapctl.toml`.
+    pub fn load(state_dir: &Path) -> Result<Settings, SettingsError> {
+        let path = state_dir.join(SETTINGS_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|source| SettingsError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Settings::parse(state_dir, &path, &text)
+    }
+
+    /// Parses settings text; `file` is only used in error messages.
+    pub fn parse(state_dir: &Path, file: &Path, text: &str) -> Result<Settings, SettingsError> {
+        let raw: RawSettings = toml::from_str(text).map_err(|e| SettingsError::Parse {
+            path: file.to_path_buf(),
+            message: e.message().to_string()
+                + &e.span()
+                    .map(|s| format!(" (at byte {})", s.start))
+                    .unwrap_or_default(),
+        })?;
+        let value_error = |key: &'static str, message: String| SettingsError::Value {
+            path: file.to_path_buf(),
+            key,
+            message,
+        };
+        let state_dir = absolute(state_dir);
+        let resolve = |p: Option<PathBuf>, default: &str| -> PathBuf {
+            let p = p.unwrap_or_else(|| PathBuf::from(default));
+            if p.is_absolute() {
+                p
+            } else {
+                state_dir.join(p)
+            }
+        };
+        let duration = |key: &'static str, v: Option<String>, default: u64| {
+            match v {
+                None => Ok(Duration::from_secs(default)),
+                Some(s) => humantime::parse_duration(&s)
+                    .map_err(|e| value_error(key, format!("{s:?} is not a duration like \"30s\": {e}")))
+                    .and_then(|d| {
+                        if d.is_zero() {
+                            Err(value_error(key, "must be greater than zero".into()))
+                        } else {
+                            Ok(d)
+                        }
+                    }),
+            }
+        };
+
+        let http_bind = match raw.edge.http_bind {
+            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
+            Some(s) => s.parse().map_err(|_| {
+                value_error(
+                    "edge.http_bind",
+                    format!("{s:?} is not an IP:PORT address such as \"127.0.0.1:8080\""),
+                )
+            })?,
+        };
+        if http_bind.port() == 0 {
+            return Err(value_error("edge.http_bind", "port 0 is not a listening port".into()));
+        }
+
+        let binary = match std::env::var_os(HAPROXY_BIN_ENV) {
+            Some(v) if !v.is_empty() => PathBuf::from(v),
+            _ => raw.haproxy.binary.unwrap_or_else(|| PathBuf::from("haproxy")),
+        };
+        let systemd_unit = raw
+            .haproxy
+            .systemd_unit
+            .unwrap_or_else(|| "haproxy.service".into());
+        if systemd_unit.is_empty()
+            || !systemd_unit
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "@._-:".contains(c))
+        {
+            return Err(value_error(
+                "haproxy.systemd_unit",
+                format!("{systemd_unit:?} is not a systemd unit name"),
+            ));
+        }
+        let haproxy = HaproxySettings {
+            binary,
+            mode: raw.haproxy.mode.unwrap_or(Mode::Direct),
+            systemd_unit,
+            check_timeout: duration("haproxy.check_timeout", raw.haproxy.check_timeout, 30)?,
+            reload_timeout: duration("haproxy.reload_timeout", raw.haproxy.reload_timeout, 30)?,
+            start_timeout: duration("haproxy.start_timeout", raw.haproxy.start_timeout, 30)?,
+        };
+
+        let p = raw.paths;
+        let paths = Paths {
+            config: resolve(p.config, "live/haproxy.cfg"),
+            generation: resolve(p.generation, "live/generation.cfg"),
+            maps_dir: resolve(p.maps_dir, "live/maps"),
+            pages_dir: resolve(p.pages_dir, "live/pages"),
+            known_good_dir: resolve(p.known_good_dir, "known-good"),
+            run_dir: resolve(p.run_dir, "run"),
+            journal_dir: resolve(p.journal_dir, "journal"),
+            database: resolve(p.database, "state.db"),
+            master_socket: resolve(p.master_socket, "run/master.sock"),
+            admin_socket: resolve(p.admin_socket, "run/admin.sock"),
+            pidfile: resolve(p.pidfile, "run/haproxy.pid"),
+            haproxy_log: resolve(p.haproxy_log, "haproxy.log"),
+        };
+        // Paths end up inside haproxy.cfg: refuse anything that could break out of a token.
+        for (key, path) in [
+            ("paths.config", &paths.config),
+            ("paths.generation", &paths.generation),
+            ("paths.maps_dir", &paths.maps_dir),
+            ("paths.pages_dir", &paths.pages_dir),
+            ("paths.admin_socket", &paths.admin_socket),
+            ("paths.master_socket", &paths.master_socket),
+            ("paths.pidfile", &paths.pidfile),
+        ] {
+            check_config_path(path).map_err(|m| value_error(key, m))?;
+        }
+        if paths.config == paths.generation {
+            return Err(value_error(
+                "paths.generation",
+                "must differ from paths.config".into(),
+            ));
+        }
+
+        let render = RenderSettings {
+            templates_dir: raw.render.templates_dir.map(|p| resolve(Some(p), "")),
+        };
+        Ok(Settings {
+            state_dir,
+            edge: EdgeSettings { http_bind },
+            haproxy,
+            paths,
+            render,
+        })
+    }
+}
+
+/// A path written into haproxy.cfg must be a plain token: no whitespace, quotes, `#` or `%`.
+fn check_config_path(path: &Path) -> Result<(), String> {
+    let s = path
+        .to_str()
+        .ok_or_else(|| format!("{path:?} is not valid UTF-8"))?;
+    match s
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || "\"'#%\\$,{}".contains(*c))
+    {
+        Some(c) => Err(format!(
+            "{s:?} contains {c:?}; HAProxy paths may not contain whitespace, quotes, '#', '%', '$', ',', braces or backslashes"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, SettingsError> {
+        Settings::parse(Path::new("/srv/hapctl"), Path::new("hapctl.toml"), text)
+    }
+
+    #[test]
+    fn defaults_resolve_under_the_state_dir() {
+        let s = parse(DEFAULT_SETTINGS_TOML).unwrap();
+        assert_eq!(s.paths.config, Path::new("/srv/hapctl/live/haproxy.cfg"));
+        assert_eq!(s.edge.http_bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.haproxy.mode, Mode::Direct);
+        assert_eq!(s.haproxy.check_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn production_layout_keeps_absolute_paths() {
+        let s = parse("[paths]\nconfig = \"/etc/haproxy/haproxy.cfg\"\n").unwrap();
+        assert_eq!(s.paths.config, Path::new("/etc/haproxy/haproxy.cfg"));
+        assert_eq!(s.paths.maps_dir, Path::new("/srv/hapctl/live/maps"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = parse("[edge]\nhttp_bind = \"nope\"\n").unwrap_err().to_string();
+        assert!(e.contains("edge.http_bind"), "{e}");
+        let e = parse("[haproxy]\nmode = \"docker\"\n").unwrap_err().to_string();
+        assert!(e.contains("mode") || e.contains("docker"), "{e}");
+        let e = parse("[edge]\nhttp_bnd = \"1.2.3.4:80\"\n").unwrap_err().to_string();
+        assert!(e.contains("http_bnd"), "{e}");
+        let e = parse("[haproxy]\ncheck_timeout = \"soon\"\n").unwrap_err().to_string();
+        assert!(e.contains("haproxy.check_timeout"), "{e}");
+        let e = parse("[paths]\nmaps_dir = \"/etc/ha proxy\"\n").unwrap_err().to_string();
+        assert!(e.contains("paths.maps_dir"), "{e}");
+    }
+}
