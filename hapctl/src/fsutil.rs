@@ -1,1 +1,196 @@
-//! (being written)
+//! Durable file operations: atomic replacement and an exclusive lock file.
+//!
+//! HAProxy reads whole files at reload time; a half-written map line is a fatal configuration
+//! error (see HAPROXY-FACTS.md). So every file it reads is replaced atomically: a temp file in
+//! the same folder, fsync, rename over the target, fsync the folder.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Infix of temp files; a crash can leave them behind and `sweep_temp_files` removes them.
+pub const TEMP_INFIX: &str = ".hapctl-tmp.";
+
+/// Mode of a new file HAProxy reads (an existing file keeps its own mode).
+pub const DEFAULT_MODE: u32 = 0o644;
+
+/// Replaces `path` with `bytes` atomically, creating parent folders. The file keeps its mode
+/// if it existed; otherwise it gets `new_mode`.
+pub fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<()> {
+    let dir = parent(path);
+    fs::create_dir_all(dir)?;
+    let mode = match fs::metadata(path) {
+        Ok(m) => m.permissions().mode() & 0o7777,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => new_mode,
+        Err(e) => return Err(e),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}{TEMP_INFIX}{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        // The umask may have narrowed the mode given to open().
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Removes a file and makes the removal durable; absent is fine.
+pub fn remove_durable(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => sync_dir(parent(path)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a file; `None` when it does not exist.
+pub fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the temp files a killed writer left in `dir`; returns how many.
+pub fn sweep_temp_files(dir: &Path) -> io::Result<usize> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().contains(TEMP_INFIX) {
+            fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// An exclusive `flock` on a file, released on drop (and by the kernel if the process dies,
+/// so a killed apply never leaves the host locked).
+#[derive(Debug)]
+pub struct LockFile {
+    _file: File,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("another hapctl operation has held {path} for more than {waited:?}; wait for it to finish, or check for a hung process")]
+    Timeout { path: PathBuf, waited: Duration },
+    #[error("cannot open lock file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+impl LockFile {
+    /// Waits up to `timeout` for the lock.
+    pub fn acquire(path: &Path, timeout: Duration) -> Result<LockFile, LockError> {
+        let io_err = |source| LockError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        fs::create_dir_all(parent(path)).map_err(io_err)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io_err)?;
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            // SAFETY: flock on a file descriptor we own; no memory is shared.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(LockFile { _file: file });
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io_err(err));
+            }
+            if start.elapsed() >= timeout {
+                return Err(LockError::Timeout {
+                    path: path.to_path_buf(),
+                    waited: timeout,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_keeps_mode_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/a.map");
+        write_atomic(&path, b"one\n", 0o640).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&path, b"two\n", 0o644).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two\n");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn sweep_removes_only_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(format!(".a.map{TEMP_INFIX}123")), b"half").unwrap();
+        fs::write(dir.path().join("a.map"), b"whole").unwrap();
+        assert_eq!(sweep_temp_files(dir.path()).unwrap(), 1);
+        assert!(dir.path().join("a.map").exists());
+    }
+
+    #[test]
+    fn lock_is_exclusive_and_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("apply.lock");
+        let held = LockFile::acquire(&path, Duration::from_secs(1)).unwrap();
+        let err = LockFile::acquire(&path, Duration::from_millis(30)).unwrap_err();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+        drop(held);
+        LockFile::acquire(&path, Duration::from_millis(30)).unwrap();
+    }
+}

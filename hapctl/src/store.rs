@@ -1,1 +1,448 @@
-//! (being written)
+//! Desired state and apply history in SQLite.
+//!
+//! Every change happens in a `Tx` (a `BEGIN IMMEDIATE` transaction): the apply path keeps it
+//! open while it renders, validates and reloads, and commits only when the edge took the
+//! change, so a refused change leaves no row behind. Rows are parsed back through the model
+//! on read: a hand-edited database cannot smuggle a value the model would refuse.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::model::{
+    Backend, Block, BlockKey, Domain, EdgeState, Invalid, Note, ProxyNet, Server, ServerOptions,
+};
+
+/// How long a writer waits for another one (an apply can hold the database for a reload).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("database row {table}/{key} holds a value the model refuses ({0}); fix or delete the row", .source)]
+    Corrupt {
+        table: &'static str,
+        key: String,
+        source: Invalid,
+    },
+    #[error("database {path} was written by a newer hapctl (schema {found}, this one knows {known}); upgrade hapctl")]
+    TooNew {
+        path: String,
+        found: i64,
+        known: i64,
+    },
+}
+
+/// Each entry migrates the schema from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE domains (
+    name TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE servers (
+    domain TEXT NOT NULL REFERENCES domains(name) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    addr TEXT NOT NULL,
+    weight INTEGER,
+    maxconn INTEGER,
+    check_enabled INTEGER NOT NULL,
+    PRIMARY KEY (domain, position)
+);
+CREATE TABLE blocks (
+    key TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    author TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
+);
+CREATE TABLE trusted_proxies (
+    net TEXT PRIMARY KEY
+);
+CREATE TABLE applies (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at_ms INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    trigger TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    message TEXT NOT NULL,
+    checks INTEGER NOT NULL,
+    reloads INTEGER NOT NULL,
+    changed_files TEXT NOT NULL
+);
+"#];
+
+/// One line of apply history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ApplyRecord {
+    pub id: i64,
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+    /// What asked for the apply, e.g. `domain add shop.example.com`.
+    pub trigger: String,
+    pub outcome: String,
+    pub message: String,
+    /// `haproxy -c` runs made by this apply.
+    pub checks: i64,
+    pub reloads: i64,
+    pub changed_files: Vec<String>,
+}
+
+/// The database.
+pub struct Store {
+    conn: Connection,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::TooNew {
+                path: path.display().to_string(),
+                found: version,
+                known,
+            });
+        }
+        for sql in &MIGRATIONS[version as usize..] {
+            tx.execute_batch(sql)?;
+        }
+        tx.pragma_update(None, "user_version", known)?;
+        tx.commit()?;
+        Ok(Store { conn })
+    }
+
+    /// Starts a write transaction; other writers wait until it ends.
+    pub fn begin(&mut self) -> Result<Tx<'_>, StoreError> {
+        Ok(Tx(self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?))
+    }
+
+    /// The committed desired state, leaving out blocks expired at `now`.
+    pub fn load_state(&self, now: i64) -> Result<EdgeState, StoreError> {
+        load_state(&self.conn, now)
+    }
+
+    pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
+        load_blocks(&self.conn)
+    }
+
+    /// Newest first.
+    pub fn applies(&self, limit: usize) -> Result<Vec<ApplyRecord>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files
+             FROM applies ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit as i64], |r| {
+            let files: String = r.get(8)?;
+            Ok(ApplyRecord {
+                id: r.get(0)?,
+                started_at_ms: r.get(1)?,
+                duration_ms: r.get(2)?,
+                trigger: r.get(3)?,
+                outcome: r.get(4)?,
+                message: r.get(5)?,
+                checks: r.get(6)?,
+                reloads: r.get(7)?,
+                changed_files: files.split_whitespace().map(String::from).collect(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records an apply in its own transaction (for applies whose change was rolled back).
+    pub fn record_apply(&mut self, rec: &ApplyRecord) -> Result<(), StoreError> {
+        let tx = self.begin()?;
+        tx.record_apply(rec)?;
+        tx.commit()
+    }
+}
+
+/// A write transaction on the desired state. Dropped without `commit`, it rolls back.
+pub struct Tx<'a>(rusqlite::Transaction<'a>);
+
+impl Tx<'_> {
+    /// Creates or replaces a domain; returns true when it is new.
+    pub fn put_domain(&self, domain: &Domain, backend: &Backend, now: i64) -> Result<bool, StoreError> {
+        let name = domain.to_string();
+        let existed = self.remove_domain(domain)?;
+        self.0.execute(
+            "INSERT INTO domains (name, profile, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
+            params![name, backend.profile().to_string(), now],
+        )?;
+        let mut insert = self.0.prepare_cached(
+            "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for (i, s) in backend.servers().iter().enumerate() {
+            insert.execute(params![
+                name,
+                i as i64,
+                s.name.to_string(),
+                s.addr.to_string(),
+                s.options.weight,
+                s.options.maxconn,
+                s.options.check
+            ])?;
+        }
+        Ok(!existed)
+    }
+
+    /// Returns false when the domain did not exist.
+    pub fn remove_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        Ok(self
+            .0
+            .execute("DELETE FROM domains WHERE name = ?1", [domain.to_string()])?
+            > 0)
+    }
+
+    /// Adds or replaces a block; returns true when the key was not blocked before.
+    pub fn put_block(&self, block: &Block) -> Result<bool, StoreError> {
+        let key = block.key.to_string();
+        let existed = self
+            .0
+            .query_row("SELECT 1 FROM blocks WHERE key = ?1", [&key], |_| Ok(()))
+            .optional()?
+            .is_some();
+        self.0.execute(
+            "INSERT OR REPLACE INTO blocks (key, reason, author, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                key,
+                block.reason.as_str(),
+                block.author.as_str(),
+                block.created_at,
+                block.expires_at
+            ],
+        )?;
+        Ok(!existed)
+    }
+
+    /// Returns false when the key was not blocked.
+    pub fn remove_block(&self, key: &BlockKey) -> Result<bool, StoreError> {
+        Ok(self
+            .0
+            .execute("DELETE FROM blocks WHERE key = ?1", [key.to_string()])?
+            > 0)
+    }
+
+    /// Deletes blocks expired at `now`; returns their keys.
+    pub fn remove_expired_blocks(&self, now: i64) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .0
+            .prepare("DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ?1 RETURNING key")?;
+        let keys = stmt.query_map([now], |r| r.get(0))?;
+        Ok(keys.collect::<Result<_, _>>()?)
+    }
+
+    pub fn load_state(&self, now: i64) -> Result<EdgeState, StoreError> {
+        load_state(&self.0, now)
+    }
+
+    pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT INTO applies (started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                rec.started_at_ms,
+                rec.duration_ms,
+                rec.trigger,
+                rec.outcome,
+                rec.message,
+                rec.checks,
+                rec.reloads,
+                rec.changed_files.join(" ")
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn commit(self) -> Result<(), StoreError> {
+        Ok(self.0.commit()?)
+    }
+}
+
+fn corrupt<'k>(table: &'static str, key: &'k str) -> impl FnOnce(Invalid) -> StoreError + 'k {
+    move |source| StoreError::Corrupt {
+        table,
+        key: key.to_string(),
+        source,
+    }
+}
+
+fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
+    let mut state = EdgeState::default();
+
+    let mut servers: std::collections::BTreeMap<String, Vec<Server>> = Default::default();
+    let mut stmt = conn.prepare(
+        "SELECT domain, name, addr, weight, maxconn, check_enabled FROM servers ORDER BY domain, position",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let domain: String = r.get(0)?;
+        let name: String = r.get(1)?;
+        let addr: String = r.get(2)?;
+        let options = ServerOptions {
+            weight: r.get(3)?,
+            maxconn: r.get(4)?,
+            check: r.get(5)?,
+        }
+        .validate()
+        .map_err(corrupt("servers", &domain))?;
+        let server = Server {
+            name: name.parse().map_err(corrupt("servers", &domain))?,
+            addr: addr.parse().map_err(corrupt("servers", &domain))?,
+            options,
+        };
+        servers.entry(domain).or_default().push(server);
+    }
+
+    let mut stmt = conn.prepare("SELECT name, profile FROM domains")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let name: String = r.get(0)?;
+        let profile: String = r.get(1)?;
+        let domain: Domain = name.parse().map_err(corrupt("domains", &name))?;
+        let backend = Backend::new(
+            servers.remove(&name).unwrap_or_default(),
+            profile.parse().map_err(corrupt("domains", &name))?,
+        )
+        .map_err(corrupt("domains", &name))?;
+        state.domains.insert(domain, backend);
+    }
+
+    for block in load_blocks(conn)? {
+        if !block.is_expired(now) {
+            state.blocks.insert(block.key, block);
+        }
+    }
+
+    let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let net: String = r.get(0)?;
+        let net: ProxyNet = net.parse().map_err(corrupt("trusted_proxies", &net))?;
+        state.trusted_proxies.insert(net);
+    }
+    Ok(state)
+}
+
+fn load_blocks(conn: &Connection) -> Result<Vec<Block>, StoreError> {
+    let mut stmt =
+        conn.prepare("SELECT key, reason, author, created_at, expires_at FROM blocks ORDER BY key")?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let key: String = r.get(0)?;
+        let reason: String = r.get(1)?;
+        let author: String = r.get(2)?;
+        out.push(Block {
+            key: key.parse().map_err(corrupt("blocks", &key))?,
+            reason: Note::parse("reason", &reason).map_err(corrupt("blocks", &key))?,
+            author: Note::parse("author", &author).map_err(corrupt("blocks", &key))?,
+            created_at: r.get(3)?,
+            expires_at: r.get(4)?,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ServerName;
+
+    fn backend(addr: &str) -> Backend {
+        Backend::new(
+            vec![Server::parse_spec(addr, ServerName::nth(1)).unwrap()],
+            "websocket".parse().unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn block(key: &str, expires_at: Option<i64>) -> Block {
+        Block {
+            key: key.parse().unwrap(),
+            reason: Note::parse("reason", "test").unwrap(),
+            author: Note::parse("author", "me").unwrap(),
+            created_at: 10,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn state_round_trips_and_uncommitted_changes_vanish() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut store = Store::open(&path).unwrap();
+        let d: Domain = "*.example.com".parse().unwrap();
+        let tx = store.begin().unwrap();
+        assert!(tx.put_domain(&d, &backend("10.0.0.1:80,weight=3"), 1).unwrap());
+        assert!(!tx.put_domain(&d, &backend("10.0.0.2:80"), 2).unwrap());
+        assert!(tx.put_block(&block("10.0.0.0/8", None)).unwrap());
+        assert!(tx.put_block(&block("192.0.2.1", Some(50))).unwrap());
+        tx.commit().unwrap();
+
+        let tx = store.begin().unwrap();
+        tx.remove_domain(&d).unwrap();
+        drop(tx); // rolled back
+
+        let store = Store::open(&path).unwrap();
+        let state = store.load_state(100).unwrap();
+        assert_eq!(state.domains[&d], backend("10.0.0.2:80"));
+        assert_eq!(state.blocks.len(), 1, "expired block left out");
+        assert_eq!(store.blocks().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_tampered_row_is_reported_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = Store::open(&path).unwrap();
+        store
+            .conn
+            .execute(
+                "INSERT INTO blocks VALUES ('10.0.0.1\nfoo', 'r', 'a', 0, NULL)",
+                [],
+            )
+            .unwrap();
+        let e = store.load_state(0).unwrap_err().to_string();
+        assert!(e.contains("blocks/10.0.0.1"), "{e}");
+    }
+
+    #[test]
+    fn history_is_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        for outcome in ["applied", "rejected"] {
+            store
+                .record_apply(&ApplyRecord {
+                    id: 0,
+                    started_at_ms: 1,
+                    duration_ms: 2,
+                    trigger: "t".into(),
+                    outcome: outcome.into(),
+                    message: String::new(),
+                    checks: 1,
+                    reloads: 0,
+                    changed_files: vec!["haproxy.cfg".into(), "maps/hosts.map".into()],
+                })
+                .unwrap();
+        }
+        let h = store.applies(10).unwrap();
+        assert_eq!(h[0].outcome, "rejected");
+        assert_eq!(h[1].changed_files.len(), 2);
+    }
+}

@@ -1,1 +1,16 @@
-//! (being written)
+//! Typed desired state. Parsing is validation: every type here can only be built from a value
+//! that is safe to write into a file HAProxy reads, so nothing downstream re-checks.
+
+mod block;
+mod error;
+mod name;
+mod profile;
+mod server;
+mod state;
+
+pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
+pub use error::Invalid;
+pub use name::{Domain, DomainName};
+pub use profile::{HttpPath, Profile};
+pub use server::{Port, Server, ServerAddr, ServerHost, ServerName, ServerOptions};
+pub use state::{Backend, EdgeState, MAX_SERVERS};

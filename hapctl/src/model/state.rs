@@ -1,0 +1,57 @@
+//! The whole desired state of the edge, as the renderer sees it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::block::{Block, BlockKey, ProxyNet};
+use super::error::Invalid;
+use super::name::Domain;
+use super::profile::Profile;
+use super::server::Server;
+
+/// Most servers one domain may have; a bound, not a HAProxy limit.
+pub const MAX_SERVERS: usize = 64;
+
+/// A domain's backend: its servers and profile. Always at least one server, names unique.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Backend {
+    servers: Vec<Server>,
+    profile: Profile,
+}
+
+impl Backend {
+    pub fn new(servers: Vec<Server>, profile: Profile) -> Result<Backend, Invalid> {
+        if servers.is_empty() {
+            return Err(Invalid::new("servers", "", "a domain needs at least one server"));
+        }
+        if servers.len() > MAX_SERVERS {
+            return Err(Invalid::new(
+                "servers",
+                &servers.len().to_string(),
+                format!("a domain may have at most {MAX_SERVERS} servers"),
+            ));
+        }
+        let mut names = BTreeSet::new();
+        for s in &servers {
+            if !names.insert(s.name.as_str()) {
+                return Err(Invalid::new("server name", s.name.as_str(), "is used twice in this domain"));
+            }
+        }
+        Ok(Backend { servers, profile })
+    }
+
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+}
+
+/// Everything the edge should be, ordered so rendering is deterministic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EdgeState {
+    pub domains: BTreeMap<Domain, Backend>,
+    pub blocks: BTreeMap<BlockKey, Block>,
+    pub trusted_proxies: BTreeSet<ProxyNet>,
+}

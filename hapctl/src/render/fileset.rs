@@ -1,0 +1,114 @@
+//! The fixed set of files HAProxy reads, each with a stable id.
+
+use std::path::{Path, PathBuf};
+
+use crate::settings::Paths;
+
+/// One file of the set. The id's `name` is also its path inside the known-good snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FileId {
+    Config,
+    Generation,
+    HostsMap,
+    WildcardsMap,
+    BlockedMap,
+    TrustedProxies,
+    UnknownHostPage,
+    BlockedPage,
+}
+
+impl FileId {
+    pub const ALL: [FileId; 8] = [
+        FileId::Config,
+        FileId::Generation,
+        FileId::HostsMap,
+        FileId::WildcardsMap,
+        FileId::BlockedMap,
+        FileId::TrustedProxies,
+        FileId::UnknownHostPage,
+        FileId::BlockedPage,
+    ];
+
+    /// Stable relative name, used for the snapshot layout and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileId::Config => "haproxy.cfg",
+            FileId::Generation => "generation.cfg",
+            FileId::HostsMap => "maps/hosts.map",
+            FileId::WildcardsMap => "maps/wildcards.map",
+            FileId::BlockedMap => "maps/blocked.map",
+            FileId::TrustedProxies => "maps/trusted-proxies.acl",
+            FileId::UnknownHostPage => "pages/unknown-host.html",
+            FileId::BlockedPage => "pages/blocked.html",
+        }
+    }
+
+    /// Where HAProxy reads it, from the settings.
+    pub fn path(self, paths: &Paths) -> PathBuf {
+        match self {
+            FileId::Config => paths.config.clone(),
+            FileId::Generation => paths.generation.clone(),
+            FileId::HostsMap => paths.maps_dir.join("hosts.map"),
+            FileId::WildcardsMap => paths.maps_dir.join("wildcards.map"),
+            FileId::BlockedMap => paths.maps_dir.join("blocked.map"),
+            FileId::TrustedProxies => paths.maps_dir.join("trusted-proxies.acl"),
+            FileId::UnknownHostPage => paths.pages_dir.join("unknown-host.html"),
+            FileId::BlockedPage => paths.pages_dir.join("blocked.html"),
+        }
+    }
+
+    /// The template it is rendered from, if it is not plain data.
+    pub fn template(self) -> Option<&'static str> {
+        match self {
+            FileId::Config => Some("haproxy.cfg.j2"),
+            FileId::Generation => Some("generation.cfg.j2"),
+            FileId::UnknownHostPage => Some("unknown-host.html.j2"),
+            FileId::BlockedPage => Some("blocked.html.j2"),
+            FileId::HostsMap | FileId::WildcardsMap | FileId::BlockedMap | FileId::TrustedProxies => {
+                None
+            }
+        }
+    }
+}
+
+/// One rendered file: where it goes and its exact bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetFile {
+    pub id: FileId,
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+/// A complete set of files, in `FileId` order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileSet {
+    files: Vec<SetFile>,
+}
+
+impl FileSet {
+    pub fn insert(&mut self, id: FileId, path: PathBuf, bytes: Vec<u8>) {
+        self.files.retain(|f| f.id != id);
+        self.files.push(SetFile { id, path, bytes });
+        self.files.sort_by_key(|f| f.id);
+    }
+
+    pub fn files(&self) -> &[SetFile] {
+        &self.files
+    }
+
+    pub fn get(&self, id: FileId) -> Option<&SetFile> {
+        self.files.iter().find(|f| f.id == id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Paths given to `haproxy -f`, in order: the main config, then the generation file.
+    pub fn config_paths(&self) -> Vec<&Path> {
+        [FileId::Config, FileId::Generation]
+            .into_iter()
+            .filter_map(|id| self.get(id).map(|f| f.path.as_path()))
+            .collect()
+    }
+}
