@@ -1,1 +1,334 @@
-fn main() {}
+//! The `hapctl` command line: parses arguments, calls the edge services, prints results.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use hapctl::edge::{self, Edge};
+use hapctl::model::{Backend, BlockKey, Domain, Note, Profile, Server, ServerName, Ttl};
+
+mod output;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (applied or unchanged)
+  1  error (state directory, database, I/O, HAProxy not reachable...)
+  2  invalid input (the message names the field and the rule); nothing changed
+  3  rejected: HAProxy refused the new configuration; the known-good set was restored
+  4  validator unavailable: haproxy -c could not run; nothing changed
+  5  reload failed, rolled back: the known-good set was restored and reloaded
+  6  ROLLBACK FAILED: the edge needs a person now
+  7  not found: the domain or block to remove does not exist; nothing changed";
+
+#[derive(Parser)]
+#[command(name = "hapctl", version, about = "Control plane for an HAProxy edge", after_help = EXIT_CODES)]
+struct Cli {
+    /// State directory (settings, database, live files).
+    #[arg(
+        long,
+        global = true,
+        env = "HAPCTL_STATE_DIR",
+        default_value = "/var/lib/hapctl"
+    )]
+    state_dir: PathBuf,
+    /// Log as JSON lines on stderr.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the state directory: settings, database, folders.
+    Init {
+        /// Reset existing state (the database is deleted).
+        #[arg(long)]
+        force: bool,
+        /// Public HTTP listener, IP:PORT (default 127.0.0.1:8080).
+        #[arg(long)]
+        http_bind: Option<String>,
+    },
+    /// Run, stop and inspect the HAProxy master.
+    #[command(subcommand)]
+    Haproxy(HaproxyCommand),
+    /// Domains and their servers.
+    #[command(subcommand)]
+    Domain(DomainCommand),
+    /// Blocked IP addresses and networks.
+    #[command(subcommand)]
+    Block(BlockCommand),
+    /// Render the desired state and apply it through the safe path.
+    Apply {
+        /// Show the diff and HAProxy's verdict; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// HAProxy master and workers, and the last applies.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum HaproxyCommand {
+    /// Apply the desired state, then start the master (never a second one).
+    Start,
+    /// Stop the master and its workers.
+    Stop,
+    /// Master PID, workers, version.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reload through the master (never a restart) and confirm the new worker.
+    Reload,
+}
+
+#[derive(Subcommand)]
+enum DomainCommand {
+    /// Add a domain, or replace it if it exists.
+    Add {
+        /// `shop.example.com` or `*.example.com`.
+        name: Domain,
+        /// HOST:PORT[,weight=N][,maxconn=N][,check|nocheck]; repeat for more servers.
+        #[arg(long = "server", required = true)]
+        servers: Vec<String>,
+        /// default, websocket, sse, http-check or http-check:/path.
+        #[arg(long, default_value = "default")]
+        profile: Profile,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Remove a domain.
+    Rm {
+        name: Domain,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List domains.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum BlockCommand {
+    /// Block an IP or CIDR (or refresh its reason and expiry).
+    Add {
+        key: BlockKey,
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Who blocked it (default: $SUDO_USER or $USER).
+        #[arg(long)]
+        author: Option<String>,
+        /// Lift the block after this long: 90s, 30m, 12h, 7d.
+        #[arg(long)]
+        ttl: Option<Ttl>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Unblock an IP or CIDR.
+    Rm {
+        key: BlockKey,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List blocks (expired ones are left out).
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct JsonFlag {
+    /// Print the apply report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// An error with the exit code it maps to.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        let error = e.into();
+        let code = match error.downcast_ref::<edge::EdgeError>() {
+            Some(edge::EdgeError::Apply(hapctl::apply::ApplyError::NotFound(_))) => 7,
+            _ if error.downcast_ref::<hapctl::model::Invalid>().is_some() => 2,
+            _ => 1,
+        };
+        Failure { code, error }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    output::init_logging(cli.log_json);
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<u8, Failure> {
+    let dir = cli.state_dir;
+    match cli.command {
+        Command::Init { force, http_bind } => {
+            let path = edge::init(&dir, force, http_bind.as_deref())?;
+            println!(
+                "initialised {}; next: hapctl --state-dir {} haproxy start",
+                path.display(),
+                dir.display()
+            );
+            Ok(0)
+        }
+        Command::Haproxy(cmd) => haproxy_command(&dir, cmd),
+        Command::Domain(cmd) => domain_command(&dir, cmd),
+        Command::Block(cmd) => block_command(&dir, cmd),
+        Command::Apply {
+            dry_run: true,
+            json,
+        } => {
+            let edge = open(&dir)?;
+            let dry = edge.dry_run()?;
+            output::print_dry_run(&dry, json);
+            Ok(if dry.verdict == "valid" { 0 } else { 3 })
+        }
+        Command::Apply {
+            dry_run: false,
+            json,
+        } => {
+            let report = open(&dir)?.apply("apply")?;
+            Ok(output::print_report(&report, json))
+        }
+        Command::Status { json } => {
+            let edge = open(&dir)?;
+            output::print_status(&edge, json)?;
+            Ok(0)
+        }
+    }
+}
+
+fn open(dir: &std::path::Path) -> anyhow::Result<Edge> {
+    Edge::open(dir).with_context(|| format!("cannot open the state directory {}", dir.display()))
+}
+
+fn haproxy_command(dir: &std::path::Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
+    let mut edge = open(dir)?;
+    let timeout = edge.settings.haproxy.start_timeout;
+    match cmd {
+        HaproxyCommand::Start => {
+            let report = edge.apply("haproxy start")?;
+            if !report.outcome.is_success() {
+                return Ok(output::print_report(&report, false));
+            }
+            let started = edge.supervisor().start(timeout)?;
+            println!("HAProxy master running, PID {}", started.master_pid);
+            Ok(0)
+        }
+        HaproxyCommand::Stop => {
+            edge.supervisor().stop(edge::STOP_TIMEOUT)?;
+            println!("HAProxy stopped");
+            Ok(0)
+        }
+        HaproxyCommand::Status { json } => {
+            output::print_haproxy_status(&edge.supervisor().status(), json);
+            Ok(0)
+        }
+        HaproxyCommand::Reload => {
+            let master = hapctl::haproxy::Master::from_settings(&edge.settings);
+            let r = master.reload(edge.settings.haproxy.reload_timeout)?;
+            println!(
+                "reloaded in {:.0} ms: master PID {} unchanged, new worker(s) {:?}, old worker(s) {:?}",
+                r.duration.as_secs_f64() * 1000.0,
+                r.master_pid,
+                r.new_workers,
+                r.old_workers
+            );
+            Ok(0)
+        }
+    }
+}
+
+fn domain_command(dir: &std::path::Path, cmd: DomainCommand) -> Result<u8, Failure> {
+    match cmd {
+        DomainCommand::Add {
+            name,
+            servers,
+            profile,
+            out,
+        } => {
+            let servers = servers
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| Server::parse_spec(spec, ServerName::nth(i + 1)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let backend = Backend::new(servers, profile)?;
+            let (report, created) = open(dir)?.put_domain(&name, &backend)?;
+            if let Some(created) = created {
+                eprintln!(
+                    "domain {name} {}",
+                    if created { "added" } else { "replaced" }
+                );
+            }
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Rm { name, out } => {
+            let report = open(dir)?.remove_domain(&name)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Ls { json } => {
+            output::print_domains(&open(dir)?.state()?, json);
+            Ok(0)
+        }
+    }
+}
+
+fn block_command(dir: &std::path::Path, cmd: BlockCommand) -> Result<u8, Failure> {
+    match cmd {
+        BlockCommand::Add {
+            key,
+            reason,
+            author,
+            ttl,
+            out,
+        } => {
+            let reason = Note::parse("reason", &reason)?;
+            let author = author
+                .or_else(|| std::env::var("SUDO_USER").ok())
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "hapctl".into());
+            let author = Note::parse("author", &author)?;
+            let (report, created) = open(dir)?.block(key, reason, author, ttl)?;
+            if let Some(created) = created {
+                eprintln!(
+                    "{key} {}",
+                    if created { "blocked" } else { "block updated" }
+                );
+            }
+            Ok(output::print_report(&report, out.json))
+        }
+        BlockCommand::Rm { key, out } => {
+            let report = open(dir)?.unblock(&key)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        BlockCommand::Ls { json } => {
+            output::print_blocks(&open(dir)?.blocks()?, json);
+            Ok(0)
+        }
+    }
+}

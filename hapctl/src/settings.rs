@@ -242,19 +242,17 @@ impl Settings {
                 state_dir.join(p)
             }
         };
-        let duration = |key: &'static str, v: Option<String>, default: u64| {
-            match v {
-                None => Ok(Duration::from_secs(default)),
-                Some(s) => humantime::parse_duration(&s)
-                    .map_err(|e| value_error(key, format!("{s:?} is not a duration like \"30s\": {e}")))
-                    .and_then(|d| {
-                        if d.is_zero() {
-                            Err(value_error(key, "must be greater than zero".into()))
-                        } else {
-                            Ok(d)
-                        }
-                    }),
-            }
+        let duration = |key: &'static str, v: Option<String>, default: u64| match v {
+            None => Ok(Duration::from_secs(default)),
+            Some(s) => humantime::parse_duration(&s)
+                .map_err(|e| value_error(key, format!("{s:?} is not a duration like \"30s\": {e}")))
+                .and_then(|d| {
+                    if d.is_zero() {
+                        Err(value_error(key, "must be greater than zero".into()))
+                    } else {
+                        Ok(d)
+                    }
+                }),
         };
 
         let http_bind = match raw.edge.http_bind {
@@ -267,12 +265,18 @@ impl Settings {
             })?,
         };
         if http_bind.port() == 0 {
-            return Err(value_error("edge.http_bind", "port 0 is not a listening port".into()));
+            return Err(value_error(
+                "edge.http_bind",
+                "port 0 is not a listening port".into(),
+            ));
         }
 
         let binary = match std::env::var_os(HAPROXY_BIN_ENV) {
             Some(v) if !v.is_empty() => PathBuf::from(v),
-            _ => raw.haproxy.binary.unwrap_or_else(|| PathBuf::from("haproxy")),
+            _ => raw
+                .haproxy
+                .binary
+                .unwrap_or_else(|| PathBuf::from("haproxy")),
         };
         let systemd_unit = raw
             .haproxy
@@ -396,15 +400,25 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = parse("[edge]\nhttp_bind = \"nope\"\n").unwrap_err().to_string();
+        let e = parse("[edge]\nhttp_bind = \"nope\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("edge.http_bind"), "{e}");
-        let e = parse("[haproxy]\nmode = \"docker\"\n").unwrap_err().to_string();
+        let e = parse("[haproxy]\nmode = \"docker\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("mode") || e.contains("docker"), "{e}");
-        let e = parse("[edge]\nhttp_bnd = \"1.2.3.4:80\"\n").unwrap_err().to_string();
+        let e = parse("[edge]\nhttp_bnd = \"1.2.3.4:80\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("http_bnd"), "{e}");
-        let e = parse("[haproxy]\ncheck_timeout = \"soon\"\n").unwrap_err().to_string();
+        let e = parse("[haproxy]\ncheck_timeout = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("haproxy.check_timeout"), "{e}");
-        let e = parse("[paths]\nmaps_dir = \"/etc/ha proxy\"\n").unwrap_err().to_string();
+        let e = parse("[paths]\nmaps_dir = \"/etc/ha proxy\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("paths.maps_dir"), "{e}");
     }
 }

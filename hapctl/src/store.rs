@@ -125,9 +125,9 @@ impl Store {
 
     /// Starts a write transaction; other writers wait until it ends.
     pub fn begin(&mut self) -> Result<Tx<'_>, StoreError> {
-        Ok(Tx(self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?))
+        Ok(Tx(self.conn.transaction_with_behavior(
+            TransactionBehavior::Immediate,
+        )?))
     }
 
     /// The committed desired state, leaving out blocks expired at `now`.
@@ -175,7 +175,12 @@ pub struct Tx<'a>(rusqlite::Transaction<'a>);
 
 impl Tx<'_> {
     /// Creates or replaces a domain; returns true when it is new.
-    pub fn put_domain(&self, domain: &Domain, backend: &Backend, now: i64) -> Result<bool, StoreError> {
+    pub fn put_domain(
+        &self,
+        domain: &Domain,
+        backend: &Backend,
+        now: i64,
+    ) -> Result<bool, StoreError> {
         let name = domain.to_string();
         let existed = self.remove_domain(domain)?;
         self.0.execute(
@@ -240,9 +245,9 @@ impl Tx<'_> {
 
     /// Deletes blocks expired at `now`; returns their keys.
     pub fn remove_expired_blocks(&self, now: i64) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self
-            .0
-            .prepare("DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ?1 RETURNING key")?;
+        let mut stmt = self.0.prepare(
+            "DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ?1 RETURNING key",
+        )?;
         let keys = stmt.query_map([now], |r| r.get(0))?;
         Ok(keys.collect::<Result<_, _>>()?)
     }
@@ -340,8 +345,8 @@ fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
 }
 
 fn load_blocks(conn: &Connection) -> Result<Vec<Block>, StoreError> {
-    let mut stmt =
-        conn.prepare("SELECT key, reason, author, created_at, expires_at FROM blocks ORDER BY key")?;
+    let mut stmt = conn
+        .prepare("SELECT key, reason, author, created_at, expires_at FROM blocks ORDER BY key")?;
     let mut rows = stmt.query([])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
@@ -389,7 +394,9 @@ mod tests {
         let mut store = Store::open(&path).unwrap();
         let d: Domain = "*.example.com".parse().unwrap();
         let tx = store.begin().unwrap();
-        assert!(tx.put_domain(&d, &backend("10.0.0.1:80,weight=3"), 1).unwrap());
+        assert!(tx
+            .put_domain(&d, &backend("10.0.0.1:80,weight=3"), 1)
+            .unwrap());
         assert!(!tx.put_domain(&d, &backend("10.0.0.2:80"), 2).unwrap());
         assert!(tx.put_block(&block("10.0.0.0/8", None)).unwrap());
         assert!(tx.put_block(&block("192.0.2.1", Some(50))).unwrap());

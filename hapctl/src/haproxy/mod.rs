@@ -1,1 +1,18 @@
-//! (being written)
+//! Everything that talks to HAProxy: `haproxy -c`, the master CLI (process list, reload),
+//! the CLI socket client, and running the master (direct or through systemd).
+
+mod master;
+mod messages;
+mod proc_list;
+mod socket;
+mod supervisor;
+mod validator;
+
+#[cfg(test)]
+mod testutil;
+
+pub use master::{Master, MasterError, ReloadError, ReloadReport};
+pub use proc_list::{MasterProc, ParseError, ProcList, WorkerProc};
+pub use socket::{CliSocket, SocketError};
+pub use supervisor::{StartReport, Status, StopReport, Supervisor, SupervisorError};
+pub use validator::{Validator, Verdict, VersionError};

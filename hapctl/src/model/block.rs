@@ -37,7 +37,10 @@ impl BlockKey {
             None => (s, None),
         };
         let ip: IpAddr = addr.parse().map_err(|_| {
-            err("is not an IPv4 or IPv6 address (four numbers 0-255, no leading zeros; or IPv6)".into())
+            err(
+                "is not an IPv4 or IPv6 address (four numbers 0-255, no leading zeros; or IPv6)"
+                    .into(),
+            )
         })?;
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
@@ -61,9 +64,13 @@ impl BlockKey {
             }
         };
         if prefix == 0 {
-            return Err(err("a /0 would block every client; refuse to lock everyone out".into()));
+            return Err(err(
+                "a /0 would block every client; refuse to lock everyone out".into(),
+            ));
         }
-        let net = IpNet::new(ip, prefix).map_err(|e| err(e.to_string()))?.trunc();
+        let net = IpNet::new(ip, prefix)
+            .map_err(|e| err(e.to_string()))?
+            .trunc();
         Ok(BlockKey(net))
     }
 }
@@ -99,13 +106,23 @@ impl Note {
 
     pub fn parse(field: &'static str, s: &str) -> Result<Note, Invalid> {
         if s.chars().count() > Note::MAX_CHARS {
-            return Err(Invalid::new(field, s, format!("is longer than {} characters", Note::MAX_CHARS)));
-        }
-        if let Some(c) = s.chars().find(|c| c.is_control() || super::error::is_invisible(*c)) {
             return Err(Invalid::new(
                 field,
                 s,
-                format!("contains {}, a control or invisible character", describe_char(c)),
+                format!("is longer than {} characters", Note::MAX_CHARS),
+            ));
+        }
+        if let Some(c) = s
+            .chars()
+            .find(|c| c.is_control() || super::error::is_invisible(*c))
+        {
+            return Err(Invalid::new(
+                field,
+                s,
+                format!(
+                    "contains {}, a control or invisible character",
+                    describe_char(c)
+                ),
             ));
         }
         Ok(Note(s.to_string()))
@@ -172,7 +189,9 @@ mod tests {
     use super::*;
 
     fn key(s: &str) -> Result<String, String> {
-        s.parse::<BlockKey>().map(|k| k.to_string()).map_err(|e| e.to_string())
+        s.parse::<BlockKey>()
+            .map(|k| k.to_string())
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -209,7 +228,10 @@ mod tests {
         assert!(Note::parse("reason", "abuse from ticket #42").is_ok());
         assert!(Note::parse("reason", "line\nbreak").is_err());
         assert!(Note::parse("reason", &"x".repeat(501)).is_err());
-        assert_eq!("30m".parse::<Ttl>().unwrap().duration(), Duration::from_secs(1800));
+        assert_eq!(
+            "30m".parse::<Ttl>().unwrap().duration(),
+            Duration::from_secs(1800)
+        );
         assert!("0s".parse::<Ttl>().is_err());
         assert!("soon".parse::<Ttl>().is_err());
         assert!("20000d".parse::<Ttl>().is_err());

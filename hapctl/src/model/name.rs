@@ -159,7 +159,11 @@ fn check_scripts(label: &str) -> Result<(), String> {
             "label {label:?} mixes Latin, Greek or Cyrillic letters, a classic look-alike of another name"
         ));
     }
-    if confusable > 0 && label.chars().all(|c| !c.is_alphabetic() || LATIN_LOOKALIKES.contains(c)) {
+    if confusable > 0
+        && label
+            .chars()
+            .all(|c| !c.is_alphabetic() || LATIN_LOOKALIKES.contains(c))
+    {
         return Err(format!(
             "label {label:?} is spelled only with Cyrillic or Greek letters that look Latin"
         ));
@@ -320,7 +324,13 @@ mod tests {
         assert!(refused(&long_label).contains("63"));
         let long_name = vec!["a".repeat(60); 5].join("."); // 304 characters
         assert!(refused(&long_name).contains("253"));
-        let exactly_254 = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(62));
+        let exactly_254 = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(62)
+        );
         assert_eq!(exactly_254.len(), 254);
         assert!(refused(&exactly_254).contains("253"));
     }

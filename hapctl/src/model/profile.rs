@@ -71,9 +71,11 @@ impl FromStr for Profile {
             "sse" => Ok(Profile::Sse),
             "http-check" => Ok(Profile::HttpCheck(HttpPath("/".into()))),
             _ => match s.strip_prefix("http-check:") {
-                Some(path) => Ok(Profile::HttpCheck(
-                    path.parse().map_err(|e: Invalid| Invalid::new("profile", s, e.rule))?,
-                )),
+                Some(path) => {
+                    Ok(Profile::HttpCheck(path.parse().map_err(|e: Invalid| {
+                        Invalid::new("profile", s, e.rule)
+                    })?))
+                }
                 None => Err(Invalid::new(
                     "profile",
                     s,
@@ -105,13 +107,26 @@ mod tests {
         for s in ["default", "websocket", "sse", "http-check:/healthz?full=1"] {
             assert_eq!(s.parse::<Profile>().unwrap().to_string(), s);
         }
-        assert_eq!("http-check".parse::<Profile>().unwrap().to_string(), "http-check:/");
+        assert_eq!(
+            "http-check".parse::<Profile>().unwrap().to_string(),
+            "http-check:/"
+        );
     }
 
     #[test]
     fn refuses_unknown_profiles_and_unsafe_paths() {
-        assert!("grpc".parse::<Profile>().unwrap_err().to_string().contains("must be default"));
-        for bad in ["http-check:health", "http-check:/a b", "http-check:/a#b", "http-check:/%[src]", "http-check:/\"x\""] {
+        assert!("grpc"
+            .parse::<Profile>()
+            .unwrap_err()
+            .to_string()
+            .contains("must be default"));
+        for bad in [
+            "http-check:health",
+            "http-check:/a b",
+            "http-check:/a#b",
+            "http-check:/%[src]",
+            "http-check:/\"x\"",
+        ] {
             assert!(bad.parse::<Profile>().is_err(), "{bad}");
         }
     }

@@ -75,16 +75,18 @@ impl ServerAddr {
             .and_then(|s| s.strip_suffix(']'))
             .unwrap_or(input);
         if ip.contains(':') {
-            let v6: Ipv6Addr = ip
-                .parse()
-                .map_err(|_| err("is not a valid IPv6 address"))?;
-            return check_usable(IpAddr::V6(v6)).map(|_| ServerHost::V6(v6)).map_err(err);
+            let v6: Ipv6Addr = ip.parse().map_err(|_| err("is not a valid IPv6 address"))?;
+            return check_usable(IpAddr::V6(v6))
+                .map(|_| ServerHost::V6(v6))
+                .map_err(err);
         }
         if !ip.is_empty() && ip.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-            let v4: Ipv4Addr = ip
-                .parse()
-                .map_err(|_| err("is not a valid IPv4 address (four numbers 0-255, no leading zeros)"))?;
-            return check_usable(IpAddr::V4(v4)).map(|_| ServerHost::V4(v4)).map_err(err);
+            let v4: Ipv4Addr = ip.parse().map_err(|_| {
+                err("is not a valid IPv4 address (four numbers 0-255, no leading zeros)")
+            })?;
+            return check_usable(IpAddr::V4(v4))
+                .map(|_| ServerHost::V4(v4))
+                .map_err(err);
         }
         DomainName::from_str(ip)
             .map(ServerHost::Name)
@@ -126,7 +128,9 @@ impl FromStr for ServerAddr {
         }
         Ok(ServerAddr {
             host: ServerAddr::parse_host(host)?,
-            port: port.parse().map_err(|e: Invalid| e.in_field("server port"))?,
+            port: port
+                .parse()
+                .map_err(|e: Invalid| e.in_field("server port"))?,
         })
     }
 }
@@ -161,7 +165,8 @@ impl FromStr for ServerName {
     fn from_str(s: &str) -> Result<ServerName, Invalid> {
         let ok = !s.is_empty()
             && s.len() <= 32
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
         if ok {
             Ok(ServerName(s.to_string()))
         } else {
@@ -216,7 +221,11 @@ impl ServerOptions {
             return Err(Invalid::new("weight", &w.to_string(), "must be 0 to 256"));
         }
         if let Some(m) = self.maxconn.filter(|m| *m == 0 || *m > 1_000_000) {
-            return Err(Invalid::new("maxconn", &m.to_string(), "must be 1 to 1000000"));
+            return Err(Invalid::new(
+                "maxconn",
+                &m.to_string(),
+                "must be 1 to 1000000",
+            ));
         }
         Ok(self)
     }
@@ -273,7 +282,11 @@ impl Server {
         for item in parts {
             options.set(item)?;
         }
-        Ok(Server { name, addr, options })
+        Ok(Server {
+            name,
+            addr,
+            options,
+        })
     }
 }
 
@@ -282,7 +295,9 @@ mod tests {
     use super::*;
 
     fn addr(s: &str) -> Result<String, String> {
-        s.parse::<ServerAddr>().map(|a| a.to_string()).map_err(|e| e.to_string())
+        s.parse::<ServerAddr>()
+            .map(|a| a.to_string())
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -320,10 +335,29 @@ mod tests {
 
     #[test]
     fn server_specs_take_typed_options_only() {
-        let s = Server::parse_spec("10.0.0.1:80,weight=5,maxconn=100,nocheck", ServerName::nth(1)).unwrap();
-        assert_eq!(s.options, ServerOptions { weight: Some(5), maxconn: Some(100), check: false });
-        for bad in ["10.0.0.1:80,weight=300", "10.0.0.1:80,maxconn=0", "10.0.0.1:80,backup", "10.0.0.1:80,weight=x"] {
-            assert!(Server::parse_spec(bad, ServerName::nth(1)).is_err(), "{bad}");
+        let s = Server::parse_spec(
+            "10.0.0.1:80,weight=5,maxconn=100,nocheck",
+            ServerName::nth(1),
+        )
+        .unwrap();
+        assert_eq!(
+            s.options,
+            ServerOptions {
+                weight: Some(5),
+                maxconn: Some(100),
+                check: false
+            }
+        );
+        for bad in [
+            "10.0.0.1:80,weight=300",
+            "10.0.0.1:80,maxconn=0",
+            "10.0.0.1:80,backup",
+            "10.0.0.1:80,weight=x",
+        ] {
+            assert!(
+                Server::parse_spec(bad, ServerName::nth(1)).is_err(),
+                "{bad}"
+            );
         }
     }
 

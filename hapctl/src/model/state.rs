@@ -21,7 +21,11 @@ pub struct Backend {
 impl Backend {
     pub fn new(servers: Vec<Server>, profile: Profile) -> Result<Backend, Invalid> {
         if servers.is_empty() {
-            return Err(Invalid::new("servers", "", "a domain needs at least one server"));
+            return Err(Invalid::new(
+                "servers",
+                "",
+                "a domain needs at least one server",
+            ));
         }
         if servers.len() > MAX_SERVERS {
             return Err(Invalid::new(
@@ -33,7 +37,11 @@ impl Backend {
         let mut names = BTreeSet::new();
         for s in &servers {
             if !names.insert(s.name.as_str()) {
-                return Err(Invalid::new("server name", s.name.as_str(), "is used twice in this domain"));
+                return Err(Invalid::new(
+                    "server name",
+                    s.name.as_str(),
+                    "is used twice in this domain",
+                ));
             }
         }
         Ok(Backend { servers, profile })

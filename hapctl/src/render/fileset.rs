@@ -64,9 +64,10 @@ impl FileId {
             FileId::Generation => Some("generation.cfg.j2"),
             FileId::UnknownHostPage => Some("unknown-host.html.j2"),
             FileId::BlockedPage => Some("blocked.html.j2"),
-            FileId::HostsMap | FileId::WildcardsMap | FileId::BlockedMap | FileId::TrustedProxies => {
-                None
-            }
+            FileId::HostsMap
+            | FileId::WildcardsMap
+            | FileId::BlockedMap
+            | FileId::TrustedProxies => None,
         }
     }
 }

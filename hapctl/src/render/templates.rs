@@ -5,10 +5,22 @@ use std::path::Path;
 use minijinja::Environment;
 
 const EMBEDDED: [(&str, &str); 4] = [
-    ("haproxy.cfg.j2", include_str!("../../templates/haproxy.cfg.j2")),
-    ("generation.cfg.j2", include_str!("../../templates/generation.cfg.j2")),
-    ("unknown-host.html.j2", include_str!("../../templates/unknown-host.html.j2")),
-    ("blocked.html.j2", include_str!("../../templates/blocked.html.j2")),
+    (
+        "haproxy.cfg.j2",
+        include_str!("../../templates/haproxy.cfg.j2"),
+    ),
+    (
+        "generation.cfg.j2",
+        include_str!("../../templates/generation.cfg.j2"),
+    ),
+    (
+        "unknown-host.html.j2",
+        include_str!("../../templates/unknown-host.html.j2"),
+    ),
+    (
+        "blocked.html.j2",
+        include_str!("../../templates/blocked.html.j2"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]

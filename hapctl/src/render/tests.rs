@@ -5,7 +5,12 @@ use crate::model::{Backend, Block, BlockKey, Note, Server, ServerName};
 use crate::settings::DEFAULT_SETTINGS_TOML;
 
 fn settings() -> Settings {
-    Settings::parse(Path::new("/srv/h"), Path::new("hapctl.toml"), DEFAULT_SETTINGS_TOML).unwrap()
+    Settings::parse(
+        Path::new("/srv/h"),
+        Path::new("hapctl.toml"),
+        DEFAULT_SETTINGS_TOML,
+    )
+    .unwrap()
 }
 
 fn backend(specs: &[&str], profile: &str) -> Backend {
@@ -19,18 +24,36 @@ fn backend(specs: &[&str], profile: &str) -> Backend {
 
 fn sample_state() -> EdgeState {
     let mut state = EdgeState::default();
-    state.domains.insert("shop.example.com".parse().unwrap(), backend(&["10.0.0.1:80", "10.0.0.2:80,weight=5,maxconn=50"], "default"));
-    state.domains.insert("*.example.com".parse().unwrap(), backend(&["[2001:db8::1]:8080,nocheck"], "websocket"));
-    state.domains.insert("*.eu.example.com".parse().unwrap(), backend(&["app.internal:9000"], "http-check:/healthz"));
-    state.domains.insert("events.example.org".parse().unwrap(), backend(&["10.0.0.3:80"], "sse"));
+    state.domains.insert(
+        "shop.example.com".parse().unwrap(),
+        backend(
+            &["10.0.0.1:80", "10.0.0.2:80,weight=5,maxconn=50"],
+            "default",
+        ),
+    );
+    state.domains.insert(
+        "*.example.com".parse().unwrap(),
+        backend(&["[2001:db8::1]:8080,nocheck"], "websocket"),
+    );
+    state.domains.insert(
+        "*.eu.example.com".parse().unwrap(),
+        backend(&["app.internal:9000"], "http-check:/healthz"),
+    );
+    state.domains.insert(
+        "events.example.org".parse().unwrap(),
+        backend(&["10.0.0.3:80"], "sse"),
+    );
     let key: BlockKey = "203.0.113.0/24".parse().unwrap();
-    state.blocks.insert(key, Block {
+    state.blocks.insert(
         key,
-        reason: Note::parse("reason", "abuse").unwrap(),
-        author: Note::parse("author", "ops").unwrap(),
-        created_at: 0,
-        expires_at: None,
-    });
+        Block {
+            key,
+            reason: Note::parse("reason", "abuse").unwrap(),
+            author: Note::parse("author", "ops").unwrap(),
+            created_at: 0,
+            expires_at: None,
+        },
+    );
     state.trusted_proxies.insert("10.9.0.0/16".parse().unwrap());
     state
 }
@@ -49,7 +72,11 @@ fn rendering_is_deterministic_and_complete() {
     for f in a.files() {
         assert!(f.bytes.ends_with(b"\n"), "{} lacks a final LF", f.id.name());
         let head = String::from_utf8_lossy(&f.bytes[..80.min(f.bytes.len())]).into_owned();
-        assert!(head.contains("Managed by hapctl"), "{}: {head}", f.id.name());
+        assert!(
+            head.contains("Managed by hapctl"),
+            "{}: {head}",
+            f.id.name()
+        );
     }
 }
 
@@ -57,31 +84,51 @@ fn rendering_is_deterministic_and_complete() {
 fn maps_route_exact_names_and_longest_wildcards_first() {
     let set = render(&sample_state(), &settings(), &Templates::embedded()).unwrap();
     let hosts = text(&set, FileId::HostsMap);
-    assert!(hosts.contains("shop.example.com d_shop.example.com\n"), "{hosts}");
+    assert!(
+        hosts.contains("shop.example.com d_shop.example.com\n"),
+        "{hosts}"
+    );
     assert!(!hosts.contains("w_"), "{hosts}");
     let wild = text(&set, FileId::WildcardsMap);
     let eu = wild.find(".eu.example.com w_eu.example.com").unwrap();
     let all = wild.find(".example.com w_example.com").unwrap();
     assert!(eu < all, "{wild}");
-    assert_eq!(text(&set, FileId::BlockedMap).lines().last(), Some("203.0.113.0/24 1"));
-    assert_eq!(text(&set, FileId::TrustedProxies).lines().last(), Some("10.9.0.0/16"));
+    assert_eq!(
+        text(&set, FileId::BlockedMap).lines().last(),
+        Some("203.0.113.0/24 1")
+    );
+    assert_eq!(
+        text(&set, FileId::TrustedProxies).lines().last(),
+        Some("10.9.0.0/16")
+    );
 }
 
 #[test]
 fn backends_follow_their_profile() {
-    let cfg = text(&render(&sample_state(), &settings(), &Templates::embedded()).unwrap(), FileId::Config);
+    let cfg = text(
+        &render(&sample_state(), &settings(), &Templates::embedded()).unwrap(),
+        FileId::Config,
+    );
     assert!(cfg.contains("bind 127.0.0.1:8080"), "{cfg}");
     assert!(cfg.contains("map(/srv/h/live/maps/hosts.map)"), "{cfg}");
     let section = |name: &str| {
-        let start = cfg.find(&format!("backend {name}\n")).unwrap_or_else(|| panic!("no {name}"));
+        let start = cfg
+            .find(&format!("backend {name}\n"))
+            .unwrap_or_else(|| panic!("no {name}"));
         let rest = &cfg[start + 1..];
         rest[..rest.find("\nbackend ").unwrap_or(rest.len())].to_string()
     };
     let shop = section("d_shop.example.com");
     assert!(shop.contains("server s1 10.0.0.1:80 check\n"), "{shop}");
-    assert!(shop.contains("server s2 10.0.0.2:80 check weight 5 maxconn 50"), "{shop}");
+    assert!(
+        shop.contains("server s2 10.0.0.2:80 check weight 5 maxconn 50"),
+        "{shop}"
+    );
     let ws = section("w_example.com");
-    assert!(ws.contains("timeout tunnel 1h") && ws.contains("balance leastconn"), "{ws}");
+    assert!(
+        ws.contains("timeout tunnel 1h") && ws.contains("balance leastconn"),
+        "{ws}"
+    );
     assert!(ws.contains("server s1 [2001:db8::1]:8080\n"), "{ws}");
     let hc = section("w_eu.example.com");
     assert!(hc.contains("option httpchk GET /healthz"), "{hc}");
@@ -98,7 +145,10 @@ fn overrides_replace_embedded_templates_and_unknown_files_are_refused() {
     assert_eq!(text(&set, FileId::BlockedPage), "<p>go away</p>\n");
     std::fs::write(dir.path().join("haproxy.cfg.jinja"), "x").unwrap();
     let e = Templates::load(Some(dir.path())).unwrap_err().to_string();
-    assert!(e.contains("haproxy.cfg.jinja") && e.contains("haproxy.cfg.j2"), "{e}");
+    assert!(
+        e.contains("haproxy.cfg.jinja") && e.contains("haproxy.cfg.j2"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -106,6 +156,8 @@ fn a_template_using_an_unknown_variable_fails_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("generation.cfg.j2"), "{{ nope }}").unwrap();
     let t = Templates::load(Some(dir.path())).unwrap();
-    let e = render(&EdgeState::default(), &settings(), &t).unwrap_err().to_string();
+    let e = render(&EdgeState::default(), &settings(), &t)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("generation.cfg.j2"), "{e}");
 }

@@ -1,0 +1,537 @@
+//! The safe apply: the one path by which any change reaches HAProxy.
+//!
+//! lock → recover an interrupted apply → change the desired state (uncommitted) → render →
+//! identical to live? done → known-good snapshot exists (else adopt the live set if it
+//! validates) → write the changed files atomically → one `haproxy -c` on the full set →
+//! reload through the master and confirm → commit the desired state → promote to known-good.
+//! Any failure restores the known-good set (and reloads back if the live config changed) and
+//! rolls the desired-state change back, and the outcome says exactly what happened.
+
+pub mod fault;
+mod snapshot;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::fsutil::{self, LockFile};
+use crate::haproxy::{CliSocket, Master, ReloadError, Validator, Verdict};
+use crate::render::{self, FileId, RenderError, Templates};
+use crate::settings::Settings;
+use crate::store::{ApplyRecord, Store, StoreError, Tx};
+
+pub use snapshot::{KnownGood, Snapshot};
+
+/// How long an apply waits for another one to finish.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What an apply did. Only `Applied` and `Unchanged` leave the desired-state change committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The new set validated, loaded, and is the known-good set now.
+    Applied,
+    /// The rendered set equals the live one: nothing ran.
+    Unchanged,
+    /// `haproxy -c` refused the new set (or the files could not be written); the known-good
+    /// set was restored.
+    Rejected,
+    /// `haproxy -c` could not run, so the new set cannot be trusted; nothing changed.
+    ValidatorUnavailable,
+    /// The set validated but the reload failed; the known-good set was restored and reloaded.
+    ReloadFailedRolledBack,
+    /// Restoring the known-good set failed: the edge needs a person.
+    RollbackFailed,
+    /// History only: an apply killed half-way was undone by the next command.
+    Recovered,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Rejected => "rejected",
+            Outcome::ValidatorUnavailable => "validator-unavailable",
+            Outcome::ReloadFailedRolledBack => "reload-failed-rolled-back",
+            Outcome::RollbackFailed => "rollback-failed",
+            Outcome::Recovered => "recovered",
+        }
+    }
+
+    pub fn is_success(self) -> bool {
+        matches!(self, Outcome::Applied | Outcome::Unchanged)
+    }
+
+    /// Process exit code for this outcome (documented in `hapctl --help`).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Outcome::Applied | Outcome::Unchanged | Outcome::Recovered => 0,
+            Outcome::Rejected => 3,
+            Outcome::ValidatorUnavailable => 4,
+            Outcome::ReloadFailedRolledBack => 5,
+            Outcome::RollbackFailed => 6,
+        }
+    }
+}
+
+/// The full account of one apply.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApplyReport {
+    pub outcome: Outcome,
+    /// One sentence for people.
+    pub message: String,
+    /// HAProxy's own lines (ALERTs with file and line) when it refused something.
+    pub haproxy_messages: Vec<String>,
+    pub changed_files: Vec<&'static str>,
+    /// Unix time in milliseconds at which the apply started.
+    pub started_at_ms: i64,
+    /// `haproxy -c` runs made by this apply.
+    pub checks: u32,
+    pub reloads: u32,
+    #[serde(serialize_with = "as_millis")]
+    pub duration: Duration,
+    /// Time spent in each step, in order.
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub name: &'static str,
+    #[serde(serialize_with = "as_millis")]
+    pub duration: Duration,
+}
+
+fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// Failures that stop an apply before it touched the edge (or, for `Io`, while restoring what
+/// it touched: see the message).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Lock(#[from] fsutil::LockError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    /// The requested change does not apply to the current state (e.g. removing an absent
+    /// domain); nothing was changed.
+    #[error("{0}")]
+    NotFound(String),
+}
+
+fn io_context(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ApplyError {
+    let context = context.into();
+    move |source| ApplyError::Io { context, source }
+}
+
+/// The apply transaction and what it needs.
+pub struct Applier<'a> {
+    settings: &'a Settings,
+    templates: &'a Templates,
+    validator: Validator,
+    master: Master,
+}
+
+/// Collects the account of an apply as it goes.
+struct Progress {
+    started: Instant,
+    started_at_ms: i64,
+    last: Instant,
+    steps: Vec<Step>,
+    checks: u32,
+    reloads: u32,
+    changed: Vec<FileId>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let now = Instant::now();
+        Progress {
+            started: now,
+            started_at_ms: unix_millis(),
+            last: now,
+            steps: Vec::new(),
+            checks: 0,
+            reloads: 0,
+            changed: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.steps.push(Step {
+            name,
+            duration: now - self.last,
+        });
+        self.last = now;
+    }
+
+    fn report(
+        self,
+        outcome: Outcome,
+        message: String,
+        haproxy_messages: Vec<String>,
+    ) -> ApplyReport {
+        ApplyReport {
+            outcome,
+            message,
+            haproxy_messages,
+            changed_files: self.changed.iter().map(|id| id.name()).collect(),
+            started_at_ms: self.started_at_ms,
+            checks: self.checks,
+            reloads: self.reloads,
+            duration: self.started.elapsed(),
+            steps: self.steps,
+        }
+    }
+}
+
+fn record(report: &ApplyReport, trigger: &str) -> ApplyRecord {
+    let mut message = report.message.clone();
+    for line in &report.haproxy_messages {
+        message.push('\n');
+        message.push_str(line);
+    }
+    ApplyRecord {
+        id: 0,
+        started_at_ms: report.started_at_ms,
+        duration_ms: report.duration.as_millis() as i64,
+        trigger: trigger.to_string(),
+        outcome: report.outcome.as_str().to_string(),
+        message,
+        checks: report.checks as i64,
+        reloads: report.reloads as i64,
+        changed_files: report.changed_files.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// What the apply marker says about the apply that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Files may be half-way between two sets; HAProxy has not been told.
+    Writing,
+    /// A reload with the new set may have happened.
+    Reloading,
+}
+
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl<'a> Applier<'a> {
+    pub fn new(settings: &'a Settings, templates: &'a Templates) -> Applier<'a> {
+        Applier {
+            settings,
+            templates,
+            validator: Validator::new(
+                settings.haproxy.binary.clone(),
+                settings.haproxy.check_timeout,
+            ),
+            master: Master::new(CliSocket::new(
+                settings.paths.master_socket.clone(),
+                Duration::from_secs(5),
+            ))
+            .with_log_file(settings.paths.haproxy_log.clone()),
+        }
+    }
+
+    /// Applies `change` to the desired state and makes the edge match it, all or nothing.
+    /// `trigger` describes the change in the history. The change's own result comes back only
+    /// when the apply succeeded (and the change was committed).
+    pub fn apply<T>(
+        &self,
+        store: &mut Store,
+        trigger: &str,
+        change: impl FnOnce(&Tx) -> Result<T, ApplyError>,
+    ) -> Result<(ApplyReport, Option<T>), ApplyError> {
+        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
+        if let Some(report) = self.recover()? {
+            store.record_apply(&record(&report, "recovery of an interrupted apply"))?;
+        }
+        let tx = store.begin()?;
+        let value = change(&tx)?;
+        let (report, loaded) = self.converge(&tx)?;
+        if report.outcome.is_success() {
+            tx.record_apply(&record(&report, trigger))?;
+            tx.commit()?;
+            fault::point("after-commit");
+            if let Some(set) = loaded {
+                KnownGood::new(&self.settings.paths)
+                    .promote(&set)
+                    .map_err(io_context(
+                        "the change is live but promoting it to known-good failed",
+                    ))?;
+                self.clear_marker()?;
+            }
+            Ok((report, Some(value)))
+        } else {
+            drop(tx);
+            // After a failed rollback the marker stays, so the next command retries the recovery.
+            if report.outcome != Outcome::RollbackFailed {
+                self.clear_marker()?;
+            }
+            store.record_apply(&record(&report, trigger))?;
+            Ok((report, None))
+        }
+    }
+
+    /// Makes the live files and HAProxy match the state in `tx`, restoring the previous set on
+    /// any failure. On success, also returns the set now loaded (to promote), unless nothing
+    /// changed.
+    fn converge(&self, tx: &Tx) -> Result<(ApplyReport, Option<Snapshot>), ApplyError> {
+        let mut p = Progress::new();
+        let state = tx.load_state(unix_now())?;
+        let new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
+        p.step("render");
+        let paths = &self.settings.paths;
+        let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
+        p.changed = new.differing(&live);
+
+        if p.changed.is_empty() {
+            let message = "unchanged: the live files already match the desired state".into();
+            return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
+        }
+
+        // Without a validator nothing can be trusted: stop before the first write.
+        if let Err(reason) = self.validator.available() {
+            let message = format!(
+                "haproxy -c cannot run ({reason}); nothing was written. Install haproxy or fix [haproxy] binary"
+            );
+            return Ok((
+                p.report(Outcome::ValidatorUnavailable, message, vec![]),
+                None,
+            ));
+        }
+
+        fault::point("before-snapshot");
+        let target = self.rollback_target(&live, &mut p)?;
+        p.step("snapshot");
+
+        self.write_marker(Phase::Writing)?;
+        let written = new.write_live(paths, &live, |n| {
+            if n > 0 {
+                fault::point(&format!("write:{n}"));
+            }
+        });
+        if let Err(e) = written {
+            let (outcome, restored) = self.restore(&target, false, Outcome::Rejected);
+            let message = format!("writing the new files failed ({e}); {restored}");
+            return Ok((p.report(outcome, message, vec![]), None));
+        }
+        fault::point("after-write");
+        p.step("write");
+
+        p.checks += 1;
+        let config_paths = new.config_paths(paths);
+        let verdict = self.validator.check(
+            &config_paths
+                .iter()
+                .map(PathBuf::as_path)
+                .collect::<Vec<_>>(),
+        );
+        p.step("check");
+        let (failure, messages) = match verdict {
+            Verdict::Valid => (None, vec![]),
+            Verdict::Invalid { messages } => (
+                Some((
+                    Outcome::Rejected,
+                    "HAProxy rejected the new configuration".to_string(),
+                )),
+                messages,
+            ),
+            Verdict::Unavailable { reason } => (
+                Some((
+                    Outcome::ValidatorUnavailable,
+                    format!("haproxy -c could not run ({reason})"),
+                )),
+                vec![],
+            ),
+        };
+        if let Some((outcome, what)) = failure {
+            let (outcome, restored) = self.restore(&target, false, outcome);
+            return Ok((
+                p.report(outcome, format!("{what}; {restored}"), messages),
+                None,
+            ));
+        }
+
+        let running = self.master.show_proc().is_ok();
+        if running {
+            fault::point("before-reload");
+            self.write_marker(Phase::Reloading)?;
+            p.reloads += 1;
+            let reload = self.master.reload(self.settings.haproxy.reload_timeout);
+            p.step("reload");
+            if let Err(e) = reload {
+                p.reloads += 1;
+                let (outcome, restored) =
+                    self.restore(&target, true, Outcome::ReloadFailedRolledBack);
+                let message = format!("the reload failed ({e}); {restored}");
+                return Ok((p.report(outcome, message, reload_messages(&e)), None));
+            }
+            fault::point("after-reload");
+        }
+
+        fault::point("before-commit");
+        let changed: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
+        let message = if running {
+            format!("applied: {} changed, HAProxy reloaded", changed.join(", "))
+        } else {
+            format!(
+                "applied: {} changed; HAProxy is not running, it will load this set when it starts",
+                changed.join(", ")
+            )
+        };
+        Ok((p.report(Outcome::Applied, message, vec![]), Some(new)))
+    }
+
+    /// The set to put back if this apply fails: the known-good snapshot; on a host without
+    /// one, the live set, adopted as known-good when HAProxy accepts it (one `haproxy -c`, once
+    /// per host), or kept in memory only when it does not.
+    fn rollback_target(&self, live: &Snapshot, p: &mut Progress) -> Result<Snapshot, ApplyError> {
+        let known_good = KnownGood::new(&self.settings.paths);
+        if let Some(snapshot) = known_good
+            .load()
+            .map_err(io_context("cannot read the known-good snapshot"))?
+        {
+            return Ok(snapshot);
+        }
+        let adopt = if live.is_empty() {
+            true
+        } else {
+            p.checks += 1;
+            let files = live.config_paths(&self.settings.paths);
+            let verdict = self
+                .validator
+                .check(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+            match verdict {
+                Verdict::Valid => true,
+                other => {
+                    tracing::warn!(?other, "the live set is not valid and there is no known-good snapshot: a failed apply will put the same live files back");
+                    false
+                }
+            }
+        };
+        if adopt {
+            known_good
+                .promote(live)
+                .map_err(io_context("cannot write the known-good snapshot"))?;
+        }
+        Ok(live.clone())
+    }
+
+    /// Puts `target` back on disk and, when the running HAProxy may have loaded something
+    /// else, reloads it. Returns the outcome to report and a sentence about the rollback.
+    fn restore(
+        &self,
+        target: &Snapshot,
+        reload_back: bool,
+        on_success: Outcome,
+    ) -> (Outcome, String) {
+        let paths = &self.settings.paths;
+        let result = Snapshot::read_live(paths)
+            .and_then(|current| target.write_live(paths, &current, |_| {}))
+            .map_err(|e| format!("ROLLBACK FAILED: restoring the previous files failed ({e}); fix the files under {} by hand", paths.config.display()));
+        let result = result.and_then(|()| {
+            if reload_back {
+                self.master
+                    .reload(self.settings.haproxy.reload_timeout)
+                    .map(|_| ())
+                    .map_err(|e| format!("ROLLBACK FAILED: the previous files are back but reloading them failed ({e}); check HAProxy now"))
+            } else {
+                Ok(())
+            }
+        });
+        match result {
+            Ok(()) if reload_back => (on_success, "the previous files were restored and reloaded; the edge serves the known-good configuration".into()),
+            Ok(()) => (on_success, "the previous files were restored; nothing was reloaded".into()),
+            Err(message) => {
+                tracing::error!("{message}");
+                (Outcome::RollbackFailed, message)
+            }
+        }
+    }
+
+    /// Finishes what a killed apply left: removes temp files, puts the known-good set back,
+    /// and reloads if HAProxy may have loaded the interrupted set. Returns what it did.
+    fn recover(&self) -> Result<Option<ApplyReport>, ApplyError> {
+        let paths = &self.settings.paths;
+        let marker = fsutil::read_optional(&paths.apply_marker())
+            .map_err(io_context("cannot read the apply marker"))?;
+        for id in FileId::ALL {
+            if let Some(dir) = id.path(paths).parent() {
+                fsutil::sweep_temp_files(dir)
+                    .map_err(io_context("cannot remove leftover temp files"))?;
+            }
+        }
+        let Some(marker) = marker else {
+            return Ok(None);
+        };
+        let phase = if marker.starts_with(b"reloading") {
+            Phase::Reloading
+        } else {
+            Phase::Writing
+        };
+        let mut p = Progress::new();
+        let known_good = KnownGood::new(paths)
+            .load()
+            .map_err(io_context("cannot read the known-good snapshot"))?;
+        let report = match known_good {
+            Some(snapshot) => {
+                let reload_back = phase == Phase::Reloading && self.master.show_proc().is_ok();
+                p.reloads += reload_back as u32;
+                let (outcome, message) = self.restore(&snapshot, reload_back, Outcome::Recovered);
+                p.report(outcome, format!("an earlier apply was interrupted; {message}"), vec![])
+            }
+            None => p.report(
+                Outcome::Recovered,
+                "an earlier apply was interrupted on a host without a known-good snapshot; nothing to restore".into(),
+                vec![],
+            ),
+        };
+        if report.outcome != Outcome::RollbackFailed {
+            self.clear_marker()?;
+        }
+        Ok(Some(report))
+    }
+
+    fn write_marker(&self, phase: Phase) -> Result<(), ApplyError> {
+        let text: &[u8] = match phase {
+            Phase::Writing => b"writing\n",
+            Phase::Reloading => b"reloading\n",
+        };
+        fsutil::write_atomic(&self.settings.paths.apply_marker(), text, 0o600)
+            .map_err(io_context("cannot write the apply marker"))
+    }
+
+    fn clear_marker(&self) -> Result<(), ApplyError> {
+        fsutil::remove_durable(&self.settings.paths.apply_marker())
+            .map_err(io_context("cannot remove the apply marker"))
+    }
+}
+
+fn reload_messages(e: &ReloadError) -> Vec<String> {
+    match e {
+        ReloadError::Failed { messages } => messages.clone(),
+        _ => vec![],
+    }
+}

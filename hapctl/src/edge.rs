@@ -1,0 +1,284 @@
+//! The edge's services: what the CLI (and later the API) call. Each mutating service is one
+//! change to the desired state, applied at once through the safe path.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::apply::{unix_now, Applier, ApplyError, ApplyReport, Snapshot};
+use crate::haproxy::{Supervisor, Validator, Verdict};
+use crate::model::{Backend, Block, BlockKey, Domain, EdgeState, Note, Ttl};
+use crate::render::{self, Templates};
+use crate::settings::{Settings, SettingsError, DEFAULT_SETTINGS_TOML, SETTINGS_FILE};
+use crate::store::{ApplyRecord, Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Templates(#[from] render::TemplateError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error(
+        "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
+    )]
+    AlreadyInitialised { path: PathBuf },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EdgeError {
+    let context = context.into();
+    move |source| EdgeError::Io { context, source }
+}
+
+/// Creates the state directory: settings, database and folders. `http_bind` replaces the
+/// default public listener.
+pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<PathBuf, EdgeError> {
+    let settings_path = state_dir.join(SETTINGS_FILE);
+    let mut text = DEFAULT_SETTINGS_TOML.to_string();
+    if let Some(bind) = http_bind {
+        text = text.replace(
+            "http_bind = \"127.0.0.1:8080\"",
+            &format!("http_bind = {}", toml_string(bind)),
+        );
+    }
+    // Parse before writing anything, so a bad value leaves no half-made state behind.
+    let settings = Settings::parse(state_dir, &settings_path, &text)?;
+    let exists = settings_path.exists() || settings.paths.database.exists();
+    if exists && !force {
+        return Err(EdgeError::AlreadyInitialised {
+            path: state_dir.to_path_buf(),
+        });
+    }
+    std::fs::create_dir_all(state_dir)
+        .map_err(io_err(format!("cannot create {}", state_dir.display())))?;
+    if force {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut db = settings.paths.database.clone().into_os_string();
+            db.push(suffix);
+            crate::fsutil::remove_durable(Path::new(&db))
+                .map_err(io_err("cannot remove the old database"))?;
+        }
+    }
+    for dir in [&settings.paths.run_dir, &settings.paths.journal_dir] {
+        std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
+    }
+    Store::open(&settings.paths.database)?;
+    crate::fsutil::write_atomic(&settings_path, text.as_bytes(), 0o644)
+        .map_err(io_err(format!("cannot write {}", settings_path.display())))?;
+    Ok(settings_path)
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// What `apply --dry-run` found.
+#[derive(Debug, serde::Serialize)]
+pub struct DryRun {
+    /// Unified diff from the live files to the rendered ones; empty when nothing would change.
+    pub diff: String,
+    pub changed_files: Vec<&'static str>,
+    /// `valid`, `invalid` or `validator-unavailable`.
+    pub verdict: &'static str,
+    pub haproxy_messages: Vec<String>,
+}
+
+/// An opened state directory.
+pub struct Edge {
+    pub settings: Settings,
+    templates: Templates,
+    store: Store,
+}
+
+impl Edge {
+    pub fn open(state_dir: &Path) -> Result<Edge, EdgeError> {
+        let settings = Settings::load(state_dir)?;
+        let templates = Templates::load(settings.render.templates_dir.as_deref())?;
+        let store = Store::open(&settings.paths.database)?;
+        Ok(Edge {
+            settings,
+            templates,
+            store,
+        })
+    }
+
+    pub fn supervisor(&self) -> Supervisor {
+        Supervisor::from_settings(&self.settings)
+    }
+
+    /// Re-renders the committed state and applies it (after a settings or template change).
+    pub fn apply(&mut self, trigger: &str) -> Result<ApplyReport, EdgeError> {
+        Ok(self.applier_run(trigger, |_| Ok(()))?.0)
+    }
+
+    /// Adds or replaces a domain. The flag is true when the domain is new.
+    pub fn put_domain(
+        &mut self,
+        domain: &Domain,
+        backend: &Backend,
+    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
+        self.applier_run(&format!("domain put {domain}"), |tx| {
+            Ok(tx.put_domain(domain, backend, unix_now())?)
+        })
+    }
+
+    pub fn remove_domain(&mut self, domain: &Domain) -> Result<ApplyReport, EdgeError> {
+        let (report, _) = self.applier_run(&format!("domain rm {domain}"), |tx| {
+            if tx.remove_domain(domain)? {
+                Ok(())
+            } else {
+                Err(ApplyError::NotFound(format!(
+                    "domain {domain} does not exist; `hapctl domain ls` lists them"
+                )))
+            }
+        })?;
+        Ok(report)
+    }
+
+    /// Blocks a key (or refreshes its reason and expiry). The flag is true when it is new.
+    pub fn block(
+        &mut self,
+        key: BlockKey,
+        reason: Note,
+        author: Note,
+        ttl: Option<Ttl>,
+    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
+        let now = unix_now();
+        let block = Block {
+            key,
+            reason,
+            author,
+            created_at: now,
+            expires_at: ttl.map(|t| now + t.duration().as_secs() as i64),
+        };
+        self.applier_run(&format!("block add {key}"), |tx| {
+            tx.remove_expired_blocks(now)?;
+            Ok(tx.put_block(&block)?)
+        })
+    }
+
+    pub fn unblock(&mut self, key: &BlockKey) -> Result<ApplyReport, EdgeError> {
+        let (report, _) = self.applier_run(&format!("block rm {key}"), |tx| {
+            if tx.remove_block(key)? {
+                Ok(())
+            } else {
+                Err(ApplyError::NotFound(format!(
+                    "{key} is not blocked; `hapctl block ls` lists blocks"
+                )))
+            }
+        })?;
+        Ok(report)
+    }
+
+    fn applier_run<T>(
+        &mut self,
+        trigger: &str,
+        change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
+    ) -> Result<(ApplyReport, Option<T>), EdgeError> {
+        let applier = Applier::new(&self.settings, &self.templates);
+        Ok(applier.apply(&mut self.store, trigger, change)?)
+    }
+
+    /// The committed desired state (expired blocks left out).
+    pub fn state(&self) -> Result<EdgeState, EdgeError> {
+        Ok(self.store.load_state(unix_now())?)
+    }
+
+    pub fn blocks(&self) -> Result<Vec<Block>, EdgeError> {
+        let now = unix_now();
+        Ok(self
+            .store
+            .blocks()?
+            .into_iter()
+            .filter(|b| !b.is_expired(now))
+            .collect())
+    }
+
+    pub fn history(&self, limit: usize) -> Result<Vec<ApplyRecord>, EdgeError> {
+        Ok(self.store.applies(limit)?)
+    }
+
+    /// What an apply would change, and whether HAProxy would accept it. Writes nothing that
+    /// HAProxy reads: the candidate set is validated from a scratch folder.
+    pub fn dry_run(&self) -> Result<DryRun, EdgeError> {
+        let state = self.state()?;
+        let new = Snapshot::from_set(
+            &render::render(&state, &self.settings, &self.templates).map_err(ApplyError::from)?,
+        );
+        let live = Snapshot::read_live(&self.settings.paths)
+            .map_err(io_err("cannot read the live files"))?;
+        let changed = new.differing(&live);
+        let mut diff = String::new();
+        for id in &changed {
+            let old = String::from_utf8_lossy(live.get(*id).unwrap_or_default()).into_owned();
+            let new = String::from_utf8_lossy(new.get(*id).unwrap_or_default()).into_owned();
+            let path = id.path(&self.settings.paths).display().to_string();
+            diff += &similar::TextDiff::from_lines(&old, &new)
+                .unified_diff()
+                .header(&format!("{path} (live)"), &format!("{path} (rendered)"))
+                .to_string();
+        }
+
+        let scratch = tempfile_dir(&self.settings.paths.run_dir)?;
+        let mut staged = self.settings.clone();
+        staged.paths.config = scratch.path.join("haproxy.cfg");
+        staged.paths.generation = scratch.path.join("generation.cfg");
+        staged.paths.maps_dir = scratch.path.join("maps");
+        staged.paths.pages_dir = scratch.path.join("pages");
+        let staged_set =
+            render::render(&state, &staged, &self.templates).map_err(ApplyError::from)?;
+        for f in staged_set.files() {
+            crate::fsutil::write_atomic(&f.path, &f.bytes, crate::fsutil::DEFAULT_MODE)
+                .map_err(io_err("cannot write the scratch copy"))?;
+        }
+        let (verdict, haproxy_messages) =
+            match Validator::from_settings(&self.settings).check(&staged_set.config_paths()) {
+                Verdict::Valid => ("valid", vec![]),
+                Verdict::Invalid { messages } => ("invalid", messages),
+                Verdict::Unavailable { reason } => ("validator-unavailable", vec![reason]),
+            };
+        Ok(DryRun {
+            diff,
+            changed_files: changed.iter().map(|id| id.name()).collect(),
+            verdict,
+            haproxy_messages,
+        })
+    }
+
+    /// Whether the live files equal the known-good snapshot.
+    pub fn live_is_known_good(&self) -> Result<bool, EdgeError> {
+        let live = Snapshot::read_live(&self.settings.paths)
+            .map_err(io_err("cannot read the live files"))?;
+        let known = crate::apply::KnownGood::new(&self.settings.paths)
+            .load()
+            .map_err(io_err("cannot read the known-good snapshot"))?;
+        Ok(known.as_ref() == Some(&live))
+    }
+}
+
+/// A scratch folder removed on drop.
+struct ScratchDir {
+    path: PathBuf,
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn tempfile_dir(parent: &Path) -> Result<ScratchDir, EdgeError> {
+    let path = parent.join(format!("dry-run.{}.{}", std::process::id(), unix_now()));
+    std::fs::create_dir_all(&path).map_err(io_err("cannot create a scratch folder"))?;
+    Ok(ScratchDir { path })
+}
+
+/// Default wait for HAProxy to stop.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);

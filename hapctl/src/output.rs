@@ -1,0 +1,174 @@
+//! Everything the CLI prints: tables for people, JSON for machines.
+
+use hapctl::apply::ApplyReport;
+use hapctl::edge::{DryRun, Edge, EdgeError};
+use hapctl::haproxy::Status;
+use hapctl::model::{Block, EdgeState};
+
+pub fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HAPCTL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.without_time().init();
+    }
+}
+
+fn print_json<T: serde::Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serialising to a string cannot fail")
+    );
+}
+
+/// Prints an apply report and returns the exit code of its outcome.
+pub fn print_report(report: &ApplyReport, json: bool) -> u8 {
+    if json {
+        print_json(report);
+    } else {
+        println!("{}: {}", report.outcome.as_str(), report.message);
+        for line in &report.haproxy_messages {
+            println!("  haproxy: {line}");
+        }
+        let steps: Vec<String> = report
+            .steps
+            .iter()
+            .map(|s| format!("{} {:.1} ms", s.name, s.duration.as_secs_f64() * 1000.0))
+            .collect();
+        println!(
+            "  {:.1} ms ({}); haproxy -c runs: {}, reloads: {}",
+            report.duration.as_secs_f64() * 1000.0,
+            steps.join(", "),
+            report.checks,
+            report.reloads
+        );
+    }
+    report.outcome.exit_code() as u8
+}
+
+pub fn print_dry_run(dry: &DryRun, json: bool) {
+    if json {
+        print_json(dry);
+        return;
+    }
+    if dry.changed_files.is_empty() {
+        println!("no change: the live files match the desired state");
+    } else {
+        print!("{}", dry.diff);
+    }
+    println!("haproxy -c verdict: {}", dry.verdict);
+    for line in &dry.haproxy_messages {
+        println!("  haproxy: {line}");
+    }
+}
+
+pub fn print_domains(state: &EdgeState, json: bool) {
+    if json {
+        let list: Vec<_> = state
+            .domains
+            .iter()
+            .map(|(domain, backend)| {
+                serde_json::json!({
+                    "domain": domain,
+                    "backend": domain.backend_name(),
+                    "profile": backend.profile(),
+                    "servers": backend.servers(),
+                })
+            })
+            .collect();
+        print_json(&list);
+        return;
+    }
+    for (domain, backend) in &state.domains {
+        let servers: Vec<String> = backend
+            .servers()
+            .iter()
+            .map(|s| s.addr.to_string())
+            .collect();
+        println!("{domain}\t{}\t{}", backend.profile(), servers.join(" "));
+    }
+}
+
+pub fn print_blocks(blocks: &[Block], json: bool) {
+    if json {
+        print_json(&blocks);
+        return;
+    }
+    for b in blocks {
+        let expiry = b
+            .expires_at
+            .map(|t| format!("until {}", rfc3339(t)))
+            .unwrap_or_else(|| "permanent".into());
+        println!("{}\t{expiry}\tby {}\t{}", b.key, b.author, b.reason);
+    }
+}
+
+fn rfc3339(unix: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+pub fn print_haproxy_status(status: &Status, json: bool) {
+    if json {
+        print_json(status);
+        return;
+    }
+    match (&status.master_pid, &status.procs) {
+        (None, _) => println!("HAProxy: not running"),
+        (Some(pid), None) => println!("HAProxy: master PID {pid}, master socket not answering"),
+        (Some(pid), Some(procs)) => {
+            println!(
+                "HAProxy {}: master PID {pid}, {} reload(s)",
+                procs.master.version, procs.master.reloads
+            );
+            for w in &procs.workers {
+                println!(
+                    "  worker     PID {:<8} reloads {:<4} up {}",
+                    w.pid, w.reloads, w.uptime
+                );
+            }
+            for w in &procs.old_workers {
+                println!(
+                    "  old worker PID {:<8} reloads {:<4} up {}",
+                    w.pid, w.reloads, w.uptime
+                );
+            }
+        }
+    }
+}
+
+pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
+    let haproxy = edge.supervisor().status();
+    let last = edge.history(5)?;
+    let known_good = edge.live_is_known_good()?;
+    if json {
+        print_json(&serde_json::json!({
+            "haproxy": haproxy,
+            "live_is_known_good": known_good,
+            "applies": last,
+        }));
+        return Ok(());
+    }
+    print_haproxy_status(&haproxy, false);
+    println!(
+        "live files are the known-good set: {}",
+        if known_good { "yes" } else { "NO" }
+    );
+    for a in &last {
+        println!(
+            "apply #{} at {}: {} ({} ms, {} check(s), {} reload(s)) [{}]",
+            a.id,
+            rfc3339(a.started_at_ms / 1000),
+            a.outcome,
+            a.duration_ms,
+            a.checks,
+            a.reloads,
+            a.trigger
+        );
+    }
+    Ok(())
+}

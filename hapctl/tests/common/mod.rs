@@ -1,0 +1,480 @@
+//! Test harness: a real edge (hapctl binary + real haproxy) in a temp dir on free loopback
+//! ports, real backends, and a plain HTTP client. Everything started here is stopped on drop,
+//! also when a test panics.
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::io::FromRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hapctl::haproxy::{CliSocket, Master, ProcList};
+
+/// The real haproxy binary: `.ci/run` installs it; a test never skips without it.
+pub fn haproxy_bin() -> PathBuf {
+    for dir in std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/sbin", "/usr/local/sbin"])
+    {
+        let p = Path::new(dir).join("haproxy");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("haproxy is not installed: run ./scripts/test.sh, which installs it");
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One edge under test: a state dir, settings on a free port, and the HAProxy it starts.
+pub struct Edge {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    env: Vec<(String, String)>,
+}
+
+impl Edge {
+    /// A fresh state dir (`hapctl init`), HAProxy not started.
+    pub fn new() -> Edge {
+        let dir = tempfile::tempdir().unwrap();
+        let edge = Edge {
+            port: free_port(),
+            dir,
+            env: vec![(
+                "HAPCTL_HAPROXY_BIN".into(),
+                haproxy_bin().display().to_string(),
+            )],
+        };
+        let bind = format!("127.0.0.1:{}", edge.port);
+        edge.ok(&["init", "--http-bind", &bind]);
+        edge
+    }
+
+    /// A fresh edge with HAProxy running.
+    pub fn started() -> Edge {
+        let edge = Edge::new();
+        edge.ok(&["haproxy", "start"]);
+        edge
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Sets an environment variable for every later hapctl run.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hapctl"));
+        cmd.arg("--state-dir").arg(self.dir.path()).args(args);
+        cmd.env_remove("HAPCTL_FAULT");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs hapctl (bounded to 120 s) and returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        run_bounded(self.command(args), Duration::from_secs(120))
+    }
+
+    /// Runs hapctl and asserts exit 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "hapctl {args:?} failed: {}",
+            describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs hapctl and asserts the exit code; returns stdout + stderr.
+    pub fn expect_code(&self, code: i32, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "hapctl {args:?}: {}",
+            describe(&out)
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    pub fn settings_text(&self) -> String {
+        std::fs::read_to_string(self.path("hapctl.toml")).unwrap()
+    }
+
+    pub fn write_settings(&self, text: &str) {
+        std::fs::write(self.path("hapctl.toml"), text).unwrap();
+    }
+
+    pub fn master(&self) -> Master {
+        Master::new(CliSocket::new(
+            self.path("run/master.sock"),
+            Duration::from_secs(5),
+        ))
+    }
+
+    pub fn show_proc(&self) -> ProcList {
+        self.master()
+            .show_proc()
+            .expect("show proc on the master socket")
+    }
+
+    pub fn master_pid(&self) -> i32 {
+        self.show_proc().master.pid
+    }
+
+    /// Every live file HAProxy reads, with its bytes, sorted by path.
+    pub fn live_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        collect_files(&self.path("live"), &mut out);
+        out.sort();
+        out
+    }
+
+    /// Leftover temp files anywhere in the state dir.
+    pub fn temp_files(&self) -> Vec<PathBuf> {
+        let mut all = Vec::new();
+        collect_files(self.dir.path(), &mut all);
+        all.into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| p.to_string_lossy().contains(".hapctl-tmp."))
+            .collect()
+    }
+
+    /// `haproxy -c` on the live set, as HAProxy itself judges it.
+    pub fn live_set_is_valid(&self) -> bool {
+        Command::new(haproxy_bin())
+            .args(["-c", "-q", "-f"])
+            .arg(self.path("live/haproxy.cfg"))
+            .arg("-f")
+            .arg(self.path("live/generation.cfg"))
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    pub fn get(&self, host: &str, path: &str) -> Response {
+        http_get(None, self.port, host, path, &[])
+    }
+
+    pub fn get_from(&self, source: Ipv4Addr, host: &str, path: &str) -> Response {
+        http_get(Some(source), self.port, host, path, &[])
+    }
+
+    pub fn get_with_headers(&self, host: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+        http_get(None, self.port, host, path, headers)
+    }
+
+    /// Polls until `host` answers 200 with `body` (a reload takes effect for new connections).
+    pub fn wait_for_body(&self, host: &str, body: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = self.get(host, "/");
+            if r.status == 200 && r.body == body {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{host} never served {body:?}; last: {r:?}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        // Stop the master even if the test failed half-way: SIGTERM, then SIGKILL.
+        let Ok(pid) = std::fs::read_to_string(self.path("run/haproxy.pid")) else {
+            return;
+        };
+        let Ok(pid) = pid.trim().parse::<i32>() else {
+            return;
+        };
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if unsafe { libc::kill(pid, 0) } == 0 {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            collect_files(&p, out);
+        } else if ft.is_file() {
+            out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+        }
+    }
+}
+
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs a command, killing it after `timeout`.
+pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stdout.read_to_end(&mut b);
+        b
+    });
+    let err_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stderr.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("command {cmd:?} did not finish within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub body: String,
+}
+
+/// A plain HTTP/1.1 GET with `Connection: close`, every step bounded by a timeout.
+/// `source` binds the client to another loopback address (e.g. 127.0.0.2) first.
+pub fn http_get(
+    source: Option<Ipv4Addr>,
+    port: u16,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = match source {
+        None => TcpStream::connect_timeout(&target, Duration::from_secs(5))
+            .expect("connect to the edge"),
+        Some(src) => connect_from(src, target),
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req += &format!("{k}: {v}\r\n");
+    }
+    req += "\r\n";
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read the response");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Response { status, body }
+}
+
+fn connect_from(source: Ipv4Addr, target: SocketAddr) -> TcpStream {
+    // std cannot bind before connecting; a few lines of libc can.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let stream = TcpStream::from_raw_fd(fd);
+        let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(ip).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let local = sockaddr(source, 0);
+        assert_eq!(
+            libc::bind(fd, &local as *const _ as *const libc::sockaddr, len),
+            0,
+            "bind {source}"
+        );
+        let SocketAddr::V4(t) = target else {
+            unreachable!()
+        };
+        let remote = sockaddr(*t.ip(), t.port());
+        assert_eq!(
+            libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len),
+            0,
+            "connect {target}"
+        );
+        stream
+    }
+}
+
+/// A backend server answering every request with 200 and a fixed body.
+pub struct Backend {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Backend {
+    pub fn start(body: &str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let body = body.to_string();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if flag.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let body = body.clone();
+                thread::spawn(move || serve(&mut conn, &body));
+            }
+        });
+        Backend { port, stop }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+fn serve(conn: &mut TcpStream, body: &str) {
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // One request per connection is enough here; answer once the head is complete.
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).to_lowercase();
+    // Echo what the edge told us about the client, so tests can check the real-IP logic.
+    let real_ip = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-real-ip: "))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-real-ip: {real_ip}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = conn.write_all(resp.as_bytes());
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// A shell script standing in front of the real haproxy that logs each invocation's
+/// arguments, to count `haproxy -c` runs. It `exec`s the real binary, so the master it starts
+/// is the real one with the same PID.
+pub fn counting_haproxy(dir: &Path) -> (PathBuf, PathBuf) {
+    let log = dir.join("haproxy-calls.log");
+    let script = dir.join("haproxy-counting");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            haproxy_bin().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, log)
+}
+
+/// How many `haproxy -c` runs the counting wrapper saw.
+pub fn check_runs(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split_whitespace().any(|a| a == "-c"))
+        .count()
+}

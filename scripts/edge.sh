@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs a local edge: builds hapctl, creates ./.hapctl (SQLite state) on first use, starts
+# HAProxy on 127.0.0.1:8080 through hapctl, routes a demo site to a demo application and shows
+# the status. Stop it with: target/release/hapctl --state-dir .hapctl haproxy stop
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/ensure-haproxy.sh
+cargo build -j2 --release -p hapctl -p demo-app
+bin=target/release
+export HAPCTL_STATE_DIR="${HAPCTL_STATE_DIR:-$PWD/.hapctl}"
+[ -f "$HAPCTL_STATE_DIR/hapctl.toml" ] || "$bin/hapctl" init
+if ! "$bin/hapctl" haproxy status | grep -q "master PID"; then
+  "$bin/hapctl" haproxy start
+fi
+# A demo application behind the edge, detached so it outlives this script.
+if ! curl -sf http://127.0.0.1:18080/ready >/dev/null 2>&1; then
+  setsid "$bin/demo-app" --version 1.0.0 --port 18080 >"$HAPCTL_STATE_DIR/demo-app.log" 2>&1 < /dev/null &
+  for _ in $(seq 50); do curl -sf http://127.0.0.1:18080/ready >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+"$bin/hapctl" domain add demo.localhost --server 127.0.0.1:18080
+"$bin/hapctl" status
+echo
+echo "try: curl -H 'Host: demo.localhost' http://127.0.0.1:8080/"
+curl -s -H 'Host: demo.localhost' http://127.0.0.1:8080/
