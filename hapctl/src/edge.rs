@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::apply::{unix_now, Applier, ApplyError, ApplyReport, Snapshot};
 use crate::haproxy::{Supervisor, Validator, Verdict};
-use crate::model::{Backend, Block, BlockKey, Domain, EdgeState, Note, Ttl};
+use crate::model::{Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, Ttl};
 use crate::render::{self, Templates};
 use crate::settings::{Settings, SettingsError, DEFAULT_SETTINGS_TOML, SETTINGS_FILE};
 use crate::store::{ApplyRecord, Store, StoreError};
@@ -171,6 +171,29 @@ impl Edge {
             } else {
                 Err(ApplyError::NotFound(format!(
                     "{key} is not blocked; `hapctl block ls` lists blocks"
+                )))
+            }
+        })?;
+        Ok(report)
+    }
+
+    /// Trusts forwarding headers from `net`. The flag is true when it was not trusted yet.
+    pub fn trust_proxy(
+        &mut self,
+        net: &ProxyNet,
+    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
+        self.applier_run(&format!("proxy add {net}"), |tx| {
+            Ok(tx.add_trusted_proxy(net)?)
+        })
+    }
+
+    pub fn distrust_proxy(&mut self, net: &ProxyNet) -> Result<ApplyReport, EdgeError> {
+        let (report, _) = self.applier_run(&format!("proxy rm {net}"), |tx| {
+            if tx.remove_trusted_proxy(net)? {
+                Ok(())
+            } else {
+                Err(ApplyError::NotFound(format!(
+                    "{net} is not a trusted proxy; `hapctl proxy ls` lists them"
                 )))
             }
         })?;

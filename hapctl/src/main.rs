@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use hapctl::edge::{self, Edge};
-use hapctl::model::{Backend, BlockKey, Domain, Note, Profile, Server, ServerName, Ttl};
+use hapctl::model::{Backend, BlockKey, Domain, Note, Profile, ProxyNet, Server, ServerName, Ttl};
 
 mod output;
 
@@ -60,6 +60,9 @@ enum Command {
     /// Blocked IP addresses and networks.
     #[command(subcommand)]
     Block(BlockCommand),
+    /// Trusted proxies: peers whose X-Forwarded-For names the real client.
+    #[command(subcommand)]
+    Proxy(ProxyCommand),
     /// Render the desired state and apply it through the safe path.
     Apply {
         /// Show the diff and HAProxy's verdict; write nothing.
@@ -147,6 +150,24 @@ enum BlockCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum ProxyCommand {
+    /// Trust X-Forwarded-For from an IP or CIDR.
+    Add {
+        net: ProxyNet,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Stop trusting an IP or CIDR.
+    Rm {
+        net: ProxyNet,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List trusted proxies.
+    Ls,
+}
+
 #[derive(Args)]
 struct JsonFlag {
     /// Print the apply report as JSON.
@@ -199,6 +220,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Haproxy(cmd) => haproxy_command(&dir, cmd),
         Command::Domain(cmd) => domain_command(&dir, cmd),
         Command::Block(cmd) => block_command(&dir, cmd),
+        Command::Proxy(cmd) => proxy_command(&dir, cmd),
         Command::Apply {
             dry_run: true,
             json,
@@ -328,6 +350,25 @@ fn block_command(dir: &std::path::Path, cmd: BlockCommand) -> Result<u8, Failure
         }
         BlockCommand::Ls { json } => {
             output::print_blocks(&open(dir)?.blocks()?, json);
+            Ok(0)
+        }
+    }
+}
+
+fn proxy_command(dir: &std::path::Path, cmd: ProxyCommand) -> Result<u8, Failure> {
+    match cmd {
+        ProxyCommand::Add { net, out } => {
+            let (report, _) = open(dir)?.trust_proxy(&net)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        ProxyCommand::Rm { net, out } => {
+            let report = open(dir)?.distrust_proxy(&net)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        ProxyCommand::Ls => {
+            for net in &open(dir)?.state()?.trusted_proxies {
+                println!("{net}");
+            }
             Ok(0)
         }
     }

@@ -243,6 +243,22 @@ impl Tx<'_> {
             > 0)
     }
 
+    /// Trusts a proxy network; returns false when it was already trusted.
+    pub fn add_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
+        Ok(self.0.execute(
+            "INSERT OR IGNORE INTO trusted_proxies (net) VALUES (?1)",
+            [net.to_string()],
+        )? > 0)
+    }
+
+    /// Returns false when the network was not trusted.
+    pub fn remove_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
+        Ok(self.0.execute(
+            "DELETE FROM trusted_proxies WHERE net = ?1",
+            [net.to_string()],
+        )? > 0)
+    }
+
     /// Deletes blocks expired at `now`; returns their keys.
     pub fn remove_expired_blocks(&self, now: i64) -> Result<Vec<String>, StoreError> {
         let mut stmt = self.0.prepare(

@@ -308,6 +308,8 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
 pub struct Response {
     pub status: u16,
     pub body: String,
+    /// What the backend saw in `X-Real-IP` (our test backends echo it).
+    pub seen_real_ip: String,
 }
 
 /// A plain HTTP/1.1 GET with `Connection: close`, every step bounded by a timeout.
@@ -345,11 +347,18 @@ pub fn http_get(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Response { status, body }
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let seen_real_ip = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-seen-real-ip:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    Response {
+        status,
+        body: body.to_string(),
+        seen_real_ip,
+    }
 }
 
 fn connect_from(source: Ipv4Addr, target: SocketAddr) -> TcpStream {
