@@ -5,11 +5,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::apply::{unix_now, Applier, ApplyError, ApplyReport, Snapshot};
+use crate::deliver::{DeliverError, Deliveries, DeliveryReport, DeliveryStep, GenerationStatus};
 use crate::haproxy::{Supervisor, Validator, Verdict};
-use crate::model::{Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, Ttl};
+use crate::model::{
+    AppName, Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, Ttl, Version,
+};
 use crate::render::{self, Templates};
 use crate::settings::{Settings, SettingsError, DEFAULT_SETTINGS_TOML, SETTINGS_FILE};
-use crate::store::{ApplyRecord, Store, StoreError};
+use crate::store::{ApplyRecord, DeliveryRecord, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EdgeError {
@@ -21,6 +24,10 @@ pub enum EdgeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    #[error(transparent)]
+    Deliver(#[from] DeliverError),
+    #[error(transparent)]
+    Supervisor(#[from] crate::haproxy::SupervisorError),
     #[error(
         "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
     )]
@@ -198,6 +205,106 @@ impl Edge {
             }
         })?;
         Ok(report)
+    }
+
+    /// Routes a domain to a delivered application. The flag is true when the domain is new.
+    pub fn put_app_domain(
+        &mut self,
+        domain: &Domain,
+        app: &AppName,
+    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
+        self.deliveries().app(app)?;
+        self.applier_run(&format!("domain put {domain} -> app {app}"), |tx| {
+            Ok(tx.put_app_domain(domain, app, unix_now())?)
+        })
+    }
+
+    fn deliveries(&self) -> Deliveries<'_> {
+        Deliveries {
+            settings: &self.settings,
+            templates: &self.templates,
+        }
+    }
+
+    /// The app named, or the only one when none is named.
+    pub fn resolve_app(&self, app: Option<AppName>) -> Result<AppName, EdgeError> {
+        match app {
+            Some(a) => Ok(self.deliveries().app(&a)?.name.clone()),
+            None => Ok(self.deliveries().default_app()?),
+        }
+    }
+
+    pub fn deliver(
+        &mut self,
+        app: &AppName,
+        version: &Version,
+        on_step: &mut dyn FnMut(&DeliveryStep),
+    ) -> Result<DeliveryReport, EdgeError> {
+        let d = Deliveries {
+            settings: &self.settings,
+            templates: &self.templates,
+        };
+        Ok(d.deliver(&mut self.store, app, version, on_step)?)
+    }
+
+    pub fn rollback(
+        &mut self,
+        app: &AppName,
+        on_step: &mut dyn FnMut(&DeliveryStep),
+    ) -> Result<DeliveryReport, EdgeError> {
+        let d = Deliveries {
+            settings: &self.settings,
+            templates: &self.templates,
+        };
+        Ok(d.rollback(&mut self.store, app, on_step)?)
+    }
+
+    /// After a reboot: start each app's generation in service, then HAProxy if it is not
+    /// running. Returns the problems found (empty when everything designated is up).
+    pub fn boot(
+        &mut self,
+        on_step: &mut dyn FnMut(&DeliveryStep),
+    ) -> Result<Vec<String>, EdgeError> {
+        let d = Deliveries {
+            settings: &self.settings,
+            templates: &self.templates,
+        };
+        let mut problems = d.boot(&mut self.store, on_step)?;
+        let supervisor = self.supervisor();
+        if supervisor.status().procs.is_none() {
+            let report = self.apply("boot")?;
+            if !report.outcome.is_success() {
+                problems.push(format!(
+                    "the apply before starting HAProxy failed: {}: {}",
+                    report.outcome.as_str(),
+                    report.message
+                ));
+                return Ok(problems);
+            }
+            match supervisor.start(self.settings.haproxy.start_timeout) {
+                Ok(s) => on_step(&DeliveryStep {
+                    name: "haproxy".into(),
+                    detail: format!("started, master PID {}", s.master_pid),
+                    ms: 0.0,
+                }),
+                Err(e) => problems.push(format!("HAProxy did not start: {e}")),
+            }
+        } else {
+            on_step(&DeliveryStep {
+                name: "haproxy".into(),
+                detail: "already running".into(),
+                ms: 0.0,
+            });
+        }
+        Ok(problems)
+    }
+
+    pub fn generations(&self) -> Result<Vec<GenerationStatus>, EdgeError> {
+        Ok(self.deliveries().generations(&self.store)?)
+    }
+
+    pub fn delivery_history(&self, limit: usize) -> Result<Vec<DeliveryRecord>, EdgeError> {
+        Ok(self.store.deliveries(limit)?)
     }
 
     fn applier_run<T>(

@@ -7,7 +7,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use hapctl::edge::{self, Edge};
-use hapctl::model::{Backend, BlockKey, Domain, Note, Profile, ProxyNet, Server, ServerName, Ttl};
+use hapctl::model::{
+    AppName, Backend, BlockKey, Domain, Note, Profile, ProxyNet, Server, ServerName, Ttl, Version,
+};
 
 mod output;
 
@@ -20,7 +22,8 @@ Exit codes:
   4  validator unavailable: haproxy -c could not run; nothing changed
   5  reload failed, rolled back: the known-good set was restored and reloaded
   6  ROLLBACK FAILED: the edge needs a person now
-  7  not found: the domain or block to remove does not exist; nothing changed";
+  7  not found: the domain, block, app or previous generation does not exist; nothing changed
+  8  not ready: the new generation never became ready; delivery aborted, nothing changed";
 
 #[derive(Parser)]
 #[command(name = "hapctl", version, about = "Control plane for an HAProxy edge", after_help = EXIT_CODES)]
@@ -76,6 +79,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deliver VERSION of an app: start it, wait until ready, cut over, retire the one before.
+    Deliver {
+        version: Version,
+        /// The app (default: the only [[app]] of the settings).
+        #[arg(long)]
+        app: Option<AppName>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Cut back over to the previous generation (started first if it is not running).
+    Rollback {
+        #[arg(long)]
+        app: Option<AppName>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// After a reboot: start each app's generation in service and HAProxy; nothing else.
+    Boot,
+    /// Generations of each app: current, previous, retired; PID, port, ready.
+    Generations {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -100,8 +126,15 @@ enum DomainCommand {
         /// `shop.example.com` or `*.example.com`.
         name: Domain,
         /// HOST:PORT[,weight=N][,maxconn=N][,check|nocheck]; repeat for more servers.
-        #[arg(long = "server", required = true)]
+        #[arg(
+            long = "server",
+            required_unless_present = "app",
+            conflicts_with = "app"
+        )]
         servers: Vec<String>,
+        /// Route the domain to a delivered application instead of servers.
+        #[arg(long)]
+        app: Option<AppName>,
         /// default, websocket, sse, http-check or http-check:/path.
         #[arg(long, default_value = "default")]
         profile: Profile,
@@ -186,6 +219,7 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
         let error = e.into();
         let code = match error.downcast_ref::<edge::EdgeError>() {
             Some(edge::EdgeError::Apply(hapctl::apply::ApplyError::NotFound(_))) => 7,
+            Some(edge::EdgeError::Deliver(d)) if d.is_not_found() => 7,
             _ if error.downcast_ref::<hapctl::model::Invalid>().is_some() => 2,
             _ => 1,
         };
@@ -242,6 +276,29 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             output::print_status(&edge, json)?;
             Ok(0)
         }
+        Command::Deliver { version, app, out } => {
+            let mut edge = open(&dir)?;
+            let app = edge.resolve_app(app)?;
+            let report = edge.deliver(&app, &version, &mut output::step_printer(out.json))?;
+            Ok(output::print_delivery(&report, out.json))
+        }
+        Command::Rollback { app, out } => {
+            let mut edge = open(&dir)?;
+            let app = edge.resolve_app(app)?;
+            let report = edge.rollback(&app, &mut output::step_printer(out.json))?;
+            Ok(output::print_delivery(&report, out.json))
+        }
+        Command::Boot => {
+            let problems = open(&dir)?.boot(&mut output::step_printer(false))?;
+            for p in &problems {
+                eprintln!("problem: {p}");
+            }
+            Ok(if problems.is_empty() { 0 } else { 1 })
+        }
+        Command::Generations { json } => {
+            output::print_generations(&open(&dir)?.generations()?, json);
+            Ok(0)
+        }
     }
 }
 
@@ -290,9 +347,19 @@ fn domain_command(dir: &std::path::Path, cmd: DomainCommand) -> Result<u8, Failu
     match cmd {
         DomainCommand::Add {
             name,
+            app: Some(app),
+            out,
+            ..
+        } => {
+            let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Add {
+            name,
             servers,
             profile,
             out,
+            app: None,
         } => {
             let servers = servers
                 .iter()

@@ -1,6 +1,7 @@
 //! Everything the CLI prints: tables for people, JSON for machines.
 
 use hapctl::apply::ApplyReport;
+use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
 use hapctl::edge::{DryRun, Edge, EdgeError};
 use hapctl::haproxy::Status;
 use hapctl::model::{Block, EdgeState};
@@ -171,4 +172,59 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         );
     }
     Ok(())
+}
+
+/// Prints each delivery step as it ends (on stderr with `--json`, so stdout stays JSON).
+pub fn step_printer(json: bool) -> impl FnMut(&DeliveryStep) {
+    move |step: &DeliveryStep| {
+        let line = format!("{:>8.1} ms  {:<7} {}", step.ms, step.name, step.detail);
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
+/// Prints a delivery's outcome and returns its exit code.
+pub fn print_delivery(report: &DeliveryReport, json: bool) -> u8 {
+    if json {
+        print_json(report);
+    } else {
+        println!(
+            "{}: {} ({:.0} ms)",
+            report.outcome.as_str(),
+            report.message,
+            report.total_ms
+        );
+        if let Some(apply) = &report.apply {
+            for line in &apply.haproxy_messages {
+                println!("  haproxy: {line}");
+            }
+        }
+    }
+    report.exit_code() as u8
+}
+
+pub fn print_generations(generations: &[GenerationStatus], json: bool) {
+    if json {
+        print_json(&generations);
+        return;
+    }
+    println!(
+        "{:<16} {:<16} {:<9} {:<6} {:<8} {:<8} ready",
+        "app", "version", "role", "port", "running", "pid"
+    );
+    for g in generations {
+        println!(
+            "{:<16} {:<16} {:<9} {:<6} {:<8} {:<8} {}",
+            g.app.as_str(),
+            g.version.as_str(),
+            g.role,
+            g.port.get(),
+            if g.running { "yes" } else { "no" },
+            g.pid.map_or("-".into(), |p| p.to_string()),
+            if g.ready { "yes" } else { "no" }
+        );
+    }
 }

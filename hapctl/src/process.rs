@@ -144,6 +144,31 @@ pub fn pid_alive(pid: i32) -> bool {
     exists && !is_zombie(pid)
 }
 
+/// The kernel's start time of a process (clock ticks since boot), to tell a PID from a later
+/// process that reused it.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22 overall; the 20th after the state-and-comm prefix `PID (COMM) `.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Sends `signal` to every process of the process group `pgid` (a session leader's group).
+pub fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
+    if pgid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to signal process group {pgid}"),
+        ));
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { libc::kill(-pgid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn is_zombie(pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         // No /proc (or the process just vanished): trust kill(2).

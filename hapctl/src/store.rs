@@ -11,7 +11,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::model::{
-    Backend, Block, BlockKey, Domain, EdgeState, Invalid, Note, ProxyNet, Server, ServerOptions,
+    AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, Invalid, Note, Port,
+    ProxyNet, Server, ServerOptions, Version,
 };
 
 /// How long a writer waits for another one (an apply can hold the database for a reload).
@@ -36,7 +37,8 @@ pub enum StoreError {
 }
 
 /// Each entry migrates the schema from version `index` to `index + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE domains (
     name TEXT PRIMARY KEY,
     profile TEXT NOT NULL,
@@ -74,7 +76,60 @@ CREATE TABLE applies (
     reloads INTEGER NOT NULL,
     changed_files TEXT NOT NULL
 );
-"#];
+"#,
+    r#"
+ALTER TABLE domains ADD COLUMN app TEXT;
+CREATE TABLE generations (
+    app TEXT NOT NULL,
+    version TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (app, version)
+);
+CREATE TABLE app_state (
+    app TEXT PRIMARY KEY,
+    current TEXT,
+    previous TEXT,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    app TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    from_version TEXT,
+    to_version TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    message TEXT NOT NULL,
+    started_at_ms INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    steps TEXT NOT NULL
+);
+"#,
+];
+
+/// Which generations of an app are in service and replaced (`None` before the first delivery).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AppState {
+    pub current: Option<Version>,
+    pub previous: Option<Version>,
+}
+
+/// One line of delivery history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeliveryRecord {
+    pub id: i64,
+    pub app: String,
+    /// `deliver` or `rollback`.
+    pub kind: String,
+    pub from_version: Option<String>,
+    pub to_version: String,
+    pub outcome: String,
+    pub message: String,
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+    /// JSON array of `{name, ms}`.
+    pub steps: String,
+}
 
 /// One line of apply history.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -137,6 +192,57 @@ impl Store {
 
     pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
         load_blocks(&self.conn)
+    }
+
+    pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
+        app_state(&self.conn, app)
+    }
+
+    /// Every generation ever started for `app`, with its port, by version.
+    pub fn generations(&self, app: &AppName) -> Result<Vec<Generation>, StoreError> {
+        generations(&self.conn, app)
+    }
+
+    /// Newest first.
+    pub fn deliveries(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, app, kind, from_version, to_version, outcome, message, started_at_ms, duration_ms, steps
+             FROM deliveries ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit as i64], |r| {
+            Ok(DeliveryRecord {
+                id: r.get(0)?,
+                app: r.get(1)?,
+                kind: r.get(2)?,
+                from_version: r.get(3)?,
+                to_version: r.get(4)?,
+                outcome: r.get(5)?,
+                message: r.get(6)?,
+                started_at_ms: r.get(7)?,
+                duration_ms: r.get(8)?,
+                steps: r.get(9)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn record_delivery(&mut self, rec: &DeliveryRecord) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO deliveries (app, kind, from_version, to_version, outcome, message, started_at_ms, duration_ms, steps)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                rec.app,
+                rec.kind,
+                rec.from_version,
+                rec.to_version,
+                rec.outcome,
+                rec.message,
+                rec.started_at_ms,
+                rec.duration_ms,
+                rec.steps
+            ],
+        )?;
+        Ok(())
     }
 
     /// Newest first.
@@ -203,6 +309,62 @@ impl Tx<'_> {
             ])?;
         }
         Ok(!existed)
+    }
+
+    /// Routes a domain to a delivered application (replacing any earlier route); returns true
+    /// when the domain is new.
+    pub fn put_app_domain(
+        &self,
+        domain: &Domain,
+        app: &AppName,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let existed = self.remove_domain(domain)?;
+        self.0.execute(
+            "INSERT INTO domains (name, profile, created_at, updated_at, app) VALUES (?1, 'default', ?2, ?2, ?3)",
+            params![domain.to_string(), now, app.to_string()],
+        )?;
+        Ok(!existed)
+    }
+
+    pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
+        app_state(&self.0, app)
+    }
+
+    pub fn set_app_state(
+        &self,
+        app: &AppName,
+        state: &AppState,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT OR REPLACE INTO app_state (app, current, previous, updated_at) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                app.to_string(),
+                state.current.as_ref().map(Version::to_string),
+                state.previous.as_ref().map(Version::to_string),
+                now
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn generations(&self, app: &AppName) -> Result<Vec<Generation>, StoreError> {
+        generations(&self.0, app)
+    }
+
+    /// Remembers the port a version runs on (kept across deliveries and reboots).
+    pub fn remember_generation(
+        &self,
+        app: &AppName,
+        generation: &Generation,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT OR REPLACE INTO generations (app, version, port, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![app.to_string(), generation.version.to_string(), generation.port.get(), now],
+        )?;
+        Ok(())
     }
 
     /// Returns false when the domain did not exist.
@@ -330,12 +492,17 @@ fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
         servers.entry(domain).or_default().push(server);
     }
 
-    let mut stmt = conn.prepare("SELECT name, profile FROM domains")?;
+    let mut stmt = conn.prepare("SELECT name, profile, app FROM domains")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         let name: String = r.get(0)?;
         let profile: String = r.get(1)?;
         let domain: Domain = name.parse().map_err(corrupt("domains", &name))?;
+        if let Some(app) = r.get::<_, Option<String>>(2)? {
+            let app: AppName = app.parse().map_err(corrupt("domains", &name))?;
+            state.app_domains.insert(domain, app);
+            continue;
+        }
         let backend = Backend::new(
             servers.remove(&name).unwrap_or_default(),
             profile.parse().map_err(corrupt("domains", &name))?,
@@ -350,6 +517,18 @@ fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
         }
     }
 
+    let mut stmt = conn.prepare(
+        "SELECT s.app, g.version, g.port FROM app_state s JOIN generations g
+         ON g.app = s.app AND g.version = s.current",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let app: String = r.get(0)?;
+        let app: AppName = app.parse().map_err(corrupt("app_state", &app))?;
+        let generation = generation_row(app.as_str(), r.get(1)?, r.get(2)?)?;
+        state.live_generations.insert(app, generation);
+    }
+
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
@@ -358,6 +537,44 @@ fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
         state.trusted_proxies.insert(net);
     }
     Ok(state)
+}
+
+fn generation_row(app: &str, version: String, port: u16) -> Result<Generation, StoreError> {
+    Ok(Generation {
+        version: version.parse().map_err(corrupt("generations", app))?,
+        port: Port::try_from(port).map_err(corrupt("generations", app))?,
+    })
+}
+
+fn generations(conn: &Connection, app: &AppName) -> Result<Vec<Generation>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT version, port FROM generations WHERE app = ?1 ORDER BY created_at, version",
+    )?;
+    let mut rows = stmt.query([app.to_string()])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(generation_row(app.as_str(), r.get(0)?, r.get(1)?)?);
+    }
+    Ok(out)
+}
+
+fn app_state(conn: &Connection, app: &AppName) -> Result<AppState, StoreError> {
+    let row: Option<(Option<String>, Option<String>)> = conn
+        .query_row(
+            "SELECT current, previous FROM app_state WHERE app = ?1",
+            [app.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (current, previous) = row.unwrap_or_default();
+    let parse = |v: Option<String>| -> Result<Option<Version>, StoreError> {
+        v.map(|v| v.parse().map_err(corrupt("app_state", app.as_str())))
+            .transpose()
+    };
+    Ok(AppState {
+        current: parse(current)?,
+        previous: parse(previous)?,
+    })
 }
 
 fn load_blocks(conn: &Connection) -> Result<Vec<Block>, StoreError> {

@@ -307,7 +307,7 @@ impl<'a> Applier<'a> {
         p.changed = new.differing(&live);
 
         if p.changed.is_empty() {
-            let message = "unchanged: the live files already match the desired state".into();
+            let message = "the live files already match the desired state".into();
             return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
         }
 
@@ -394,10 +394,10 @@ impl<'a> Applier<'a> {
         fault::point("before-commit");
         let changed: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
         let message = if running {
-            format!("applied: {} changed, HAProxy reloaded", changed.join(", "))
+            format!("{} changed, HAProxy reloaded", changed.join(", "))
         } else {
             format!(
-                "applied: {} changed; HAProxy is not running, it will load this set when it starts",
+                "{} changed; HAProxy is not running, it will load this set when it starts",
                 changed.join(", ")
             )
         };

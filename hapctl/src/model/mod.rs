@@ -1,6 +1,7 @@
 //! Typed desired state. Parsing is validation: every type here can only be built from a value
 //! that is safe to write into a file HAProxy reads, so nothing downstream re-checks.
 
+mod app;
 mod block;
 mod error;
 mod name;
@@ -8,6 +9,7 @@ mod profile;
 mod server;
 mod state;
 
+pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
 pub use error::Invalid;
 pub use name::{Domain, DomainName};

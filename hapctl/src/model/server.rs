@@ -54,6 +54,12 @@ impl fmt::Display for Port {
     }
 }
 
+impl serde::Serialize for Port {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u16(self.get())
+    }
+}
+
 /// `HOST:PORT`, with IPv6 in brackets (`[2001:db8::1]:8080`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServerAddr {

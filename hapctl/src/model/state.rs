@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::app::{AppName, Generation};
 use super::block::{Block, BlockKey, ProxyNet};
 use super::error::Invalid;
 use super::name::Domain;
@@ -60,6 +61,10 @@ impl Backend {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EdgeState {
     pub domains: BTreeMap<Domain, Backend>,
+    /// Domains routed to a delivered application's backend instead of their own servers.
+    pub app_domains: BTreeMap<Domain, AppName>,
+    /// The generation in service for each delivered application.
+    pub live_generations: BTreeMap<AppName, Generation>,
     pub blocks: BTreeMap<BlockKey, Block>,
     pub trusted_proxies: BTreeSet<ProxyNet>,
 }

@@ -23,6 +23,18 @@ pub const HEADER: &str =
 pub enum RenderError {
     #[error("template {name} failed to render: {message}; fix the override in render.templates_dir or remove it")]
     Template { name: &'static str, message: String },
+    #[error("domain {domain} routes to app {app}, which has no [[app]] entry in the settings; add it back or remove the domain")]
+    UnknownApp { domain: String, app: String },
+}
+
+#[derive(Serialize)]
+struct AppView {
+    name: String,
+    backend: String,
+    server: String,
+    readiness_path: String,
+    version: Option<String>,
+    port: Option<u16>,
 }
 
 #[derive(Serialize)]
@@ -80,6 +92,28 @@ pub fn render(
                 .collect(),
         })
         .collect();
+    let apps: Vec<AppView> = settings
+        .apps
+        .iter()
+        .map(|app| {
+            let live = state.live_generations.get(&app.name);
+            AppView {
+                name: app.name.to_string(),
+                backend: app.backend.clone(),
+                server: app.server.clone(),
+                readiness_path: app.readiness_path.to_string(),
+                version: live.map(|g| g.version.to_string()),
+                port: live.map(|g| g.port.get()),
+            }
+        })
+        .collect();
+    let hard_stop_after = settings
+        .apps
+        .iter()
+        .filter_map(|a| a.hard_stop_after)
+        .max()
+        .map(|d| format!("{}s", d.as_secs().max(1)));
+    let routes = routes(state, settings)?;
     let ctx = minijinja::context! {
         header => HEADER,
         http_bind => settings.edge.http_bind.to_string(),
@@ -91,6 +125,8 @@ pub fn render(
         unknown_host_page => at(FileId::UnknownHostPage),
         blocked_page => at(FileId::BlockedPage),
         backends => backends,
+        apps => apps,
+        hard_stop_after => hard_stop_after,
     };
 
     let mut set = FileSet::default();
@@ -100,29 +136,56 @@ pub fn render(
                 .render(name, &ctx)
                 .map_err(|message| RenderError::Template { name, message })?
                 .into_bytes(),
-            None => render_data(id, state),
+            None => render_data(id, state, &routes),
         };
         set.insert(id, id.path(paths), ensure_final_newline(bytes));
     }
     Ok(set)
 }
 
+/// Every routed domain with the backend it goes to: its own, or its app's.
+fn routes<'s>(
+    state: &'s EdgeState,
+    settings: &Settings,
+) -> Result<Vec<(&'s Domain, String)>, RenderError> {
+    let mut routes: Vec<(&Domain, String)> = state
+        .domains
+        .keys()
+        .map(|d| (d, d.backend_name()))
+        .collect();
+    for (domain, app) in &state.app_domains {
+        let backend = settings
+            .apps
+            .iter()
+            .find(|a| &a.name == app)
+            .map(|a| a.backend.clone())
+            .ok_or_else(|| RenderError::UnknownApp {
+                domain: domain.to_string(),
+                app: app.to_string(),
+            })?;
+        routes.push((domain, backend));
+    }
+    routes.sort();
+    Ok(routes)
+}
+
 /// The data files: maps and the trusted-proxy list, one entry per line.
-fn render_data(id: FileId, state: &EdgeState) -> Vec<u8> {
+fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> Vec<u8> {
     let mut out = format!("# {HEADER}\n");
     match id {
         FileId::HostsMap => {
-            for domain in state.domains.keys().filter(|d| !d.is_wildcard()) {
-                out += &format!("{} {}\n", domain, domain.backend_name());
+            for (domain, backend) in routes.iter().filter(|(d, _)| !d.is_wildcard()) {
+                out += &format!("{domain} {backend}\n");
             }
         }
         FileId::WildcardsMap => {
             // `map_end` returns the first matching line: longest suffix first, so the most
             // specific wildcard wins.
-            let mut wild: Vec<&Domain> = state.domains.keys().filter(|d| d.is_wildcard()).collect();
-            wild.sort_by_key(|d| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for domain in wild {
-                out += &format!(".{} {}\n", domain.name(), domain.backend_name());
+            let mut wild: Vec<&(&Domain, String)> =
+                routes.iter().filter(|(d, _)| d.is_wildcard()).collect();
+            wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
+            for (domain, backend) in wild {
+                out += &format!(".{} {backend}\n", domain.name());
             }
         }
         FileId::BlockedMap => {

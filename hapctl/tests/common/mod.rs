@@ -487,3 +487,92 @@ pub fn check_runs(log: &Path) -> usize {
         .filter(|l| l.split_whitespace().any(|a| a == "-c"))
         .count()
 }
+
+/// The demo application, built with the workspace (`cargo build --workspace` builds it; the
+/// test scripts do).
+pub fn demo_app_bin() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_hapctl"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let bin = dir.join("demo-app");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p demo-app` (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A long chunked stream read through the edge, line by line, in a thread.
+pub struct Stream {
+    handle: thread::JoinHandle<Result<Vec<String>, String>>,
+}
+
+impl Stream {
+    /// Opens `/stream?lines=N&interval_ms=M` on `host` and waits for its first line.
+    pub fn open(port: u16, host: &str, lines: u32, interval_ms: u32) -> Stream {
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
+        let host = host.to_string();
+        let handle = thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            write!(s, "GET /stream?lines={lines}&interval_ms={interval_ms} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            let mut told = false;
+            loop {
+                let n = s
+                    .read(&mut buf)
+                    .map_err(|e| format!("after {} lines: {e}", got.len()))?;
+                if n == 0 {
+                    break;
+                }
+                raw.extend_from_slice(&buf[..n]);
+                got = decode_chunked_lines(&raw);
+                if !told && !got.is_empty() {
+                    let _ = first_tx.send(got[0].clone());
+                    told = true;
+                }
+            }
+            let text = String::from_utf8_lossy(&raw);
+            if !text.ends_with("0\r\n\r\n") {
+                return Err(format!(
+                    "stream cut after {} lines (no final chunk)",
+                    got.len()
+                ));
+            }
+            Ok(got)
+        });
+        first_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the stream's first line");
+        Stream { handle }
+    }
+
+    /// Waits for the end; returns every line, or why it broke.
+    pub fn finish(self) -> Result<Vec<String>, String> {
+        self.handle.join().unwrap()
+    }
+}
+
+/// The lines carried by the complete chunks of a chunked HTTP response.
+fn decode_chunked_lines(raw: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(raw);
+    let Some((_, mut body)) = text.split_once("\r\n\r\n") else {
+        return Vec::new();
+    };
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n + 2 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out.lines().map(String::from).collect()
+}

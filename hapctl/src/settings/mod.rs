@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod apps;
+
+pub use apps::{AppSettings, PortPlan, RunnerSettings};
+
 /// Name of the settings file inside the state directory.
 pub const SETTINGS_FILE: &str = "hapctl.toml";
 /// Environment variable that overrides `[haproxy] binary`.
@@ -28,7 +32,7 @@ pub enum SettingsError {
     #[error("invalid settings in {path}: key `{key}`: {message}")]
     Value {
         path: PathBuf,
-        key: &'static str,
+        key: String,
         message: String,
     },
 }
@@ -51,6 +55,8 @@ pub struct Settings {
     pub haproxy: HaproxySettings,
     pub paths: Paths,
     pub render: RenderSettings,
+    /// Applications delivered as generations (`[[app]]`).
+    pub apps: Vec<AppSettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +135,8 @@ struct RawSettings {
     paths: RawPaths,
     #[serde(default)]
     render: RawRender,
+    #[serde(default)]
+    app: Vec<apps::RawApp>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -228,9 +236,9 @@ impl Settings {
                     .map(|s| format!(" (at byte {})", s.start))
                     .unwrap_or_default(),
         })?;
-        let value_error = |key: &'static str, message: String| SettingsError::Value {
+        let value_error = |key: &str, message: String| SettingsError::Value {
             path: file.to_path_buf(),
-            key,
+            key: key.to_string(),
             message,
         };
         let state_dir = absolute(state_dir);
@@ -242,17 +250,8 @@ impl Settings {
                 state_dir.join(p)
             }
         };
-        let duration = |key: &'static str, v: Option<String>, default: u64| match v {
-            None => Ok(Duration::from_secs(default)),
-            Some(s) => humantime::parse_duration(&s)
-                .map_err(|e| value_error(key, format!("{s:?} is not a duration like \"30s\": {e}")))
-                .and_then(|d| {
-                    if d.is_zero() {
-                        Err(value_error(key, "must be greater than zero".into()))
-                    } else {
-                        Ok(d)
-                    }
-                }),
+        let duration = |key: &str, v: Option<String>, default: u64| {
+            parse_duration(v.as_deref(), default).map_err(|m| value_error(key, m))
         };
 
         let http_bind = match raw.edge.http_bind {
@@ -338,13 +337,28 @@ impl Settings {
         let render = RenderSettings {
             templates_dir: raw.render.templates_dir.map(|p| resolve(Some(p), "")),
         };
+        let apps = apps::resolve(raw.app, &state_dir)
+            .map_err(|(key, message)| value_error(&key, message))?;
         Ok(Settings {
             state_dir,
             edge: EdgeSettings { http_bind },
             haproxy,
             paths,
             render,
+            apps,
         })
+    }
+}
+
+/// A positive duration such as `30s`, or `default` seconds when absent.
+fn parse_duration(v: Option<&str>, default: u64) -> Result<Duration, String> {
+    match v {
+        None => Ok(Duration::from_secs(default)),
+        Some(s) => match humantime::parse_duration(s) {
+            Ok(d) if d.is_zero() => Err("must be greater than zero".into()),
+            Ok(d) => Ok(d),
+            Err(e) => Err(format!("{s:?} is not a duration like \"30s\": {e}")),
+        },
     }
 }
 

@@ -1,0 +1,100 @@
+//! Waiting until a generation answers, before HAProxy is shown it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Pause between two readiness requests.
+const INTERVAL: Duration = Duration::from_millis(25);
+/// Bound on one request (connect, write, read).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Larger answers are cut: readiness and version bodies are tiny.
+const MAX_RESPONSE: u64 = 64 * 1024;
+
+/// What to require of a generation before the cutover.
+pub struct Readiness<'a> {
+    pub port: u16,
+    pub path: &'a str,
+    pub successes: u32,
+    pub timeout: Duration,
+    /// `(path, version)`: the body at `path` must equal `version`.
+    pub version_check: Option<(&'a str, &'a str)>,
+}
+
+impl Readiness<'_> {
+    /// Polls until `successes` consecutive 200 answers (then the version check passes), or
+    /// `alive` says the process died, or the timeout. Returns the last failure on error.
+    pub fn wait(&self, mut alive: impl FnMut() -> bool) -> Result<Duration, String> {
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let mut streak = 0;
+        let mut last = String::from("no answer yet");
+        loop {
+            match get(self.port, self.path) {
+                Ok((200, _)) => streak += 1,
+                Ok((status, _)) => {
+                    streak = 0;
+                    last = format!("GET {} answered {status}", self.path);
+                }
+                Err(e) => {
+                    streak = 0;
+                    last = format!("GET {}: {e}", self.path);
+                }
+            }
+            if streak >= self.successes {
+                return match self.version_check {
+                    None => Ok(started.elapsed()),
+                    Some((path, version)) => match get(self.port, path) {
+                        Ok((200, body)) if body.trim_end() == version => Ok(started.elapsed()),
+                        Ok((status, body)) => Err(format!(
+                            "GET {path} answered {status} {:?}, not the version {version:?}: is the right build on this port?",
+                            body.chars().take(80).collect::<String>()
+                        )),
+                        Err(e) => Err(format!("GET {path}: {e}")),
+                    },
+                };
+            }
+            if !alive() {
+                return Err(format!("the process exited ({last})"));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("not ready after {:?} ({last})", self.timeout));
+            }
+            std::thread::sleep(INTERVAL);
+        }
+    }
+}
+
+/// One `GET` on 127.0.0.1:`port`, HTTP/1.0 so the body is simply the rest of the stream.
+pub fn get(port: u16, path: &str) -> Result<(u16, String), String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream =
+        TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(REQUEST_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(REQUEST_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: hapctl\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream
+        .take(MAX_RESPONSE)
+        .read_to_end(&mut raw)
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "not an HTTP answer".to_string())?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
