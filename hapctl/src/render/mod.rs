@@ -127,6 +127,9 @@ pub fn render(
         backends => backends,
         apps => apps,
         hard_stop_after => hard_stop_after,
+        default_backend => settings.edge.default_app.as_ref().and_then(|name| {
+            settings.apps.iter().find(|a| &a.name == name).map(|a| a.backend.clone())
+        }),
     };
 
     let mut set = FileSet::default();

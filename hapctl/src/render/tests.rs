@@ -161,3 +161,54 @@ fn a_template_using_an_unknown_variable_fails_with_its_name() {
         .to_string();
     assert!(e.contains("generation.cfg.j2"), "{e}");
 }
+
+#[test]
+fn the_generation_file_has_one_server_line_per_app_and_apps_can_take_domains() {
+    let toml = format!(
+        "{DEFAULT_SETTINGS_TOML}\n[[app]]\nname = \"pub-maj-app\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/pret\"\nports = {{ \"1.4.2\" = 18211 }}\n[app.runner]\nkind = \"systemd\"\nunit = \"pub-maj-app@{{version}}.service\"\n"
+    );
+    let settings = Settings::parse(Path::new("/srv/h"), Path::new("t"), &toml).unwrap();
+    let mut state = EdgeState::default();
+    let app: crate::model::AppName = "pub-maj-app".parse().unwrap();
+    state
+        .app_domains
+        .insert("lab.example.com".parse().unwrap(), app.clone());
+    let none = render(&state, &settings, &Templates::embedded()).unwrap();
+    assert!(
+        !text(&none, FileId::Generation).contains("    server "),
+        "no server before the first delivery"
+    );
+
+    state.live_generations.insert(
+        app,
+        crate::model::Generation {
+            version: "1.4.2".parse().unwrap(),
+            port: 18211.try_into().unwrap(),
+        },
+    );
+    let set = render(&state, &settings, &Templates::embedded()).unwrap();
+    let gen = text(&set, FileId::Generation);
+    assert!(gen.contains("backend applicatif\n"), "{gen}");
+    assert!(
+        gen.contains("    option httpchk GET /pret\n    http-check expect status 200\n"),
+        "{gen}"
+    );
+    assert_eq!(gen.matches("    server ").count(), 1, "{gen}");
+    assert!(
+        gen.contains("    server courante 127.0.0.1:18211 check inter 1s fall 3 rise 2\n"),
+        "{gen}"
+    );
+    assert!(text(&set, FileId::HostsMap).contains("lab.example.com applicatif\n"));
+}
+
+#[test]
+fn a_domain_routed_to_an_unconfigured_app_is_an_error() {
+    let mut state = EdgeState::default();
+    state
+        .app_domains
+        .insert("x.example.com".parse().unwrap(), "gone".parse().unwrap());
+    let e = render(&state, &settings(), &Templates::embedded())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("gone") && e.contains("x.example.com"), "{e}");
+}

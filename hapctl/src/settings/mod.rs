@@ -63,6 +63,9 @@ pub struct Settings {
 pub struct EdgeSettings {
     /// Address of the public HTTP listener.
     pub http_bind: SocketAddr,
+    /// App whose backend serves requests for unknown hosts (instead of the 404 page): for an
+    /// edge in front of a single application.
+    pub default_app: Option<crate::model::AppName>,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +146,7 @@ struct RawSettings {
 #[serde(deny_unknown_fields)]
 struct RawEdge {
     http_bind: Option<String>,
+    default_app: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -185,6 +189,8 @@ pub const DEFAULT_SETTINGS_TOML: &str = r#"# hapctl settings. Relative paths are
 [edge]
 # Public HTTP listener of the edge.
 http_bind = "127.0.0.1:8080"
+# App serving requests for unknown hosts, instead of the 404 page (an edge for one app).
+# default_app = "shop"
 
 [haproxy]
 # Path of the haproxy binary (the HAPCTL_HAPROXY_BIN environment variable overrides it).
@@ -214,6 +220,22 @@ haproxy_log = "haproxy.log"
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
 # templates_dir = "templates"
+
+# Applications delivered as generations (`hapctl deliver VERSION`), one [[app]] each:
+# [[app]]
+# name = "shop"
+# backend = "app_shop"            # HAProxy backend in the generation file
+# server = "current"              # its single server line
+# readiness_path = "/ready"       # must answer 200 several times before the cutover
+# readiness_timeout = "30s"
+# readiness_successes = 3
+# version_path = "/version"       # optional: its body must equal the version
+# port_range = "18200-18299"      # or: ports = { "1.4.2" = 18211, "1.5.0" = 18212 }
+# hard_stop_after = "10m"         # optional: old workers (and their streams) are cut after this
+# stop_grace = "10s"              # exec runner: SIGTERM, then SIGKILL after this
+# [app.runner]
+# kind = "exec"                   # or: kind = "systemd" with unit = "shop@{version}.service"
+# command = "/opt/shop/bin/server --version {version} --port {port}"
 "#;
 
 impl Settings {
@@ -339,9 +361,24 @@ impl Settings {
         };
         let apps = apps::resolve(raw.app, &state_dir)
             .map_err(|(key, message)| value_error(&key, message))?;
+        let default_app = match raw.edge.default_app {
+            None => None,
+            Some(name) => match apps.iter().find(|a| a.name.as_str() == name) {
+                Some(app) => Some(app.name.clone()),
+                None => {
+                    return Err(value_error(
+                        "edge.default_app",
+                        format!("{name:?} is not the name of an [[app]] entry"),
+                    ))
+                }
+            },
+        };
         Ok(Settings {
             state_dir,
-            edge: EdgeSettings { http_bind },
+            edge: EdgeSettings {
+                http_bind,
+                default_app,
+            },
             haproxy,
             paths,
             render,
