@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::apply::{unix_now, Applier, ApplyError, ApplyReport, Snapshot};
+use crate::blocks::{BlockChange, BlockReport, Blocks};
 use crate::deliver::{DeliverError, Deliveries, DeliveryReport, DeliveryStep, GenerationStatus};
 use crate::haproxy::{Supervisor, Validator, Verdict};
 use crate::model::{
@@ -26,6 +27,8 @@ pub enum EdgeError {
     Apply(#[from] ApplyError),
     #[error(transparent)]
     Deliver(#[from] DeliverError),
+    #[error(transparent)]
+    Blocks(#[from] crate::blocks::BlockError),
     #[error(transparent)]
     Supervisor(#[from] crate::haproxy::SupervisorError),
     #[error(
@@ -76,7 +79,7 @@ pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<Pa
     for dir in [&settings.paths.run_dir, &settings.paths.journal_dir] {
         std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
     }
-    Store::open(&settings.paths.database)?;
+    Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
     crate::fsutil::write_atomic(&settings_path, text.as_bytes(), 0o644)
         .map_err(io_err(format!("cannot write {}", settings_path.display())))?;
     Ok(settings_path)
@@ -108,7 +111,7 @@ impl Edge {
     pub fn open(state_dir: &Path) -> Result<Edge, EdgeError> {
         let settings = Settings::load(state_dir)?;
         let templates = Templates::load(settings.render.templates_dir.as_deref())?;
-        let store = Store::open(&settings.paths.database)?;
+        let store = Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
         Ok(Edge {
             settings,
             templates,
@@ -149,39 +152,22 @@ impl Edge {
         Ok(report)
     }
 
-    /// Blocks a key (or refreshes its reason and expiry). The flag is true when it is new.
-    pub fn block(
-        &mut self,
-        key: BlockKey,
-        reason: Note,
-        author: Note,
-        ttl: Option<Ttl>,
-    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
+    /// Blocks keys (or refreshes their reason and expiry) and unblocks others, through the
+    /// fast path: no `haproxy -c`, no reload unless the runtime change cannot be confirmed.
+    pub fn change_blocks(&mut self, changes: &[BlockChange]) -> Result<BlockReport, EdgeError> {
+        Ok(Blocks::new(&self.settings).change(&mut self.store, changes)?)
+    }
+
+    /// A block entry made now, expiring after `ttl`.
+    pub fn new_block(key: BlockKey, reason: Note, author: Note, ttl: Option<Ttl>) -> Block {
         let now = unix_now();
-        let block = Block {
+        Block {
             key,
             reason,
             author,
             created_at: now,
             expires_at: ttl.map(|t| now + t.duration().as_secs() as i64),
-        };
-        self.applier_run(&format!("block add {key}"), |tx| {
-            tx.remove_expired_blocks(now)?;
-            Ok(tx.put_block(&block)?)
-        })
-    }
-
-    pub fn unblock(&mut self, key: &BlockKey) -> Result<ApplyReport, EdgeError> {
-        let (report, _) = self.applier_run(&format!("block rm {key}"), |tx| {
-            if tx.remove_block(key)? {
-                Ok(())
-            } else {
-                Err(ApplyError::NotFound(format!(
-                    "{key} is not blocked; `hapctl block ls` lists blocks"
-                )))
-            }
-        })?;
-        Ok(report)
+        }
     }
 
     /// Trusts forwarding headers from `net`. The flag is true when it was not trusted yet.
@@ -364,8 +350,16 @@ impl Edge {
         staged.paths.pages_dir = scratch.path.join("pages");
         let staged_set =
             render::render(&state, &staged, &self.templates).map_err(ApplyError::from)?;
-        for f in staged_set.files() {
-            crate::fsutil::write_atomic(&f.path, &f.bytes, crate::fsutil::DEFAULT_MODE)
+        let blocked_map = (
+            crate::render::FileId::BlockedMap.path(&staged.paths),
+            render::blocked_map(state.blocks.keys()),
+        );
+        let files = staged_set
+            .files()
+            .iter()
+            .map(|f| (f.path.clone(), f.bytes.clone()));
+        for (path, bytes) in files.chain([blocked_map]) {
+            crate::fsutil::write_atomic(&path, &bytes, crate::fsutil::DEFAULT_MODE)
                 .map_err(io_err("cannot write the scratch copy"))?;
         }
         let (verdict, haproxy_messages) =

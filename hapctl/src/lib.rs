@@ -4,6 +4,7 @@
 //! `model` and `render` are pure; see `ARCHITECTURE.md` for the map.
 
 pub mod apply;
+pub mod blocks;
 pub mod deliver;
 pub mod edge;
 pub mod fsutil;

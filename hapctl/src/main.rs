@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+use hapctl::blocks::{BlockChange, ChangeResult};
 use hapctl::edge::{self, Edge};
 use hapctl::model::{
     AppName, Backend, BlockKey, Domain, Note, Profile, ProxyNet, Server, ServerName, Ttl, Version,
@@ -402,18 +403,19 @@ fn block_command(dir: &std::path::Path, cmd: BlockCommand) -> Result<u8, Failure
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "hapctl".into());
             let author = Note::parse("author", &author)?;
-            let (report, created) = open(dir)?.block(key, reason, author, ttl)?;
-            if let Some(created) = created {
-                eprintln!(
-                    "{key} {}",
-                    if created { "blocked" } else { "block updated" }
-                );
-            }
-            Ok(output::print_report(&report, out.json))
+            let block = Edge::new_block(key, reason, author, ttl);
+            let report = open(dir)?.change_blocks(&[BlockChange::Put(block)])?;
+            output::print_block_report(&[key], &report, out.json);
+            Ok(0)
         }
         BlockCommand::Rm { key, out } => {
-            let report = open(dir)?.unblock(&key)?;
-            Ok(output::print_report(&report, out.json))
+            let report = open(dir)?.change_blocks(&[BlockChange::Remove(key)])?;
+            output::print_block_report(&[key], &report, out.json);
+            Ok(if report.results == [ChangeResult::NotFound] {
+                7
+            } else {
+                0
+            })
         }
         BlockCommand::Ls { json } => {
             output::print_blocks(&open(dir)?.blocks()?, json);

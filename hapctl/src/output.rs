@@ -1,9 +1,11 @@
 //! Everything the CLI prints: tables for people, JSON for machines.
 
 use hapctl::apply::ApplyReport;
+use hapctl::blocks::BlockReport;
 use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
 use hapctl::edge::{DryRun, Edge, EdgeError};
 use hapctl::haproxy::Status;
+use hapctl::model::BlockKey;
 use hapctl::model::{Block, EdgeState};
 
 pub fn init_logging(json: bool) {
@@ -227,4 +229,28 @@ pub fn print_generations(generations: &[GenerationStatus], json: bool) {
             if g.ready { "yes" } else { "no" }
         );
     }
+}
+
+pub fn print_block_report(keys: &[BlockKey], report: &BlockReport, json: bool) {
+    if json {
+        print_json(report);
+        return;
+    }
+    for (key, result) in keys.iter().zip(&report.results) {
+        let what = serde_json::to_value(result).unwrap_or_default();
+        println!("{key}: {}", what.as_str().unwrap_or("?"));
+    }
+    if !report.expired.is_empty() {
+        println!("expired and removed: {}", report.expired.join(" "));
+    }
+    let how = serde_json::to_value(report.enforcement).unwrap_or_default();
+    println!(
+        "enforced: {} ({:.1} ms; no haproxy -c{})",
+        how.as_str().unwrap_or("?"),
+        report.duration_ms,
+        match &report.runtime_error {
+            Some(e) => format!("; runtime API failed: {e}"),
+            None => ", no reload".into(),
+        }
+    );
 }

@@ -55,13 +55,6 @@ CREATE TABLE servers (
     check_enabled INTEGER NOT NULL,
     PRIMARY KEY (domain, position)
 );
-CREATE TABLE blocks (
-    key TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    author TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER
-);
 CREATE TABLE trusted_proxies (
     net TEXT PRIMARY KEY
 );
@@ -107,6 +100,18 @@ CREATE TABLE deliveries (
 "#,
 ];
 
+/// Blocks live in their own database file: a block is committed while an apply holds the main
+/// database's write transaction across a reload, and must not wait for it.
+const BLOCK_MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE blocks (
+    key TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    author TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
+);
+"#];
+
 /// Which generations of an app are in service and replaced (`None` before the first delivery).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct AppState {
@@ -147,51 +152,71 @@ pub struct ApplyRecord {
     pub changed_files: Vec<String>,
 }
 
-/// The database.
+/// The database: desired state and history, plus the blocks in their own file.
 pub struct Store {
     conn: Connection,
+    blocks: Connection,
+}
+
+/// Opens a database file with hapctl's settings and brings its schema up to date.
+fn open_migrated(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = migrations.len() as i64;
+    if version > known {
+        return Err(StoreError::TooNew {
+            path: path.display().to_string(),
+            found: version,
+            known,
+        });
+    }
+    for sql in &migrations[version as usize..] {
+        tx.execute_batch(sql)?;
+    }
+    tx.pragma_update(None, "user_version", known)?;
+    tx.commit()?;
+    Ok(conn)
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the database.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let mut conn = Connection::open(path)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let known = MIGRATIONS.len() as i64;
-        if version > known {
-            return Err(StoreError::TooNew {
-                path: path.display().to_string(),
-                found: version,
-                known,
-            });
-        }
-        for sql in &MIGRATIONS[version as usize..] {
-            tx.execute_batch(sql)?;
-        }
-        tx.pragma_update(None, "user_version", known)?;
-        tx.commit()?;
-        Ok(Store { conn })
+    /// Opens (creating if needed) and migrates both database files.
+    pub fn open(path: &Path, blocks_path: &Path) -> Result<Store, StoreError> {
+        Ok(Store {
+            conn: open_migrated(path, MIGRATIONS)?,
+            blocks: open_migrated(blocks_path, BLOCK_MIGRATIONS)?,
+        })
     }
 
     /// Starts a write transaction; other writers wait until it ends.
     pub fn begin(&mut self) -> Result<Tx<'_>, StoreError> {
-        Ok(Tx(self.conn.transaction_with_behavior(
+        Ok(Tx {
+            tx: self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?,
+            blocks: &self.blocks,
+        })
+    }
+
+    /// Starts a write transaction on the blocks only.
+    pub fn begin_blocks(&mut self) -> Result<BlockTx<'_>, StoreError> {
+        Ok(BlockTx(self.blocks.transaction_with_behavior(
             TransactionBehavior::Immediate,
         )?))
     }
 
     /// The committed desired state, leaving out blocks expired at `now`.
     pub fn load_state(&self, now: i64) -> Result<EdgeState, StoreError> {
-        load_state(&self.conn, now)
+        load_state(&self.conn, &self.blocks, now)
     }
 
+    /// Every block, expired ones included.
     pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
-        load_blocks(&self.conn)
+        load_blocks(&self.blocks)
     }
 
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
@@ -277,104 +302,16 @@ impl Store {
 }
 
 /// A write transaction on the desired state. Dropped without `commit`, it rolls back.
-pub struct Tx<'a>(rusqlite::Transaction<'a>);
+/// Blocks are read (not written) through it: they change through `BlockTx`.
+pub struct Tx<'a> {
+    tx: rusqlite::Transaction<'a>,
+    blocks: &'a Connection,
+}
 
-impl Tx<'_> {
-    /// Creates or replaces a domain; returns true when it is new.
-    pub fn put_domain(
-        &self,
-        domain: &Domain,
-        backend: &Backend,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        let name = domain.to_string();
-        let existed = self.remove_domain(domain)?;
-        self.0.execute(
-            "INSERT INTO domains (name, profile, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
-            params![name, backend.profile().to_string(), now],
-        )?;
-        let mut insert = self.0.prepare_cached(
-            "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        for (i, s) in backend.servers().iter().enumerate() {
-            insert.execute(params![
-                name,
-                i as i64,
-                s.name.to_string(),
-                s.addr.to_string(),
-                s.options.weight,
-                s.options.maxconn,
-                s.options.check
-            ])?;
-        }
-        Ok(!existed)
-    }
+/// A write transaction on the blocks.
+pub struct BlockTx<'a>(rusqlite::Transaction<'a>);
 
-    /// Routes a domain to a delivered application (replacing any earlier route); returns true
-    /// when the domain is new.
-    pub fn put_app_domain(
-        &self,
-        domain: &Domain,
-        app: &AppName,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        let existed = self.remove_domain(domain)?;
-        self.0.execute(
-            "INSERT INTO domains (name, profile, created_at, updated_at, app) VALUES (?1, 'default', ?2, ?2, ?3)",
-            params![domain.to_string(), now, app.to_string()],
-        )?;
-        Ok(!existed)
-    }
-
-    pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
-        app_state(&self.0, app)
-    }
-
-    pub fn set_app_state(
-        &self,
-        app: &AppName,
-        state: &AppState,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        self.0.execute(
-            "INSERT OR REPLACE INTO app_state (app, current, previous, updated_at) VALUES (?1, ?2, ?3, ?4)",
-            params![
-                app.to_string(),
-                state.current.as_ref().map(Version::to_string),
-                state.previous.as_ref().map(Version::to_string),
-                now
-            ],
-        )?;
-        Ok(())
-    }
-
-    pub fn generations(&self, app: &AppName) -> Result<Vec<Generation>, StoreError> {
-        generations(&self.0, app)
-    }
-
-    /// Remembers the port a version runs on (kept across deliveries and reboots).
-    pub fn remember_generation(
-        &self,
-        app: &AppName,
-        generation: &Generation,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        self.0.execute(
-            "INSERT OR REPLACE INTO generations (app, version, port, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![app.to_string(), generation.version.to_string(), generation.port.get(), now],
-        )?;
-        Ok(())
-    }
-
-    /// Returns false when the domain did not exist.
-    pub fn remove_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
-        Ok(self
-            .0
-            .execute("DELETE FROM domains WHERE name = ?1", [domain.to_string()])?
-            > 0)
-    }
-
+impl BlockTx<'_> {
     /// Adds or replaces a block; returns true when the key was not blocked before.
     pub fn put_block(&self, block: &Block) -> Result<bool, StoreError> {
         let key = block.key.to_string();
@@ -405,22 +342,6 @@ impl Tx<'_> {
             > 0)
     }
 
-    /// Trusts a proxy network; returns false when it was already trusted.
-    pub fn add_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
-        Ok(self.0.execute(
-            "INSERT OR IGNORE INTO trusted_proxies (net) VALUES (?1)",
-            [net.to_string()],
-        )? > 0)
-    }
-
-    /// Returns false when the network was not trusted.
-    pub fn remove_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
-        Ok(self.0.execute(
-            "DELETE FROM trusted_proxies WHERE net = ?1",
-            [net.to_string()],
-        )? > 0)
-    }
-
     /// Deletes blocks expired at `now`; returns their keys.
     pub fn remove_expired_blocks(&self, now: i64) -> Result<Vec<String>, StoreError> {
         let mut stmt = self.0.prepare(
@@ -430,12 +351,134 @@ impl Tx<'_> {
         Ok(keys.collect::<Result<_, _>>()?)
     }
 
+    pub fn commit(self) -> Result<(), StoreError> {
+        Ok(self.0.commit()?)
+    }
+}
+
+impl Tx<'_> {
+    /// Creates or replaces a domain; returns true when it is new.
+    pub fn put_domain(
+        &self,
+        domain: &Domain,
+        backend: &Backend,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let name = domain.to_string();
+        let existed = self.remove_domain(domain)?;
+        self.tx.execute(
+            "INSERT INTO domains (name, profile, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
+            params![name, backend.profile().to_string(), now],
+        )?;
+        let mut insert = self.tx.prepare_cached(
+            "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for (i, s) in backend.servers().iter().enumerate() {
+            insert.execute(params![
+                name,
+                i as i64,
+                s.name.to_string(),
+                s.addr.to_string(),
+                s.options.weight,
+                s.options.maxconn,
+                s.options.check
+            ])?;
+        }
+        Ok(!existed)
+    }
+
+    /// Routes a domain to a delivered application (replacing any earlier route); returns true
+    /// when the domain is new.
+    pub fn put_app_domain(
+        &self,
+        domain: &Domain,
+        app: &AppName,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let existed = self.remove_domain(domain)?;
+        self.tx.execute(
+            "INSERT INTO domains (name, profile, created_at, updated_at, app) VALUES (?1, 'default', ?2, ?2, ?3)",
+            params![domain.to_string(), now, app.to_string()],
+        )?;
+        Ok(!existed)
+    }
+
+    pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
+        app_state(&self.tx, app)
+    }
+
+    pub fn set_app_state(
+        &self,
+        app: &AppName,
+        state: &AppState,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT OR REPLACE INTO app_state (app, current, previous, updated_at) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                app.to_string(),
+                state.current.as_ref().map(Version::to_string),
+                state.previous.as_ref().map(Version::to_string),
+                now
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn generations(&self, app: &AppName) -> Result<Vec<Generation>, StoreError> {
+        generations(&self.tx, app)
+    }
+
+    /// Remembers the port a version runs on (kept across deliveries and reboots).
+    pub fn remember_generation(
+        &self,
+        app: &AppName,
+        generation: &Generation,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT OR REPLACE INTO generations (app, version, port, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![app.to_string(), generation.version.to_string(), generation.port.get(), now],
+        )?;
+        Ok(())
+    }
+
+    /// Returns false when the domain did not exist.
+    pub fn remove_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        Ok(self
+            .tx
+            .execute("DELETE FROM domains WHERE name = ?1", [domain.to_string()])?
+            > 0)
+    }
+
+    /// Trusts a proxy network; returns false when it was already trusted.
+    pub fn add_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
+        Ok(self.tx.execute(
+            "INSERT OR IGNORE INTO trusted_proxies (net) VALUES (?1)",
+            [net.to_string()],
+        )? > 0)
+    }
+
+    /// Returns false when the network was not trusted.
+    pub fn remove_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
+        Ok(self.tx.execute(
+            "DELETE FROM trusted_proxies WHERE net = ?1",
+            [net.to_string()],
+        )? > 0)
+    }
+
     pub fn load_state(&self, now: i64) -> Result<EdgeState, StoreError> {
-        load_state(&self.0, now)
+        load_state(&self.tx, self.blocks, now)
+    }
+
+    /// Every block, expired ones included (committed ones: blocks change outside this tx).
+    pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
+        load_blocks(self.blocks)
     }
 
     pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
-        self.0.execute(
+        self.tx.execute(
             "INSERT INTO applies (started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
@@ -453,7 +496,7 @@ impl Tx<'_> {
     }
 
     pub fn commit(self) -> Result<(), StoreError> {
-        Ok(self.0.commit()?)
+        Ok(self.tx.commit()?)
     }
 }
 
@@ -465,7 +508,7 @@ fn corrupt<'k>(table: &'static str, key: &'k str) -> impl FnOnce(Invalid) -> Sto
     }
 }
 
-fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
+fn load_state(conn: &Connection, blocks: &Connection, now: i64) -> Result<EdgeState, StoreError> {
     let mut state = EdgeState::default();
 
     let mut servers: std::collections::BTreeMap<String, Vec<Server>> = Default::default();
@@ -511,7 +554,7 @@ fn load_state(conn: &Connection, now: i64) -> Result<EdgeState, StoreError> {
         state.domains.insert(domain, backend);
     }
 
-    for block in load_blocks(conn)? {
+    for block in load_blocks(blocks)? {
         if !block.is_expired(now) {
             state.blocks.insert(block.key, block);
         }
@@ -624,22 +667,25 @@ mod tests {
     fn state_round_trips_and_uncommitted_changes_vanish() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let mut store = Store::open(&path).unwrap();
+        let blocks = dir.path().join("blocks.db");
+        let mut store = Store::open(&path, &blocks).unwrap();
         let d: Domain = "*.example.com".parse().unwrap();
         let tx = store.begin().unwrap();
         assert!(tx
             .put_domain(&d, &backend("10.0.0.1:80,weight=3"), 1)
             .unwrap());
         assert!(!tx.put_domain(&d, &backend("10.0.0.2:80"), 2).unwrap());
-        assert!(tx.put_block(&block("10.0.0.0/8", None)).unwrap());
-        assert!(tx.put_block(&block("192.0.2.1", Some(50))).unwrap());
         tx.commit().unwrap();
+        let btx = store.begin_blocks().unwrap();
+        assert!(btx.put_block(&block("10.0.0.0/8", None)).unwrap());
+        assert!(btx.put_block(&block("192.0.2.1", Some(50))).unwrap());
+        btx.commit().unwrap();
 
         let tx = store.begin().unwrap();
         tx.remove_domain(&d).unwrap();
         drop(tx); // rolled back
 
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, &blocks).unwrap();
         let state = store.load_state(100).unwrap();
         assert_eq!(state.domains[&d], backend("10.0.0.2:80"));
         assert_eq!(state.blocks.len(), 1, "expired block left out");
@@ -649,10 +695,10 @@ mod tests {
     #[test]
     fn a_tampered_row_is_reported_with_its_key() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.db");
-        let store = Store::open(&path).unwrap();
+        let store =
+            Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
         store
-            .conn
+            .blocks
             .execute(
                 "INSERT INTO blocks VALUES ('10.0.0.1\nfoo', 'r', 'a', 0, NULL)",
                 [],
@@ -665,7 +711,7 @@ mod tests {
     #[test]
     fn history_is_newest_first() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        let mut store = Store::open(&dir.path().join("s.db"), &dir.path().join("b.db")).unwrap();
         for outcome in ["applied", "rejected"] {
             store
                 .record_apply(&ApplyRecord {

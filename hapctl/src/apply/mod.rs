@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::blocks::Blocks;
 use crate::fsutil::{self, LockFile};
 use crate::haproxy::{CliSocket, Master, ReloadError, Validator, Verdict};
 use crate::render::{self, FileId, RenderError, Templates};
@@ -117,6 +118,8 @@ pub enum ApplyError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Render(#[from] RenderError),
+    #[error(transparent)]
+    Blocks(#[from] crate::blocks::BlockError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -267,9 +270,13 @@ impl<'a> Applier<'a> {
         if let Some(report) = self.recover()? {
             store.record_apply(&record(&report, "recovery of an interrupted apply"))?;
         }
+        // The blocked map is the block path's: bring it in line with the database first, so
+        // the set validated below carries the current blocks.
+        let blocks = Blocks::new(self.settings);
+        blocks.reconcile(&store.blocks()?, false)?;
         let tx = store.begin()?;
         let value = change(&tx)?;
-        let (report, loaded) = self.converge(&tx)?;
+        let (report, loaded) = self.converge(&tx, &blocks)?;
         if report.outcome.is_success() {
             tx.record_apply(&record(&report, trigger))?;
             tx.commit()?;
@@ -297,7 +304,11 @@ impl<'a> Applier<'a> {
     /// Makes the live files and HAProxy match the state in `tx`, restoring the previous set on
     /// any failure. On success, also returns the set now loaded (to promote), unless nothing
     /// changed.
-    fn converge(&self, tx: &Tx) -> Result<(ApplyReport, Option<Snapshot>), ApplyError> {
+    fn converge(
+        &self,
+        tx: &Tx,
+        blocks: &Blocks,
+    ) -> Result<(ApplyReport, Option<Snapshot>), ApplyError> {
         let mut p = Progress::new();
         let state = tx.load_state(unix_now())?;
         let new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
@@ -379,6 +390,7 @@ impl<'a> Applier<'a> {
             fault::point("before-reload");
             self.write_marker(Phase::Reloading)?;
             p.reloads += 1;
+            let map_before = blocks.file_now();
             let reload = self.master.reload(self.settings.haproxy.reload_timeout);
             p.step("reload");
             if let Err(e) = reload {
@@ -389,6 +401,8 @@ impl<'a> Applier<'a> {
                 return Ok((p.report(outcome, message, reload_messages(&e)), None));
             }
             fault::point("after-reload");
+            // A block that landed while the new worker read its files may be missing there.
+            blocks.after_reload(&tx.blocks()?, &map_before)?;
         }
 
         fault::point("before-commit");

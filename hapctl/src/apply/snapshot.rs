@@ -26,7 +26,7 @@ impl Snapshot {
     /// Reads the files HAProxy reads now.
     pub fn read_live(paths: &Paths) -> io::Result<Snapshot> {
         let mut files = BTreeMap::new();
-        for id in FileId::ALL {
+        for id in FileId::RENDERED {
             if let Some(bytes) = fsutil::read_optional(&id.path(paths))? {
                 files.insert(id, bytes);
             }
@@ -54,7 +54,7 @@ impl Snapshot {
 
     /// Ids whose content differs between the two snapshots (including present vs absent).
     pub fn differing(&self, other: &Snapshot) -> Vec<FileId> {
-        FileId::ALL
+        FileId::RENDERED
             .into_iter()
             .filter(|id| self.get(*id) != other.get(*id))
             .collect()

@@ -104,6 +104,11 @@ impl Master {
         }
     }
 
+    /// The master socket (e.g. to reach the current worker with `@1`).
+    pub fn socket(&self) -> &CliSocket {
+        &self.socket
+    }
+
     /// Where the master's stderr goes: a failed reload's ALERTs are read back from it.
     pub fn with_log_file(mut self, path: impl Into<PathBuf>) -> Master {
         self.log_file = Some(path.into());

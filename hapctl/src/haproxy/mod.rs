@@ -4,6 +4,7 @@
 mod master;
 mod messages;
 mod proc_list;
+mod runtime;
 mod socket;
 mod supervisor;
 mod validator;
@@ -13,6 +14,7 @@ mod testutil;
 
 pub use master::{Master, MasterError, ReloadError, ReloadReport};
 pub use proc_list::{MasterProc, ParseError, ProcList, WorkerProc};
+pub use runtime::{Lookup, RuntimeError, RuntimeMap};
 pub use socket::{CliSocket, SocketError};
 pub use supervisor::{StartReport, Status, StopReport, Supervisor, SupervisorError};
 pub use validator::{Validator, Verdict, VersionError};

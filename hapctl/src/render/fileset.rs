@@ -29,6 +29,19 @@ impl FileId {
         FileId::BlockedPage,
     ];
 
+    /// The files the apply renders, compares, snapshots and restores: all but the blocked
+    /// map, which the block path owns (see `crate::blocks`): it is rewritten from the database
+    /// on every block change, never restored to an older copy.
+    pub const RENDERED: [FileId; 7] = [
+        FileId::Config,
+        FileId::Generation,
+        FileId::HostsMap,
+        FileId::WildcardsMap,
+        FileId::TrustedProxies,
+        FileId::UnknownHostPage,
+        FileId::BlockedPage,
+    ];
+
     /// Stable relative name, used for the snapshot layout and in messages.
     pub fn name(self) -> &'static str {
         match self {

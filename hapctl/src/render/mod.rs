@@ -9,7 +9,7 @@ mod templates;
 
 use serde::Serialize;
 
-use crate::model::{Domain, EdgeState, Profile};
+use crate::model::{BlockKey, Domain, EdgeState, Profile};
 use crate::settings::Settings;
 
 pub use fileset::{FileId, FileSet, SetFile};
@@ -133,7 +133,7 @@ pub fn render(
     };
 
     let mut set = FileSet::default();
-    for id in FileId::ALL {
+    for id in FileId::RENDERED {
         let bytes = match id.template() {
             Some(name) => templates
                 .render(name, &ctx)
@@ -191,11 +191,6 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
                 out += &format!(".{} {backend}\n", domain.name());
             }
         }
-        FileId::BlockedMap => {
-            for key in state.blocks.keys() {
-                out += &blocked_map_line(&key.to_string());
-            }
-        }
         FileId::TrustedProxies => {
             for net in &state.trusted_proxies {
                 out += &format!("{net}\n");
@@ -206,10 +201,17 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
     out.into_bytes()
 }
 
-/// One line of the blocked-clients map. The value is a constant: the match is on the key
-/// (`map_ip(...) -m found`), and the runtime API adds entries in the same form.
-pub fn blocked_map_line(key: &str) -> String {
-    format!("{key} 1\n")
+/// The value of every blocked-map entry. The match is on the key (`map_ip(...) -m found`);
+/// the runtime API adds entries in the same form.
+pub const BLOCKED_VALUE: &str = "1";
+
+/// The blocked-clients map file for `keys`.
+pub fn blocked_map<'k>(keys: impl IntoIterator<Item = &'k BlockKey>) -> Vec<u8> {
+    let mut out = format!("# {HEADER}\n");
+    for key in keys {
+        out += &format!("{key} {BLOCKED_VALUE}\n");
+    }
+    out.into_bytes()
 }
 
 fn ensure_final_newline(mut bytes: Vec<u8>) -> Vec<u8> {

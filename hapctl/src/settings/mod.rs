@@ -95,6 +95,8 @@ pub struct Paths {
     pub run_dir: PathBuf,
     pub journal_dir: PathBuf,
     pub database: PathBuf,
+    /// Blocks have their own database file (see `store`).
+    pub blocks_database: PathBuf,
     pub master_socket: PathBuf,
     pub admin_socket: PathBuf,
     pub pidfile: PathBuf,
@@ -117,6 +119,11 @@ impl Paths {
     /// Lock serialising every apply on this host.
     pub fn apply_lock(&self) -> PathBuf {
         self.run_dir.join("apply.lock")
+    }
+
+    /// Lock serialising every write of the blocked-clients map (file and runtime).
+    pub fn blocks_lock(&self) -> PathBuf {
+        self.run_dir.join("blocks.lock")
     }
 
     /// Marker present while an apply is between its first write and its end.
@@ -171,6 +178,7 @@ struct RawPaths {
     run_dir: Option<PathBuf>,
     journal_dir: Option<PathBuf>,
     database: Option<PathBuf>,
+    blocks_database: Option<PathBuf>,
     master_socket: Option<PathBuf>,
     admin_socket: Option<PathBuf>,
     pidfile: Option<PathBuf>,
@@ -212,6 +220,7 @@ known_good_dir = "known-good"
 run_dir = "run"
 journal_dir = "journal"
 database = "state.db"
+blocks_database = "blocks.db"
 master_socket = "run/master.sock"
 admin_socket = "run/admin.sock"
 pidfile = "run/haproxy.pid"
@@ -332,6 +341,7 @@ impl Settings {
             run_dir: resolve(p.run_dir, "run"),
             journal_dir: resolve(p.journal_dir, "journal"),
             database: resolve(p.database, "state.db"),
+            blocks_database: resolve(p.blocks_database, "blocks.db"),
             master_socket: resolve(p.master_socket, "run/master.sock"),
             admin_socket: resolve(p.admin_socket, "run/admin.sock"),
             pidfile: resolve(p.pidfile, "run/haproxy.pid"),

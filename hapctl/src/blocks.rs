@@ -1,0 +1,299 @@
+//! The block fast path: a block or unblock is committed to the database, written to the map
+//! file atomically and applied to the running worker through the runtime API, read back to
+//! confirm. No `haproxy -c` (the map is rendered from validated keys, so it cannot be
+//! invalid) and no reload — unless the runtime change cannot be confirmed, in which case the
+//! worker is reloaded to read the file, and the report says so.
+//!
+//! The blocked map belongs to this path: the apply never restores an older copy of it, it only
+//! asks this module to reconcile the file (and, if it changed, the runtime map) with the
+//! database. Every write of the map, file or runtime, happens under one lock file.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::apply::unix_now;
+use crate::fsutil::{self, LockError, LockFile, DEFAULT_MODE};
+use crate::haproxy::{Lookup, Master, RuntimeError, RuntimeMap};
+use crate::model::{Block, BlockKey};
+use crate::render::{self, FileId, BLOCKED_VALUE};
+use crate::settings::Settings;
+use crate::store::{Store, StoreError};
+
+/// Above this many keys changed at once, the runtime map is replaced whole (atomically) rather
+/// than entry by entry.
+const BULK_THRESHOLD: usize = 64;
+const LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the block is committed and written to {path}, but HAProxy could not be made to enforce it: the runtime change failed ({runtime}) and so did the reload ({reload}); check HAProxy")]
+    NotEnforced {
+        path: String,
+        runtime: String,
+        reload: String,
+    },
+}
+
+/// One requested change.
+#[derive(Debug, Clone)]
+pub enum BlockChange {
+    Put(Block),
+    Remove(BlockKey),
+}
+
+/// What a change did to the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeResult {
+    Created,
+    Updated,
+    Removed,
+    NotFound,
+}
+
+/// How the running HAProxy was made to enforce the new map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforcement {
+    /// Runtime API change, read back and confirmed: no reload.
+    Runtime,
+    /// The runtime change could not be confirmed; a reload made the worker read the file.
+    Reload,
+    /// HAProxy is not running: the file is written, it is read at start.
+    NotRunning,
+    /// Nothing changed in the map.
+    Unchanged,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BlockReport {
+    /// One per requested change, in order.
+    pub results: Vec<ChangeResult>,
+    /// Keys whose expiry passed, removed on the way.
+    pub expired: Vec<String>,
+    pub enforcement: Enforcement,
+    /// Why the runtime path was not enough, when `enforcement` is `reload`.
+    pub runtime_error: Option<String>,
+    pub duration_ms: f64,
+}
+
+/// The block fast path of one edge.
+pub struct Blocks<'a> {
+    settings: &'a Settings,
+}
+
+impl<'a> Blocks<'a> {
+    pub fn new(settings: &'a Settings) -> Blocks<'a> {
+        Blocks { settings }
+    }
+
+    fn map_path(&self) -> std::path::PathBuf {
+        FileId::BlockedMap.path(&self.settings.paths)
+    }
+
+    fn runtime(&self) -> RuntimeMap {
+        let master = Master::from_settings(self.settings);
+        RuntimeMap::new(
+            master.socket().clone(),
+            self.map_path().display().to_string(),
+        )
+    }
+
+    fn lock(&self) -> Result<LockFile, BlockError> {
+        Ok(LockFile::acquire(
+            &self.settings.paths.blocks_lock(),
+            LOCK_TIMEOUT,
+        )?)
+    }
+
+    /// Applies `changes` (and removes expired blocks) through the fast path.
+    pub fn change(
+        &self,
+        store: &mut Store,
+        changes: &[BlockChange],
+    ) -> Result<BlockReport, BlockError> {
+        let started = Instant::now();
+        let _lock = self.lock()?;
+        let tx = store.begin_blocks()?;
+        let expired = tx.remove_expired_blocks(unix_now())?;
+        let mut results = Vec::with_capacity(changes.len());
+        for change in changes {
+            results.push(match change {
+                BlockChange::Put(block) if tx.put_block(block)? => ChangeResult::Created,
+                BlockChange::Put(_) => ChangeResult::Updated,
+                BlockChange::Remove(key) if tx.remove_block(key)? => ChangeResult::Removed,
+                BlockChange::Remove(_) => ChangeResult::NotFound,
+            });
+        }
+        tx.commit()?;
+
+        let all = store.blocks()?;
+        let changed_file = self.write_file(&all)?;
+        let touched: Vec<(BlockKey, bool)> = changes
+            .iter()
+            .zip(&results)
+            .filter_map(|(c, r)| match (c, r) {
+                (BlockChange::Put(b), ChangeResult::Created | ChangeResult::Updated) => {
+                    Some((b.key, true))
+                }
+                (BlockChange::Remove(k), ChangeResult::Removed) => Some((*k, false)),
+                _ => None,
+            })
+            .chain(
+                expired
+                    .iter()
+                    .filter_map(|k| k.parse().ok().map(|k| (k, false))),
+            )
+            .collect();
+        let (enforcement, runtime_error) = if touched.is_empty() && !changed_file {
+            (Enforcement::Unchanged, None)
+        } else {
+            self.enforce(&all, &touched)?
+        };
+        Ok(BlockReport {
+            results,
+            expired,
+            enforcement,
+            runtime_error,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Makes the running worker match the file: entry by entry for a few keys, whole otherwise;
+    /// a reload when the runtime change cannot be confirmed.
+    fn enforce(
+        &self,
+        all: &[Block],
+        touched: &[(BlockKey, bool)],
+    ) -> Result<(Enforcement, Option<String>), BlockError> {
+        let master = Master::from_settings(self.settings);
+        if master.show_proc().is_err() {
+            return Ok((Enforcement::NotRunning, None));
+        }
+        let runtime = self.runtime();
+        let result = if touched.len() <= BULK_THRESHOLD {
+            apply_each(&runtime, touched)
+        } else {
+            replace_whole(&runtime, all)
+        };
+        match result {
+            Ok(()) => Ok((Enforcement::Runtime, None)),
+            Err(runtime_error) => {
+                tracing::warn!("runtime map change not confirmed ({runtime_error}); reloading");
+                match master.reload(self.settings.haproxy.reload_timeout) {
+                    Ok(_) => Ok((Enforcement::Reload, Some(runtime_error))),
+                    Err(e) => Err(BlockError::NotEnforced {
+                        path: self.map_path().display().to_string(),
+                        runtime: runtime_error,
+                        reload: e.to_string(),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Rewrites the map file from the database if it differs; returns whether it did.
+    fn write_file(&self, all: &[Block]) -> Result<bool, BlockError> {
+        let path = self.map_path();
+        let now = unix_now();
+        let want = render::blocked_map(all.iter().filter(|b| !b.is_expired(now)).map(|b| &b.key));
+        let write_err = |source| BlockError::Write {
+            path: path.display().to_string(),
+            source,
+        };
+        if fsutil::read_optional(&path).map_err(write_err)?.as_deref() == Some(&want[..]) {
+            return Ok(false);
+        }
+        fsutil::write_atomic(&path, &want, DEFAULT_MODE).map_err(write_err)?;
+        Ok(true)
+    }
+
+    /// Makes the file (and, when it changed and HAProxy runs, the runtime map) match `all`,
+    /// the blocks in the database. Run by every apply before it validates, and by the daemon
+    /// at start (`force_runtime`, since runtime entries may have been lost).
+    pub fn reconcile(&self, all: &[Block], force_runtime: bool) -> Result<(), BlockError> {
+        let _lock = self.lock()?;
+        let changed = self.write_file(all)?;
+        if changed || force_runtime {
+            let master = Master::from_settings(self.settings);
+            if master.show_proc().is_ok() {
+                replace_whole(&self.runtime(), all).map_err(|runtime| BlockError::NotEnforced {
+                    path: self.map_path().display().to_string(),
+                    runtime,
+                    reload: "not attempted".into(),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The map file's bytes now (to tell, after a reload, whether a block raced with it).
+    pub fn file_now(&self) -> Vec<u8> {
+        fsutil::read_optional(&self.map_path())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// After a reload: if the file changed since `before` (a block landed while the new worker
+    /// was reading its files), the new worker may lack it: replace its map whole.
+    pub fn after_reload(&self, all: &[Block], before: &[u8]) -> Result<(), BlockError> {
+        if self.file_now() != before {
+            self.reconcile(all, true)?;
+        }
+        Ok(())
+    }
+}
+
+fn apply_each(runtime: &RuntimeMap, touched: &[(BlockKey, bool)]) -> Result<(), String> {
+    let err = |e: RuntimeError| e.to_string();
+    for (key, blocked) in touched {
+        let k = key.to_string();
+        if *blocked {
+            runtime.put(&k, BLOCKED_VALUE).map_err(err)?;
+        } else {
+            runtime.remove(&k).map_err(err)?;
+        }
+        // Read back: an address of the key must now match (put) or not match this key (remove;
+        // a wider block may still cover it, which is right).
+        let probe = key.net().network().to_string();
+        match (runtime.lookup(&probe).map_err(err)?, blocked) {
+            (Lookup::Found(_), true) | (Lookup::NotFound, false) => {}
+            (Lookup::Found(other), false) if other.parse::<BlockKey>().ok() != Some(*key) => {}
+            (found, _) => return Err(format!("read back of {k} gave {found:?}")),
+        }
+    }
+    Ok(())
+}
+
+fn replace_whole(runtime: &RuntimeMap, all: &[Block]) -> Result<(), String> {
+    let now = unix_now();
+    let keys: Vec<String> = all
+        .iter()
+        .filter(|b| !b.is_expired(now))
+        .map(|b| b.key.to_string())
+        .collect();
+    runtime
+        .replace_all(keys.iter().map(|k| (k.as_str(), BLOCKED_VALUE)))
+        .map_err(|e| e.to_string())?;
+    let held = runtime.keys().map_err(|e| e.to_string())?;
+    if held.len() == keys.len() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the worker holds {} entries after the replacement, expected {}",
+            held.len(),
+            keys.len()
+        ))
+    }
+}

@@ -1,0 +1,211 @@
+//! Changing a map in the running worker through the runtime API, without a reload.
+//!
+//! Commands go through the master socket with the `@1` prefix (the current worker), so they
+//! keep working across reloads. Runtime entries are lost on the next reload (the new worker
+//! reads the file), which is why every change is also written to the map file.
+
+use super::socket::{CliSocket, SocketError};
+
+/// Largest bulk payload sent in one command: HAProxy 2.6 answers nothing above ~17.5 KB.
+const MAX_PAYLOAD: usize = 15_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    #[error("HAProxy refused `{command}`: {answer}")]
+    Refused { command: String, answer: String },
+}
+
+/// One map file as the current worker holds it.
+pub struct RuntimeMap {
+    socket: CliSocket,
+    /// The map's name for the runtime API: its path as written in the configuration.
+    map: String,
+}
+
+/// What `get map` found for an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    NotFound,
+    /// The key of the entry that matched (for a CIDR, the network that covers the address).
+    Found(String),
+}
+
+impl RuntimeMap {
+    pub fn new(socket: CliSocket, map: impl Into<String>) -> RuntimeMap {
+        RuntimeMap {
+            socket,
+            map: map.into(),
+        }
+    }
+
+    fn command(&self, command: &str) -> Result<String, RuntimeError> {
+        Ok(self.socket.command(&format!("@1 {command}"))?)
+    }
+
+    /// Runs a command whose success answer is empty.
+    fn quiet(&self, command: &str) -> Result<(), RuntimeError> {
+        let answer = self.command(command)?;
+        if answer.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Refused {
+                command: command.lines().next().unwrap_or_default().to_string(),
+                answer: answer.trim().to_string(),
+            })
+        }
+    }
+
+    /// Adds `key` with `value`, replacing any copy (`add map` alone would add a duplicate).
+    pub fn put(&self, key: &str, value: &str) -> Result<(), RuntimeError> {
+        self.remove(key)?;
+        self.quiet(&format!("add map {} {key} {value}", self.map))
+    }
+
+    /// Removes every entry with exactly this key; absent is fine.
+    pub fn remove(&self, key: &str) -> Result<(), RuntimeError> {
+        let command = format!("del map {} {key}", self.map);
+        let answer = self.command(&command)?;
+        match answer.trim() {
+            "" | "Key not found." => Ok(()),
+            other => Err(RuntimeError::Refused {
+                command,
+                answer: other.to_string(),
+            }),
+        }
+    }
+
+    /// Looks an address (or network key) up as a request would be matched.
+    pub fn lookup(&self, key: &str) -> Result<Lookup, RuntimeError> {
+        let command = format!("get map {} {key}", self.map);
+        let answer = self.command(&command)?;
+        if answer.contains("found=no") {
+            return Ok(Lookup::NotFound);
+        }
+        let matched = answer
+            .split(", ")
+            .find_map(|field| field.strip_prefix("key=\""))
+            .and_then(|rest| rest.split('"').next());
+        match (answer.contains("found=yes"), matched) {
+            (true, Some(k)) => Ok(Lookup::Found(k.to_string())),
+            _ => Err(RuntimeError::Refused {
+                command,
+                answer: answer.trim().to_string(),
+            }),
+        }
+    }
+
+    /// Replaces the whole map atomically (`prepare map` / `add map @V` / `commit map`): requests
+    /// see either the old entries or the new ones, never a mix.
+    pub fn replace_all<'e>(
+        &self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Result<(), RuntimeError> {
+        let command = format!("prepare map {}", self.map);
+        let answer = self.command(&command)?;
+        let version = answer
+            .trim()
+            .strip_prefix("New version created: ")
+            .ok_or_else(|| RuntimeError::Refused {
+                command: command.clone(),
+                answer: answer.trim().to_string(),
+            })?
+            .to_string();
+        let mut payload = String::new();
+        for (key, value) in entries {
+            let line = format!("{key} {value}\n");
+            if payload.len() + line.len() > MAX_PAYLOAD {
+                self.quiet(&format!("add map @{version} {} <<\n{payload}", self.map))?;
+                payload.clear();
+            }
+            payload.push_str(&line);
+        }
+        if !payload.is_empty() {
+            self.quiet(&format!("add map @{version} {} <<\n{payload}", self.map))?;
+        }
+        self.quiet(&format!("commit map @{version} {}", self.map))
+    }
+
+    /// Every key the current worker holds, in its order.
+    pub fn keys(&self) -> Result<Vec<String>, RuntimeError> {
+        let answer = self.command(&format!("show map {}", self.map))?;
+        Ok(answer
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1).map(String::from))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::haproxy::testutil::{free_port, TestEdge};
+    use std::time::Duration;
+
+    #[test]
+    fn put_lookup_remove_and_replace_on_a_running_haproxy() {
+        let edge = TestEdge::new();
+        let map_path = edge.generation.with_file_name("blocked.map");
+        std::fs::write(&map_path, "192.0.2.1 1\n").unwrap();
+        std::fs::write(
+            &edge.generation,
+            format!(
+                "frontend maps\n    bind 127.0.0.1:{}\n    http-request deny if {{ src,map_ip({}) -m found }}\n    http-request return status 200\n",
+                free_port(),
+                map_path.display()
+            ),
+        )
+        .unwrap();
+        edge.start();
+        let socket = match &edge.supervisor {
+            crate::haproxy::Supervisor::Direct { master_socket, .. } => master_socket.clone(),
+            _ => unreachable!(),
+        };
+        let map = RuntimeMap::new(
+            CliSocket::new(socket, Duration::from_secs(5)),
+            map_path.display().to_string(),
+        );
+
+        assert_eq!(
+            map.lookup("192.0.2.1").unwrap(),
+            Lookup::Found("192.0.2.1".into())
+        );
+        map.put("10.1.0.0/16", "1").unwrap();
+        map.put("10.1.0.0/16", "1").unwrap();
+        assert_eq!(
+            map.keys()
+                .unwrap()
+                .iter()
+                .filter(|k| *k == "10.1.0.0/16")
+                .count(),
+            1,
+            "no duplicate"
+        );
+        assert_eq!(
+            map.lookup("10.1.2.3").unwrap(),
+            Lookup::Found("10.1.0.0/16".into())
+        );
+        map.remove("10.1.0.0/16").unwrap();
+        map.remove("10.1.0.0/16").unwrap();
+        assert_eq!(map.lookup("10.1.2.3").unwrap(), Lookup::NotFound);
+
+        // A replacement large enough to need several payloads.
+        let keys: Vec<String> = (0..3000)
+            .map(|i| format!("10.{}.{}.1", i / 250, i % 250))
+            .collect();
+        map.replace_all(keys.iter().map(|k| (k.as_str(), "1")))
+            .unwrap();
+        let held = map.keys().unwrap();
+        assert_eq!(held.len(), 3000);
+        assert_eq!(
+            map.lookup("192.0.2.1").unwrap(),
+            Lookup::NotFound,
+            "old entries gone"
+        );
+        assert_eq!(
+            map.lookup("10.11.249.1").unwrap(),
+            Lookup::Found("10.11.249.1".into())
+        );
+    }
+}
