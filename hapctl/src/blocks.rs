@@ -47,7 +47,10 @@ pub enum BlockError {
 /// One requested change.
 #[derive(Debug, Clone)]
 pub enum BlockChange {
+    /// Block, or refresh the reason and expiry of an existing block.
     Put(Block),
+    /// Block only if not blocked yet (`Exists` otherwise, nothing changed).
+    Add(Block),
     Remove(BlockKey),
 }
 
@@ -59,6 +62,7 @@ pub enum ChangeResult {
     Updated,
     Removed,
     NotFound,
+    Exists,
 }
 
 /// How the running HAProxy was made to enforce the new map.
@@ -131,6 +135,11 @@ impl<'a> Blocks<'a> {
             results.push(match change {
                 BlockChange::Put(block) if tx.put_block(block)? => ChangeResult::Created,
                 BlockChange::Put(_) => ChangeResult::Updated,
+                BlockChange::Add(block) if tx.contains(&block.key)? => ChangeResult::Exists,
+                BlockChange::Add(block) => {
+                    tx.put_block(block)?;
+                    ChangeResult::Created
+                }
                 BlockChange::Remove(key) if tx.remove_block(key)? => ChangeResult::Removed,
                 BlockChange::Remove(_) => ChangeResult::NotFound,
             });

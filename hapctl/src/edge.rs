@@ -80,13 +80,72 @@ pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<Pa
         std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
     }
     Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
+    write_new_token(&settings.api.token_file)?;
     crate::fsutil::write_atomic(&settings_path, text.as_bytes(), 0o644)
         .map_err(io_err(format!("cannot write {}", settings_path.display())))?;
     Ok(settings_path)
 }
 
+/// A fresh random API token in a file only its owner can read.
+fn write_new_token(path: &Path) -> Result<(), EdgeError> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(io_err("cannot read /dev/urandom for the API token"))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // Remove first: an existing file would keep its (possibly wider) mode.
+    crate::fsutil::remove_durable(path).map_err(io_err("cannot replace the API token file"))?;
+    crate::fsutil::write_atomic(path, format!("{token}\n").as_bytes(), 0o600)
+        .map_err(io_err(format!("cannot write {}", path.display())))
+}
+
 fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
+}
+
+/// One change to the domains.
+#[derive(Debug, Clone)]
+pub enum DomainChange {
+    Put(Domain, Backend),
+    PutApp(Domain, AppName),
+    Remove(Domain),
+}
+
+/// What a domain change did to the desired state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DomainResult {
+    Created,
+    Replaced,
+    Removed,
+    NotFound,
+}
+
+impl DomainChange {
+    fn describe(&self) -> String {
+        match self {
+            DomainChange::Put(d, _) => format!("domain put {d}"),
+            DomainChange::PutApp(d, app) => format!("domain put {d} -> app {app}"),
+            DomainChange::Remove(d) => format!("domain rm {d}"),
+        }
+    }
+
+    fn apply(&self, tx: &crate::store::Tx) -> Result<DomainResult, ApplyError> {
+        let created = |new| {
+            if new {
+                DomainResult::Created
+            } else {
+                DomainResult::Replaced
+            }
+        };
+        Ok(match self {
+            DomainChange::Put(d, backend) => created(tx.put_domain(d, backend, unix_now())?),
+            DomainChange::PutApp(d, app) => created(tx.put_app_domain(d, app, unix_now())?),
+            DomainChange::Remove(d) if tx.remove_domain(d)? => DomainResult::Removed,
+            DomainChange::Remove(_) => DomainResult::NotFound,
+        })
+    }
 }
 
 /// What `apply --dry-run` found.
@@ -129,33 +188,103 @@ impl Edge {
     }
 
     /// Adds or replaces a domain. The flag is true when the domain is new.
+    /// Adds or replaces a domain. The flag is true when the domain is new.
     pub fn put_domain(
         &mut self,
         domain: &Domain,
         backend: &Backend,
     ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
-        self.applier_run(&format!("domain put {domain}"), |tx| {
-            Ok(tx.put_domain(domain, backend, unix_now())?)
-        })
+        let change = DomainChange::Put(domain.clone(), backend.clone());
+        self.single(change)
+            .map(|(r, res)| (r, res.map(|x| x == DomainResult::Created)))
+    }
+
+    /// Routes a domain to a delivered application. The flag is true when the domain is new.
+    pub fn put_app_domain(
+        &mut self,
+        domain: &Domain,
+        app: &AppName,
+    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
+        self.deliveries().app(app)?;
+        let change = DomainChange::PutApp(domain.clone(), app.clone());
+        self.single(change)
+            .map(|(r, res)| (r, res.map(|x| x == DomainResult::Created)))
     }
 
     pub fn remove_domain(&mut self, domain: &Domain) -> Result<ApplyReport, EdgeError> {
-        let (report, _) = self.applier_run(&format!("domain rm {domain}"), |tx| {
-            if tx.remove_domain(domain)? {
-                Ok(())
-            } else {
-                Err(ApplyError::NotFound(format!(
-                    "domain {domain} does not exist; `hapctl domain ls` lists them"
-                )))
-            }
+        match self.single(DomainChange::Remove(domain.clone()))? {
+            (_, Some(DomainResult::NotFound)) => Err(ApplyError::NotFound(format!(
+                "domain {domain} does not exist; `hapctl domain ls` lists them"
+            ))
+            .into()),
+            (report, _) => Ok(report),
+        }
+    }
+
+    fn single(
+        &mut self,
+        change: DomainChange,
+    ) -> Result<(ApplyReport, Option<DomainResult>), EdgeError> {
+        let mut out = self.apply_domain_changes(std::slice::from_ref(&change))?;
+        let (report, result) = out.pop().expect("one result per change");
+        Ok((report, result))
+    }
+
+    /// Applies several domain changes in one apply (the API coalesces concurrent requests this
+    /// way). Each change gets the report of the apply that contained it, and its own result
+    /// when that apply succeeded. If a batch of several fails, each change is retried alone, so
+    /// one bad change cannot sink the others.
+    pub fn apply_domain_changes(
+        &mut self,
+        changes: &[DomainChange],
+    ) -> Result<Vec<(ApplyReport, Option<DomainResult>)>, EdgeError> {
+        let trigger = match changes {
+            [one] => one.describe(),
+            many => format!(
+                "{} domain changes: {}",
+                many.len(),
+                many.iter()
+                    .map(DomainChange::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let (report, results) = self.applier_run(&trigger, |tx| {
+            changes
+                .iter()
+                .map(|c| c.apply(tx))
+                .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(report)
+        match results {
+            Some(results) => Ok(results
+                .into_iter()
+                .map(|r| (report.clone(), Some(r)))
+                .collect()),
+            None if changes.len() > 1 => {
+                let mut out = Vec::with_capacity(changes.len());
+                for change in changes {
+                    out.extend(self.apply_domain_changes(std::slice::from_ref(change))?);
+                }
+                Ok(out)
+            }
+            None => Ok(vec![(report, None)]),
+        }
     }
 
     /// Blocks keys (or refreshes their reason and expiry) and unblocks others, through the
     /// fast path: no `haproxy -c`, no reload unless the runtime change cannot be confirmed.
     pub fn change_blocks(&mut self, changes: &[BlockChange]) -> Result<BlockReport, EdgeError> {
         Ok(Blocks::new(&self.settings).change(&mut self.store, changes)?)
+    }
+
+    /// Rebuilds the blocked map file and the running worker's map from the database, whole
+    /// and atomically (`prepare map` / `commit map`).
+    pub fn sync_blocks(&mut self) -> Result<(), EdgeError> {
+        Ok(Blocks::new(&self.settings).reconcile(&self.store.blocks()?, true)?)
+    }
+
+    pub fn has_expired_blocks(&self, now: i64) -> Result<bool, EdgeError> {
+        Ok(self.store.has_expired_blocks(now)?)
     }
 
     /// A block entry made now, expiring after `ttl`.
@@ -191,18 +320,6 @@ impl Edge {
             }
         })?;
         Ok(report)
-    }
-
-    /// Routes a domain to a delivered application. The flag is true when the domain is new.
-    pub fn put_app_domain(
-        &mut self,
-        domain: &Domain,
-        app: &AppName,
-    ) -> Result<(ApplyReport, Option<bool>), EdgeError> {
-        self.deliveries().app(app)?;
-        self.applier_run(&format!("domain put {domain} -> app {app}"), |tx| {
-            Ok(tx.put_app_domain(domain, app, unix_now())?)
-        })
     }
 
     fn deliveries(&self) -> Deliveries<'_> {

@@ -3,6 +3,7 @@
 //! Data flows one way: `cli` → `edge` (services) → `apply` → `haproxy`.
 //! `model` and `render` are pure; see `ARCHITECTURE.md` for the map.
 
+pub mod api;
 pub mod apply;
 pub mod blocks;
 pub mod deliver;
@@ -11,6 +12,7 @@ pub mod fsutil;
 pub mod haproxy;
 pub mod model;
 pub mod process;
+pub mod prove;
 pub mod render;
 pub mod settings;
 pub mod store;

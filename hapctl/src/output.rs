@@ -254,3 +254,45 @@ pub fn print_block_report(keys: &[BlockKey], report: &BlockReport, json: bool) {
         }
     );
 }
+
+/// Prints a prove report: a short table per proof (on stderr when the JSON goes to stdout).
+pub fn print_proof(report: &hapctl::prove::Report, json_to_stdout: bool) {
+    let mut out = String::new();
+    for p in &report.proofs {
+        out += &format!(
+            "prove {}: {} (command {:.0} ms, exit {}; {} probe requests, {} failed)\n",
+            p.label,
+            if p.passed { "PASSED" } else { "FAILED" },
+            p.run.duration_ms,
+            p.run.exit_code.map_or("-".into(), |c| c.to_string()),
+            p.probe.requests,
+            p.probe.failed
+        );
+        out += &format!("  {:<11} {:<7} measured\n", "check", "result");
+        for c in &p.checks {
+            out += &format!("  {:<11} {:<7} {}\n", c.name, c.status.as_str(), c.measured);
+        }
+    }
+    for n in &report.not_run {
+        out += &format!("prove {}: NOT RUN: {}\n", n.label, n.reason);
+    }
+    out += &format!(
+        "{}{}\n",
+        if report.passed {
+            "every check passed"
+        } else {
+            "FAILED: at least one check failed (exit 9)"
+        },
+        report
+            .journal
+            .as_ref()
+            .map(|j| format!("; journal {}", j.display()))
+            .unwrap_or_default()
+    );
+    if json_to_stdout {
+        eprint!("{out}");
+        print_json(report);
+    } else {
+        print!("{out}");
+    }
+}

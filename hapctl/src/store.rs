@@ -165,9 +165,14 @@ fn open_migrated(path: &Path, migrations: &[&str]) -> Result<Connection, StoreEr
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    let known = migrations.len() as i64;
+    // Up to date (the common case): no write transaction, so opening never waits for an apply.
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current == known {
+        return Ok(conn);
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let known = migrations.len() as i64;
     if version > known {
         return Err(StoreError::TooNew {
             path: path.display().to_string(),
@@ -217,6 +222,19 @@ impl Store {
     /// Every block, expired ones included.
     pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
         load_blocks(&self.blocks)
+    }
+
+    /// Whether some block's expiry has passed at `now` (cheap: the daemon asks every second).
+    pub fn has_expired_blocks(&self, now: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .blocks
+            .query_row(
+                "SELECT 1 FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT 1",
+                [now],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
     }
 
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
@@ -312,14 +330,22 @@ pub struct Tx<'a> {
 pub struct BlockTx<'a>(rusqlite::Transaction<'a>);
 
 impl BlockTx<'_> {
+    pub fn contains(&self, key: &BlockKey) -> Result<bool, StoreError> {
+        Ok(self
+            .0
+            .query_row(
+                "SELECT 1 FROM blocks WHERE key = ?1",
+                [key.to_string()],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
     /// Adds or replaces a block; returns true when the key was not blocked before.
     pub fn put_block(&self, block: &Block) -> Result<bool, StoreError> {
         let key = block.key.to_string();
-        let existed = self
-            .0
-            .query_row("SELECT 1 FROM blocks WHERE key = ?1", [&key], |_| Ok(()))
-            .optional()?
-            .is_some();
+        let existed = self.contains(&block.key)?;
         self.0.execute(
             "INSERT OR REPLACE INTO blocks (key, reason, author, created_at, expires_at)
              VALUES (?1, ?2, ?3, ?4, ?5)",

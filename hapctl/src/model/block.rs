@@ -155,6 +155,13 @@ impl Ttl {
     }
 }
 
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+serde_via_str!(Ttl);
+
 impl FromStr for Ttl {
     type Err = Invalid;
     fn from_str(s: &str) -> Result<Ttl, Invalid> {

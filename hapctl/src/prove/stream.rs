@@ -68,7 +68,7 @@ pub struct StreamLog {
     pub first_line_ms: Option<f64>,
     pub last_line_ms: Option<f64>,
     pub ended_ms: Option<f64>,
-    /// Longest pause between two lines (or between the open and the first line).
+    /// Longest pause between two consecutive lines.
     pub max_gap_ms: f64,
 }
 
@@ -109,13 +109,15 @@ impl OpenStream {
     }
 }
 
-/// Opens stream `id` and waits (at most `first_line_timeout`) for its first line.
-pub fn open(
+/// A stream whose request is under way; [`Pending::wait_first`] waits for its first line.
+pub struct Pending {
     id: usize,
-    config: &StreamConfig,
-    clock: Instant,
-    first_line_timeout: Duration,
-) -> Result<OpenStream, String> {
+    first: mpsc::Receiver<Result<(String, f64), String>>,
+    done: mpsc::Receiver<StreamLog>,
+}
+
+/// Starts stream `id` in its own thread (several can be started before waiting for any).
+pub fn start(id: usize, config: &StreamConfig, clock: Instant) -> Pending {
     let (first_tx, first_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
     let config = config.clone();
@@ -131,17 +133,27 @@ pub fn open(
         }
         let _ = done_tx.send(log);
     });
-    match first_rx.recv_timeout(first_line_timeout) {
-        Ok(Ok((version, first_line_ms))) => Ok(OpenStream {
-            id,
-            version,
-            first_line_ms,
-            done: done_rx,
-        }),
-        Ok(Err(why)) => Err(format!("stream {id}: {why}")),
-        Err(_) => Err(format!(
-            "stream {id}: no first line within {first_line_timeout:?}"
-        )),
+    Pending {
+        id,
+        first: first_rx,
+        done: done_rx,
+    }
+}
+
+impl Pending {
+    /// Waits (at most `timeout`) for the first line.
+    pub fn wait_first(self, timeout: Duration) -> Result<OpenStream, String> {
+        let id = self.id;
+        match self.first.recv_timeout(timeout) {
+            Ok(Ok((version, first_line_ms))) => Ok(OpenStream {
+                id,
+                version,
+                first_line_ms,
+                done: self.done,
+            }),
+            Ok(Err(why)) => Err(format!("stream {id}: {why}")),
+            Err(_) => Err(format!("stream {id}: no first line within {timeout:?}")),
+        }
     }
 }
 
@@ -189,7 +201,7 @@ fn read_stream(
             ));
         }
         let mut pending = Vec::new();
-        let mut last = log.opened_ms;
+        let mut last: Option<f64> = None;
         // Bounded: one chunk per line, and a few more for a misbehaving server.
         for _ in 0..(u64::from(config.lines) * 2 + 16) {
             let Some(chunk) = conn.next_chunk()? else {
@@ -205,8 +217,10 @@ fn read_stream(
                 let line: Vec<u8> = pending.drain(..=i).collect();
                 let line = String::from_utf8_lossy(&line).trim_end().to_string();
                 let now = ms_since(clock);
-                log.max_gap_ms = log.max_gap_ms.max(now - last);
-                last = now;
+                if let Some(last) = last {
+                    log.max_gap_ms = log.max_gap_ms.max(now - last);
+                }
+                last = Some(now);
                 take_line(&mut log, &line, now, &mut on_first);
             }
         }

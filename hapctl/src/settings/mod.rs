@@ -57,6 +57,15 @@ pub struct Settings {
     pub render: RenderSettings,
     /// Applications delivered as generations (`[[app]]`).
     pub apps: Vec<AppSettings>,
+    pub api: ApiSettings,
+}
+
+/// The HTTP API daemon (`hapctl serve`).
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    pub listen: SocketAddr,
+    /// File holding the bearer token (created mode 0600 by `hapctl init`).
+    pub token_file: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -147,6 +156,15 @@ struct RawSettings {
     render: RawRender,
     #[serde(default)]
     app: Vec<apps::RawApp>,
+    #[serde(default)]
+    api: RawApi,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    listen: Option<String>,
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -225,6 +243,11 @@ master_socket = "run/master.sock"
 admin_socket = "run/admin.sock"
 pidfile = "run/haproxy.pid"
 haproxy_log = "haproxy.log"
+
+[api]
+# `hapctl serve` listens here; every route but /health needs the bearer token in token_file.
+listen = "127.0.0.1:9090"
+token_file = "api-token"
 
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
@@ -383,7 +406,21 @@ impl Settings {
                 }
             },
         };
+        let listen = match raw.api.listen {
+            None => SocketAddr::from(([127, 0, 0, 1], 9090)),
+            Some(s) => s.parse().map_err(|_| {
+                value_error(
+                    "api.listen",
+                    format!("{s:?} is not an IP:PORT address such as \"127.0.0.1:9090\""),
+                )
+            })?,
+        };
+        let api = ApiSettings {
+            listen,
+            token_file: resolve(raw.api.token_file, "api-token"),
+        };
         Ok(Settings {
+            api,
             state_dir,
             edge: EdgeSettings {
                 http_bind,

@@ -1,0 +1,53 @@
+//! Bearer-token authentication. The token lives in a file only its owner can read; running
+//! without one needs an explicit flag, and only on a loopback address.
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::AppState;
+
+/// Compares in time independent of where the strings differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Rejects requests without the right `Authorization: Bearer <token>` (but `/health`).
+pub async fn require_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = app.token() else {
+        return next.run(req).await;
+    };
+    if req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(token) if constant_time_eq(token.trim().as_bytes(), expected.as_bytes()) => next.run(req).await,
+        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token").into_response(),
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing `Authorization: Bearer <token>`; the token is in the file named by [api] token_file",
+        )
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn constant_time_eq_compares_whole_strings() {
+        assert!(super::constant_time_eq(b"abc", b"abc"));
+        assert!(!super::constant_time_eq(b"abc", b"abd"));
+        assert!(!super::constant_time_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,130 @@
+//! Prometheus metrics, in the text exposition format (no client library needed for a handful
+//! of counters and one histogram).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use crate::apply::ApplyReport;
+
+/// Upper bounds (seconds) of the apply duration histogram.
+const BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+#[derive(Default)]
+struct Counters {
+    applies: BTreeMap<&'static str, u64>,
+    /// Cumulative counts per bucket, plus the sum and count.
+    apply_buckets: [u64; BUCKETS.len()],
+    apply_sum: f64,
+    apply_count: u64,
+    checks: u64,
+    reloads: u64,
+    /// Changes per apply: how much coalescing happened.
+    batched_changes: u64,
+    blocks_changed: u64,
+    requests: BTreeMap<(String, String, u16), u64>,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    counters: Mutex<Counters>,
+}
+
+impl Metrics {
+    fn with(&self, f: impl FnOnce(&mut Counters)) {
+        let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut c);
+    }
+
+    pub fn apply(&self, report: &ApplyReport) {
+        self.with(|c| {
+            *c.applies.entry(report.outcome.as_str()).or_default() += 1;
+            let secs = report.duration.as_secs_f64();
+            for (i, le) in BUCKETS.iter().enumerate() {
+                if secs <= *le {
+                    c.apply_buckets[i] += 1;
+                }
+            }
+            c.apply_sum += secs;
+            c.apply_count += 1;
+            c.checks += report.checks as u64;
+            c.reloads += report.reloads as u64;
+        });
+    }
+
+    pub fn reloads(&self, n: u64) {
+        self.with(|c| c.reloads += n);
+    }
+
+    pub fn batch(&self, changes: usize) {
+        self.with(|c| c.batched_changes += changes as u64);
+    }
+
+    pub fn block_batch(&self, changes: usize) {
+        self.with(|c| c.blocks_changed += changes as u64);
+    }
+
+    pub fn request(&self, method: &str, route: &str, status: u16) {
+        self.with(|c| {
+            *c.requests
+                .entry((method.to_string(), route.to_string(), status))
+                .or_default() += 1
+        });
+    }
+
+    /// The exposition text; `blocked` is the current number of blocked entries.
+    pub fn render(&self, blocked: usize) -> String {
+        let c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP hapctl_applies_total Applies by outcome.\n# TYPE hapctl_applies_total counter"
+        );
+        for (outcome, n) in &c.applies {
+            let _ = writeln!(out, "hapctl_applies_total{{outcome=\"{outcome}\"}} {n}");
+        }
+        let _ = writeln!(out, "# HELP hapctl_apply_duration_seconds Duration of applies.\n# TYPE hapctl_apply_duration_seconds histogram");
+        for (le, n) in BUCKETS.iter().zip(c.apply_buckets) {
+            let _ = writeln!(
+                out,
+                "hapctl_apply_duration_seconds_bucket{{le=\"{le}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "hapctl_apply_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            c.apply_count
+        );
+        let _ = writeln!(out, "hapctl_apply_duration_seconds_sum {}", c.apply_sum);
+        let _ = writeln!(out, "hapctl_apply_duration_seconds_count {}", c.apply_count);
+        for (name, help, value) in [
+            ("hapctl_haproxy_checks_total", "haproxy -c runs.", c.checks),
+            (
+                "hapctl_reloads_total",
+                "HAProxy reloads requested by hapctl.",
+                c.reloads,
+            ),
+            (
+                "hapctl_domain_changes_total",
+                "Domain changes applied (several may share one apply).",
+                c.batched_changes,
+            ),
+            (
+                "hapctl_block_changes_total",
+                "Block changes through the fast path.",
+                c.blocks_changed,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
+        let _ = writeln!(out, "# HELP hapctl_blocked_entries Entries in the blocked map.\n# TYPE hapctl_blocked_entries gauge\nhapctl_blocked_entries {blocked}");
+        let _ = writeln!(out, "# HELP hapctl_api_requests_total API requests by route and status.\n# TYPE hapctl_api_requests_total counter");
+        for ((method, route, status), n) in &c.requests {
+            let _ = writeln!(out, "hapctl_api_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}");
+        }
+        out
+    }
+}

@@ -1,0 +1,263 @@
+//! `hapctl serve`: the HTTP API daemon (tokio + axum) over the same services as the CLI.
+//!
+//! Handlers are thin: they parse the request into model types, hand changes to the workers
+//! (`workers.rs`: coalesced applies, the block fast path) or read through one shared
+//! connection, and shape the answer. The route table (`routes.rs`) builds both the router and
+//! `/openapi.json`, so the documentation cannot drift from what is served.
+
+mod auth;
+mod compat;
+mod error;
+mod metrics;
+mod routes;
+mod v1;
+mod workers;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use tokio::sync::oneshot;
+
+use crate::apply::ApplyReport;
+use crate::blocks::{BlockChange, BlockReport, ChangeResult};
+use crate::edge::{DomainChange, DomainResult, Edge, EdgeError};
+use crate::settings::Settings;
+
+pub use error::ApiError;
+use metrics::Metrics;
+use workers::{BlockJob, DomainJob};
+
+/// Largest accepted request body.
+const BODY_LIMIT: usize = 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Edge(#[from] EdgeError),
+    #[error("refusing to run without authentication on {0}: --no-auth is only allowed on a loopback address")]
+    NoAuthNotLoopback(SocketAddr),
+    #[error("cannot read the API token from {path}: {source}; run `hapctl init` or set [api] token_file")]
+    Token {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the API token file {0} is empty")]
+    EmptyToken(PathBuf),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed: {0}")]
+    Server(std::io::Error),
+    #[error("HAProxy did not start: {0}")]
+    Start(String),
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    state_dir: PathBuf,
+    token: Option<String>,
+    reads: Mutex<Edge>,
+    domains: mpsc::Sender<DomainJob>,
+    blocks: mpsc::Sender<BlockJob>,
+    metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    fn token(&self) -> Option<&str> {
+        self.0.token.as_deref()
+    }
+
+    fn settings(&self) -> Settings {
+        self.0
+            .reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settings
+            .clone()
+    }
+
+    /// Runs `f` on the shared read connection, off the async threads.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Edge) -> Result<T, EdgeError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let app = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let edge = app.0.reads.lock().unwrap_or_else(|e| e.into_inner());
+            f(&edge)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(ApiError::from)
+    }
+
+    /// Runs `f` on a fresh connection (deliveries: long, and they take their own locks).
+    async fn with_new_edge<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let dir = self.0.state_dir.clone();
+        tokio::task::spawn_blocking(move || Edge::open(&dir).and_then(|mut edge| f(&mut edge)))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(ApiError::from)
+    }
+
+    /// Queues a domain change for the apply worker; answers with the apply that contained it.
+    async fn domain_job(
+        &self,
+        change: Option<DomainChange>,
+    ) -> Result<(ApplyReport, Option<DomainResult>), ApiError> {
+        let (reply, answer) = oneshot::channel();
+        self.0
+            .domains
+            .send(DomainJob { change, reply })
+            .map_err(|_| ApiError::internal("the apply worker stopped"))?;
+        answer
+            .await
+            .map_err(|_| ApiError::internal("the apply worker dropped the request"))?
+            .map_err(ApiError::internal)
+    }
+
+    async fn block_job(
+        &self,
+        changes: Vec<BlockChange>,
+    ) -> Result<(Vec<ChangeResult>, BlockReport), ApiError> {
+        let (reply, answer) = oneshot::channel();
+        self.send_block_job(BlockJob::Change { changes, reply })?;
+        answer
+            .await
+            .map_err(|_| ApiError::internal("the block worker dropped the request"))?
+            .map_err(ApiError::internal)
+    }
+
+    async fn block_sync(&self) -> Result<(), ApiError> {
+        let (reply, answer) = oneshot::channel();
+        self.send_block_job(BlockJob::Sync { reply })?;
+        answer
+            .await
+            .map_err(|_| ApiError::internal("the block worker dropped the request"))?
+            .map_err(ApiError::internal)
+    }
+
+    fn send_block_job(&self, job: BlockJob) -> Result<(), ApiError> {
+        self.0
+            .blocks
+            .send(job)
+            .map_err(|_| ApiError::internal("the block worker stopped"))
+    }
+}
+
+/// Options of `hapctl serve`.
+pub struct ServeOptions {
+    pub listen: Option<SocketAddr>,
+    pub no_auth: bool,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. HAProxy is started if it is not running, and left
+/// running when the daemon stops.
+pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> {
+    let mut edge = Edge::open(state_dir)?;
+    let listen = options.listen.unwrap_or(edge.settings.api.listen);
+    let token = if options.no_auth {
+        if !listen.ip().is_loopback() {
+            return Err(ServeError::NoAuthNotLoopback(listen));
+        }
+        None
+    } else {
+        let path = edge.settings.api.token_file.clone();
+        let token = std::fs::read_to_string(&path).map_err(|source| ServeError::Token {
+            path: path.clone(),
+            source,
+        })?;
+        let token = token.trim().to_string();
+        if token.is_empty() {
+            return Err(ServeError::EmptyToken(path));
+        }
+        Some(token)
+    };
+
+    // Bring the edge to the committed state (this also finishes an interrupted apply), start
+    // HAProxy if needed, and rebuild the runtime block map: runtime entries of a daemon that
+    // was killed may be missing.
+    let report = edge.apply("serve: startup")?;
+    if !report.outcome.is_success() {
+        return Err(ServeError::Start(format!(
+            "{}: {}",
+            report.outcome.as_str(),
+            report.message
+        )));
+    }
+    if edge.supervisor().status().procs.is_none() {
+        edge.supervisor()
+            .start(edge.settings.haproxy.start_timeout)
+            .map_err(|e| ServeError::Start(e.to_string()))?;
+    }
+    edge.sync_blocks()?;
+
+    let metrics = Arc::new(Metrics::default());
+    let (domains, blocks) = workers::start(state_dir.to_path_buf(), metrics.clone())?;
+    let app = AppState(Arc::new(Inner {
+        state_dir: state_dir.to_path_buf(),
+        token,
+        reads: Mutex::new(edge),
+        domains,
+        blocks,
+        metrics,
+    }));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(ServeError::Server)?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: listen,
+                source,
+            })?;
+        tracing::info!("hapctl API listening on {listen}");
+        eprintln!("hapctl API listening on http://{listen}");
+        axum::serve(listener, routes::router(app))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(ServeError::Server)
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping the API; HAProxy keeps running");
+}
+
+/// Counts every request by route and status.
+async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let started = Instant::now();
+    let response = next.run(req).await;
+    app.0
+        .metrics
+        .request(&method, &route, response.status().as_u16());
+    tracing::debug!(%method, %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0);
+    response
+}

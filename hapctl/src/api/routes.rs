@@ -1,0 +1,172 @@
+//! The route table: one entry per route, from which both the router and `/openapi.json` are
+//! built.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{delete, get, post, put, MethodRouter};
+use axum::{middleware, Json, Router};
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::{auth, compat, count_requests, v1, AppState, BODY_LIMIT};
+
+/// What `/openapi.json` says about a route.
+pub struct RouteDoc {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// JSON Schema of the request body, if it takes one.
+    pub body: Option<Value>,
+}
+
+fn doc(
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    body: Option<Value>,
+) -> RouteDoc {
+    RouteDoc {
+        method,
+        path,
+        summary,
+        body,
+    }
+}
+
+fn schema_server() -> Value {
+    json!({"type": "object", "required": ["address"], "properties": {
+        "address": {"type": "string", "example": "10.0.0.5:8080"},
+        "name": {"type": "string"}, "weight": {"type": "integer", "minimum": 0, "maximum": 256},
+        "maxconn": {"type": "integer", "minimum": 1}, "check": {"type": "boolean"}}})
+}
+
+fn schema_block() -> Value {
+    json!({"type": "object", "required": ["ip"], "properties": {
+        "ip": {"type": "string", "example": "203.0.113.0/24"}, "reason": {"type": "string"},
+        "author": {"type": "string"}, "ttl": {"type": "string", "example": "30m"}}})
+}
+
+/// Every route of the API.
+pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    vec![
+        (doc("get", "/health", "200 when the master runs, a worker exists and the live config is the known-good one (no token needed)", None), get(v1::health)),
+        (doc("get", "/v1/status", "HAProxy master and workers, last applies, generations, counts", None), get(v1::status)),
+        (doc("get", "/v1/domains", "List domains", None), get(v1::list_domains)),
+        (doc("get", "/v1/domains/{name}", "One domain", None), get(v1::get_domain)),
+        (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes",
+            Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
+                "profile": {"type": "string", "enum": ["default", "websocket", "sse", "http-check:/path"]}, "app": {"type": "string"}}}))), put(v1::put_domain)),
+        (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
+        (doc("get", "/v1/blocked-ips", "List blocks", None), get(v1::list_blocks)),
+        (doc("post", "/v1/blocked-ips", "Block one entry or a list; runtime API, no reload, no haproxy -c",
+            Some(json!({"oneOf": [schema_block(), {"type": "array", "items": schema_block()}]}))), post(v1::post_blocks)),
+        (doc("delete", "/v1/blocked-ips/{key}", "Unblock an IP or CIDR (URL-encode the '/')", None), delete(v1::delete_block)),
+        (doc("post", "/v1/blocked-ips/sync", "Rebuild the file and the runtime map from the database, atomically", None), post(v1::sync_blocks)),
+        (doc("post", "/v1/deliveries", "Deliver a version of an app",
+            Some(json!({"type": "object", "required": ["version"], "properties": {"app": {"type": "string"}, "version": {"type": "string"}}}))), post(v1::post_delivery)),
+        (doc("get", "/v1/deliveries", "Delivery history", None), get(v1::list_deliveries)),
+        (doc("post", "/v1/rollback", "Cut back to the previous generation",
+            Some(json!({"type": "object", "properties": {"app": {"type": "string"}}}))), post(v1::post_rollback)),
+        (doc("post", "/v1/apply", "Re-render and apply the committed state", None), post(v1::post_apply)),
+        (doc("get", "/v1/applies", "Apply history with outcomes and durations", None), get(v1::list_applies)),
+        (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),
+        (doc("get", "/openapi.json", "This document", None), get(openapi)),
+        (doc("get", "/api/domains", "(edge manager) List domains", None), get(compat::list_domains)),
+        (doc("post", "/api/domain", "(edge manager) Create or replace a domain",
+            Some(json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string"}, "backend_name": {"type": "string"},
+                "template_override": {"type": ["string", "null"]}, "is_wildcard": {"type": "boolean"},
+                "servers": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "address": {"type": "string"}, "port": {"type": "integer"}, "options": {"type": "string"}}}}}}))), post(compat::post_domain)),
+        (doc("delete", "/api/domain", "(edge manager) Remove a domain", Some(json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string"}}}))), delete(compat::delete_domain)),
+        (doc("get", "/api/blocked-ips", "(edge manager) List blocks", None), get(compat::list_blocks)),
+        (doc("post", "/api/blocked-ips", "(edge manager) Block an IP (409 when already blocked)",
+            Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "reason": {"type": "string"}, "blocked_by": {"type": "string"}}}))), post(compat::post_block)),
+        (doc("delete", "/api/blocked-ips", "(edge manager) Unblock an IP (404 when absent)", Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}}}))), delete(compat::delete_block)),
+        (doc("post", "/api/blocked-ips/sync", "(edge manager) Rebuild the runtime map", None), post(compat::sync_blocks)),
+        (doc("post", "/api/security/temporary-block", "(edge manager) Block for duration_minutes (default 60)",
+            Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "duration_minutes": {"type": "integer", "default": 60}}}))), post(compat::temporary_block)),
+        (doc("post", "/api/security/clear-expired", "(edge manager) Remove expired blocks now", None), post(compat::clear_expired)),
+        (doc("get", "/api/regenerate", "(edge manager) Re-render and apply", None), get(compat::regenerate)),
+        (doc("post", "/api/config/reload", "(edge manager) Apply; reload through the master if nothing changed", None), post(compat::reload)),
+    ]
+}
+
+/// The router: the table, grouped by path, behind authentication and request counting.
+pub fn router(app: AppState) -> Router {
+    let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
+    for (doc, route) in table() {
+        let merged = match by_path.remove(doc.path) {
+            Some(existing) => existing.merge(route),
+            None => route,
+        };
+        by_path.insert(doc.path, merged);
+    }
+    let mut router = Router::new();
+    for (path, route) in by_path {
+        router = router.route(path, route);
+    }
+    router
+        .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method; GET /openapi.json lists them",
+            )
+        })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth::require_token,
+        ))
+        .layer(middleware::from_fn_with_state(app.clone(), count_requests))
+        .with_state(app)
+}
+
+/// The OpenAPI 3 document, built from the table.
+pub fn openapi_document() -> Value {
+    let mut paths = serde_json::Map::new();
+    for (doc, _) in table() {
+        let entry = paths.entry(doc.path).or_insert_with(|| json!({}));
+        let mut op = json!({
+            "summary": doc.summary,
+            "responses": {
+                "200": {"description": "success"},
+                "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            }
+        });
+        if doc.path != "/health" {
+            op["security"] = json!([{"bearer": []}]);
+        }
+        if let Some(schema) = doc.body {
+            op["requestBody"] =
+                json!({"required": true, "content": {"application/json": {"schema": schema}}});
+        }
+        let params: Vec<Value> = doc
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        if !params.is_empty() {
+            op["parameters"] = Value::Array(params);
+        }
+        entry[doc.method] = op;
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": "hapctl API", "version": env!("CARGO_PKG_VERSION")},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": ["string", "null"]}}}}}}
+        },
+        "paths": paths,
+    })
+}
+
+async fn openapi(State(_): State<AppState>) -> impl IntoResponse {
+    Json(openapi_document())
+}

@@ -1,0 +1,393 @@
+//! The `/v1` routes, `/health`, `/metrics` and `/openapi.json`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::{ApiError, Body};
+use super::AppState;
+use crate::apply::ApplyReport;
+use crate::blocks::{BlockChange, BlockReport, ChangeResult};
+use crate::edge::{DomainChange, DomainResult, Edge};
+use crate::model::{
+    AppName, Backend, BlockKey, Domain, EdgeState, Note, Profile, Server, ServerAddr, ServerName,
+    ServerOptions, Ttl, Version,
+};
+
+pub async fn health(State(app): State<AppState>) -> Response {
+    let verdict = app
+        .read(|edge| {
+            let status = edge.supervisor().status();
+            let problem = match &status.procs {
+                None => Some("the HAProxy master is not running (or its socket does not answer)".to_string()),
+                Some(p) if p.workers.is_empty() => Some("the HAProxy master has no current worker".to_string()),
+                Some(_) if !edge.live_is_known_good()? => {
+                    Some("the live configuration is not the known-good one (an apply failed or was interrupted)".to_string())
+                }
+                Some(_) => None,
+            };
+            Ok(problem)
+        })
+        .await;
+    match verdict {
+        Ok(None) => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
+        Ok(Some(reason)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unhealthy", "reason": reason})),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unhealthy", "reason": e.message})),
+        )
+            .into_response(),
+    }
+}
+
+pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.read(|edge| {
+        let state = edge.state()?;
+        Ok(Json(json!({
+            "haproxy": edge.supervisor().status(),
+            "live_is_known_good": edge.live_is_known_good()?,
+            "applies": edge.history(10)?,
+            "generations": edge.generations()?,
+            "counts": {
+                "domains": state.domains.len() + state.app_domains.len(),
+                "blocked": state.blocks.len(),
+                "trusted_proxies": state.trusted_proxies.len(),
+            },
+        })))
+    })
+    .await
+}
+
+/// One domain as the API shows it.
+fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
+    if let Some(backend) = state.domains.get(domain) {
+        return Some(json!({
+            "domain": domain,
+            "backend": domain.backend_name(),
+            "profile": backend.profile(),
+            "servers": backend.servers(),
+        }));
+    }
+    state
+        .app_domains
+        .get(domain)
+        .map(|app| json!({"domain": domain, "app": app}))
+}
+
+pub async fn list_domains(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.read(|edge| {
+        let state = edge.state()?;
+        let all: Vec<Value> = state
+            .domains
+            .keys()
+            .chain(state.app_domains.keys())
+            .filter_map(|d| domain_json(&state, d))
+            .collect();
+        Ok(Json(Value::Array(all)))
+    })
+    .await
+}
+
+fn parse_domain(name: &str) -> Result<Domain, ApiError> {
+    Ok(name.parse::<Domain>()?)
+}
+
+pub async fn get_domain(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let domain = parse_domain(&name)?;
+    let shown = app
+        .read(move |edge| Ok(domain_json(&edge.state()?, &domain)))
+        .await?;
+    shown
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("domain {name} does not exist")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRequest {
+    address: ServerAddr,
+    name: Option<ServerName>,
+    weight: Option<u16>,
+    maxconn: Option<u32>,
+    check: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutDomainRequest {
+    #[serde(default)]
+    servers: Vec<ServerRequest>,
+    profile: Option<Profile>,
+    /// Route to a delivered application instead of servers.
+    app: Option<AppName>,
+}
+
+/// Turns the API's server list into a validated backend.
+pub fn backend(
+    servers: Vec<(Option<ServerName>, ServerAddr, ServerOptions)>,
+    profile: Profile,
+) -> Result<Backend, ApiError> {
+    let servers = servers
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, addr, options))| {
+            Ok(Server {
+                name: name.unwrap_or_else(|| ServerName::nth(i + 1)),
+                addr,
+                options: options.validate()?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(Backend::new(servers, profile)?)
+}
+
+/// The answer to a change applied through the safe path.
+pub fn applied(report: ApplyReport, result: Option<DomainResult>) -> Result<Response, ApiError> {
+    if !report.outcome.is_success() {
+        return Err(ApiError::from_apply(report));
+    }
+    let status = if result == Some(DomainResult::Created) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!({"result": result, "apply": report}))).into_response())
+}
+
+pub async fn put_domain(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Body(req): Body<PutDomainRequest>,
+) -> Result<Response, ApiError> {
+    let domain = parse_domain(&name)?;
+    let change = match (req.app, req.servers.is_empty()) {
+        (Some(_), false) => {
+            return Err(ApiError::invalid(
+                "app",
+                "give either servers or app, not both",
+            ))
+        }
+        (Some(a), true) => {
+            let settings = app.settings();
+            if !settings.apps.iter().any(|x| x.name == a) {
+                return Err(ApiError::invalid(
+                    "app",
+                    format!("{a} is not an [[app]] of the settings"),
+                ));
+            }
+            DomainChange::PutApp(domain, a)
+        }
+        (None, _) => {
+            let servers = req
+                .servers
+                .into_iter()
+                .map(|s| {
+                    let options = ServerOptions {
+                        weight: s.weight,
+                        maxconn: s.maxconn,
+                        check: s.check.unwrap_or(true),
+                    };
+                    (s.name, s.address, options)
+                })
+                .collect();
+            DomainChange::Put(domain, backend(servers, req.profile.unwrap_or_default())?)
+        }
+    };
+    let (report, result) = app.domain_job(Some(change)).await?;
+    applied(report, result)
+}
+
+pub async fn delete_domain(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let domain = parse_domain(&name)?;
+    let (report, result) = app.domain_job(Some(DomainChange::Remove(domain))).await?;
+    if result == Some(DomainResult::NotFound) {
+        return Err(ApiError::not_found(format!("domain {name} does not exist")));
+    }
+    applied(report, result)
+}
+
+pub async fn list_blocks(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.read(|edge| {
+        Ok(Json(
+            serde_json::to_value(edge.blocks()?).unwrap_or_default(),
+        ))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockRequest {
+    ip: BlockKey,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    author: Option<String>,
+    ttl: Option<Ttl>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+/// A validated block, made now.
+pub fn new_block(
+    key: BlockKey,
+    reason: &str,
+    author: &str,
+    ttl: Option<Ttl>,
+) -> Result<crate::model::Block, ApiError> {
+    Ok(Edge::new_block(
+        key,
+        Note::parse("reason", reason)?,
+        Note::parse("author", author)?,
+        ttl,
+    ))
+}
+
+/// The answer to a block change: which results, and how HAProxy enforces it.
+pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCode) -> Response {
+    (status, Json(json!({"results": results, "enforcement": report.enforcement, "runtime_error": report.runtime_error, "duration_ms": report.duration_ms}))).into_response()
+}
+
+pub async fn post_blocks(
+    State(app): State<AppState>,
+    Body(req): Body<OneOrMany<BlockRequest>>,
+) -> Result<Response, ApiError> {
+    let requests = match req {
+        OneOrMany::One(r) => vec![r],
+        OneOrMany::Many(list) => list,
+    };
+    if requests.is_empty() || requests.len() > 100_000 {
+        return Err(ApiError::invalid("ip", "send 1 to 100000 entries"));
+    }
+    let changes = requests
+        .into_iter()
+        .map(|r| {
+            new_block(r.ip, &r.reason, r.author.as_deref().unwrap_or("api"), r.ttl)
+                .map(BlockChange::Put)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (results, report) = app.block_job(changes).await?;
+    let status = if results.contains(&ChangeResult::Created) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(blocked(&results, &report, status))
+}
+
+pub async fn delete_block(
+    State(app): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    let key: BlockKey = key.parse()?;
+    let (results, report) = app.block_job(vec![BlockChange::Remove(key)]).await?;
+    if results == [ChangeResult::NotFound] {
+        return Err(ApiError::not_found(format!("{key} is not blocked")));
+    }
+    Ok(blocked(&results, &report, StatusCode::OK))
+}
+
+pub async fn sync_blocks(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.block_sync().await?;
+    Ok(Json(json!({"status": "synced"})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryRequest {
+    app: Option<AppName>,
+    version: Version,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    app: Option<AppName>,
+}
+
+fn delivery_response(report: crate::deliver::DeliveryReport) -> Response {
+    let status = match report.exit_code() {
+        0 => StatusCode::OK,
+        8 => StatusCode::UNPROCESSABLE_ENTITY,
+        3 => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (
+        status,
+        Json(serde_json::to_value(report).unwrap_or_default()),
+    )
+        .into_response()
+}
+
+pub async fn post_delivery(
+    State(app): State<AppState>,
+    Body(req): Body<DeliveryRequest>,
+) -> Result<Response, ApiError> {
+    let report = app
+        .with_new_edge(move |edge| {
+            let name = edge.resolve_app(req.app)?;
+            edge.deliver(&name, &req.version, &mut |_| {})
+        })
+        .await?;
+    Ok(delivery_response(report))
+}
+
+pub async fn post_rollback(
+    State(app): State<AppState>,
+    Body(req): Body<RollbackRequest>,
+) -> Result<Response, ApiError> {
+    let report = app
+        .with_new_edge(move |edge| {
+            let name = edge.resolve_app(req.app)?;
+            edge.rollback(&name, &mut |_| {})
+        })
+        .await?;
+    Ok(delivery_response(report))
+}
+
+pub async fn list_deliveries(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.read(|edge| {
+        Ok(Json(
+            serde_json::to_value(edge.delivery_history(100)?).unwrap_or_default(),
+        ))
+    })
+    .await
+}
+
+pub async fn post_apply(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let (report, _) = app.domain_job(None).await?;
+    applied(report, None)
+}
+
+pub async fn list_applies(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.read(|edge| {
+        Ok(Json(
+            serde_json::to_value(edge.history(100)?).unwrap_or_default(),
+        ))
+    })
+    .await
+}
+
+pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let blocked = app.read(|edge| Ok(edge.blocks()?.len())).await?;
+    let text = app.0.metrics.render(blocked);
+    Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
+}

@@ -1,0 +1,156 @@
+//! The daemon's two workers, each a thread owning its own database connection.
+//!
+//! - The apply worker coalesces: whatever domain changes are waiting when an apply starts go
+//!   into that one apply, and each caller gets the report of the apply that contained its
+//!   change. No fixed delay: an idle worker applies at once.
+//! - The block worker does the same for blocks on the fast path, so blocks never queue behind a
+//!   slow reload, and lifts expired blocks on time (it wakes every second).
+
+use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::metrics::Metrics;
+use crate::apply::{unix_now, ApplyReport};
+use crate::blocks::{BlockChange, BlockReport, ChangeResult};
+use crate::edge::{DomainChange, DomainResult, Edge};
+
+/// `None` change: re-render and apply the committed state (`POST /v1/apply`).
+pub struct DomainJob {
+    pub change: Option<DomainChange>,
+    pub reply: oneshot::Sender<Result<(ApplyReport, Option<DomainResult>), String>>,
+}
+
+pub enum BlockJob {
+    Change {
+        changes: Vec<BlockChange>,
+        reply: oneshot::Sender<Result<(Vec<ChangeResult>, BlockReport), String>>,
+    },
+    /// Rebuild the file and the runtime map from the database.
+    Sync {
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// Starts both workers; they stop when every sender is dropped.
+pub fn start(
+    state_dir: PathBuf,
+    metrics: Arc<Metrics>,
+) -> Result<(mpsc::Sender<DomainJob>, mpsc::Sender<BlockJob>), crate::edge::EdgeError> {
+    let (domain_tx, domain_rx) = mpsc::channel::<DomainJob>();
+    let (block_tx, block_rx) = mpsc::channel::<BlockJob>();
+    let apply_edge = Edge::open(&state_dir)?;
+    let block_edge = Edge::open(&state_dir)?;
+    let m = metrics.clone();
+    std::thread::Builder::new()
+        .name("apply-worker".into())
+        .spawn(move || apply_worker(apply_edge, domain_rx, m))
+        .expect("spawn the apply worker");
+    std::thread::Builder::new()
+        .name("block-worker".into())
+        .spawn(move || block_worker(block_edge, block_rx, metrics))
+        .expect("spawn the block worker");
+    Ok((domain_tx, block_tx))
+}
+
+fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metrics>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        jobs.extend(rx.try_iter());
+        let changes: Vec<DomainChange> = jobs.iter().filter_map(|j| j.change.clone()).collect();
+        metrics.batch(jobs.len());
+        let result = if changes.is_empty() {
+            edge.apply("api apply").map(|r| vec![(r, None)])
+        } else {
+            edge.apply_domain_changes(&changes)
+        };
+        match result {
+            Ok(results) => {
+                // Applies seen once each, even when several changes share one.
+                let mut seen = Vec::new();
+                for (report, _) in &results {
+                    if !seen.contains(&report.started_at_ms) {
+                        seen.push(report.started_at_ms);
+                        metrics.apply(report);
+                    }
+                }
+                let shared = results.first().map(|(r, _)| r.clone());
+                let mut per_change = results.into_iter();
+                for job in jobs {
+                    let answer = match job.change {
+                        Some(_) => per_change.next(),
+                        None => shared.clone().map(|r| (r, None)),
+                    };
+                    let _ = job
+                        .reply
+                        .send(answer.ok_or_else(|| "no result for this change".to_string()));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for job in jobs {
+                    let _ = job.reply.send(Err(message.clone()));
+                }
+            }
+        }
+    }
+}
+
+fn block_worker(mut edge: Edge, rx: mpsc::Receiver<BlockJob>, metrics: Arc<Metrics>) {
+    loop {
+        let first = match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                lift_expired(&mut edge);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut syncs = Vec::new();
+        let mut batch = Vec::new();
+        for job in std::iter::once(first).chain(rx.try_iter()) {
+            match job {
+                BlockJob::Change { changes, reply } => batch.push((changes, reply)),
+                BlockJob::Sync { reply } => syncs.push(reply),
+            }
+        }
+        if !batch.is_empty() {
+            let all: Vec<BlockChange> = batch.iter().flat_map(|(c, _)| c.clone()).collect();
+            metrics.block_batch(all.len());
+            match edge.change_blocks(&all) {
+                Ok(report) => {
+                    let mut results = report.results.clone().into_iter();
+                    for (changes, reply) in batch {
+                        let mine: Vec<ChangeResult> =
+                            results.by_ref().take(changes.len()).collect();
+                        let _ = reply.send(Ok((mine, report.clone())));
+                    }
+                }
+                Err(e) => {
+                    for (_, reply) in batch {
+                        let _ = reply.send(Err(e.to_string()));
+                    }
+                }
+            }
+        }
+        for reply in syncs {
+            let _ = reply.send(edge.sync_blocks().map_err(|e| e.to_string()));
+        }
+    }
+}
+
+/// Removes blocks whose expiry passed, through the fast path.
+fn lift_expired(edge: &mut Edge) {
+    match edge.has_expired_blocks(unix_now()) {
+        Ok(true) => {
+            if let Err(e) = edge.change_blocks(&[]) {
+                tracing::error!("lifting expired blocks failed: {e}");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => tracing::error!("cannot look for expired blocks: {e}"),
+    }
+}
