@@ -73,7 +73,8 @@ pub fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// Deletes the temp files a killed writer left in `dir`; returns how many.
+/// Deletes the temp files a killed writer left in `dir` (those of live processes are writes
+/// in progress and stay); returns how many.
 pub fn sweep_temp_files(dir: &Path) -> io::Result<usize> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
@@ -83,9 +84,20 @@ pub fn sweep_temp_files(dir: &Path) -> io::Result<usize> {
     let mut removed = 0;
     for entry in entries {
         let entry = entry?;
-        if entry.file_name().to_string_lossy().contains(TEMP_INFIX) {
-            fs::remove_file(entry.path())?;
-            removed += 1;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((_, pid)) = name.split_once(TEMP_INFIX) else {
+            continue;
+        };
+        // A temp file of a process still running is a write in progress, not a leftover.
+        let writer = pid.parse::<i32>().ok();
+        if writer.is_some_and(|p| p != std::process::id() as i32 && crate::process::pid_alive(p)) {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            // A directory (a temp link's target is not one, but be safe) or already gone.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(removed)
@@ -183,10 +195,17 @@ mod tests {
     #[test]
     fn sweep_removes_only_temp_files() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(format!(".a.map{TEMP_INFIX}123")), b"half").unwrap();
+        // PID 1 is alive: its temp file is a write in progress.
+        fs::write(dir.path().join(format!(".b.map{TEMP_INFIX}1")), b"busy").unwrap();
+        fs::write(
+            dir.path().join(format!(".a.map{TEMP_INFIX}999999999")),
+            b"half",
+        )
+        .unwrap();
         fs::write(dir.path().join("a.map"), b"whole").unwrap();
         assert_eq!(sweep_temp_files(dir.path()).unwrap(), 1);
         assert!(dir.path().join("a.map").exists());
+        assert!(dir.path().join(format!(".b.map{TEMP_INFIX}1")).exists());
     }
 
     #[test]

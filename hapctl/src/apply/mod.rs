@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::blocks::Blocks;
 use crate::fsutil::{self, LockFile};
-use crate::haproxy::{CliSocket, Master, ReloadError, Validator, Verdict};
+use crate::haproxy::{CliSocket, Master, ReloadError, Supervisor, Validator, Verdict};
 use crate::render::{self, FileId, RenderError, Templates};
 use crate::settings::Settings;
 use crate::store::{ApplyRecord, Store, StoreError, Tx};
@@ -491,12 +491,17 @@ impl<'a> Applier<'a> {
         let paths = &self.settings.paths;
         let marker = fsutil::read_optional(&paths.apply_marker())
             .map_err(io_context("cannot read the apply marker"))?;
-        for id in FileId::ALL {
-            if let Some(dir) = id.path(paths).parent() {
-                fsutil::sweep_temp_files(dir)
-                    .map_err(io_context("cannot remove leftover temp files"))?;
-            }
+        // Temp files a killed write left: next to the live files, the marker, the snapshot.
+        let dirs = FileId::ALL
+            .iter()
+            .filter_map(|id| id.path(paths).parent().map(PathBuf::from));
+        for dir in dirs.chain([paths.run_dir.clone()]) {
+            fsutil::sweep_temp_files(&dir)
+                .map_err(io_context("cannot remove leftover temp files"))?;
         }
+        KnownGood::new(paths)
+            .sweep()
+            .map_err(io_context("cannot clean the known-good snapshot folder"))?;
         let Some(marker) = marker else {
             return Ok(None);
         };
@@ -511,7 +516,7 @@ impl<'a> Applier<'a> {
             .map_err(io_context("cannot read the known-good snapshot"))?;
         let report = match known_good {
             Some(snapshot) => {
-                let reload_back = phase == Phase::Reloading && self.master.show_proc().is_ok();
+                let reload_back = phase == Phase::Reloading && self.master_answers_eventually();
                 p.reloads += reload_back as u32;
                 let (outcome, message) = self.restore(&snapshot, reload_back, Outcome::Recovered);
                 p.report(outcome, format!("an earlier apply was interrupted; {message}"), vec![])
@@ -526,6 +531,34 @@ impl<'a> Applier<'a> {
             self.clear_marker()?;
         }
         Ok(Some(report))
+    }
+
+    /// Whether the master runs, waiting (bounded) while it re-executes: an apply killed
+    /// mid-reload leaves a master whose socket refuses connections for a moment, and whose new
+    /// worker carries the interrupted set, which must then be reloaded away.
+    fn master_answers_eventually(&self) -> bool {
+        let supervisor = Supervisor::from_settings(self.settings);
+        let started = Instant::now();
+        // The master rewrites its pidfile while it re-executes: look for the PID a little.
+        let pid = loop {
+            match supervisor.master_pid() {
+                Some(pid) => break pid,
+                None if started.elapsed() < Duration::from_millis(500) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                None => return false,
+            }
+        };
+        let deadline = started + self.settings.haproxy.reload_timeout;
+        loop {
+            if self.master.show_proc().is_ok_and(|p| !p.workers.is_empty()) {
+                return true;
+            }
+            if !crate::process::pid_alive(pid) || Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     fn write_marker(&self, phase: Phase) -> Result<(), ApplyError> {

@@ -169,6 +169,25 @@ impl KnownGood {
         self.remove_stale_versions(parent, &base, &version)
     }
 
+    /// Removes what a killed promotion leaves: the temp link and half-written snapshot folders.
+    pub fn sweep(&self) -> io::Result<()> {
+        let parent = self.link.parent().unwrap_or(Path::new("."));
+        let Some(base) = self
+            .link
+            .file_name()
+            .map(|b| b.to_string_lossy().into_owned())
+        else {
+            return Ok(());
+        };
+        fsutil::sweep_temp_files(parent)?;
+        match fs::read_link(&self.link) {
+            Ok(current) => self.remove_stale_versions(parent, &base, &current.to_string_lossy()),
+            // No snapshot yet: any version folder is a half-written first one.
+            Err(_) if !self.link.exists() => self.remove_stale_versions(parent, &base, ""),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// Deletes snapshot folders other than the current one (older ones, or a half-written one a
     /// crash left behind).
     fn remove_stale_versions(&self, parent: &Path, base: &str, current: &str) -> io::Result<()> {
