@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs a local edge: builds hapctl, creates ./.hapctl (SQLite state) on first use, starts
-# HAProxy on 127.0.0.1:8080 through hapctl, routes a demo site to a demo application and shows
-# the status. Stop it with: target/release/hapctl --state-dir .hapctl haproxy stop
+# Runs a local edge: builds hapctl, creates ./.hapctl (SQLite state) on first use, routes a
+# demo site to a demo application, then runs `hapctl serve` in the foreground: HAProxy on
+# 127.0.0.1:8080 (started by hapctl) and the API on 127.0.0.1:9090. Ctrl-C stops the API;
+# HAProxy keeps running (stop it with: target/release/hapctl --state-dir .hapctl haproxy stop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-haproxy.sh
@@ -9,16 +10,17 @@ cargo build -j2 --release -p hapctl -p demo-app
 bin=target/release
 export HAPCTL_STATE_DIR="${HAPCTL_STATE_DIR:-$PWD/.hapctl}"
 [ -f "$HAPCTL_STATE_DIR/hapctl.toml" ] || "$bin/hapctl" init
-if ! "$bin/hapctl" haproxy status | grep -q "master PID"; then
-  "$bin/hapctl" haproxy start
-fi
 # A demo application behind the edge, detached so it outlives this script.
 if ! curl -sf http://127.0.0.1:18080/ready >/dev/null 2>&1; then
   setsid "$bin/demo-app" --version 1.0.0 --port 18080 >"$HAPCTL_STATE_DIR/demo-app.log" 2>&1 < /dev/null &
   for _ in $(seq 50); do curl -sf http://127.0.0.1:18080/ready >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 "$bin/hapctl" domain add demo.localhost --server 127.0.0.1:18080
-"$bin/hapctl" status
-echo
-echo "try: curl -H 'Host: demo.localhost' http://127.0.0.1:8080/"
-curl -s -H 'Host: demo.localhost' http://127.0.0.1:8080/
+cat <<MSG
+
+  edge:  curl -H 'Host: demo.localhost' http://127.0.0.1:8080/
+  API:   curl -H "Authorization: Bearer \$(cat $HAPCTL_STATE_DIR/api-token)" http://127.0.0.1:9090/v1/status
+  docs:  GET /openapi.json (same token)
+
+MSG
+exec "$bin/hapctl" serve
