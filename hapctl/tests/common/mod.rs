@@ -576,3 +576,85 @@ fn decode_chunked_lines(raw: &[u8]) -> Vec<String> {
     }
     out.lines().map(String::from).collect()
 }
+
+/// An edge with app `shop` (exec runner around demo-app, backend `applicatif`, server
+/// `courante`) routed from `host`, and `first` delivered. Versions containing `never` never
+/// become ready. Unlike [`Edge`] alone, dropping it also stops every generation it started.
+pub fn demo_app_edge(host: &str, first: &str) -> DemoEdge {
+    use std::os::unix::fs::PermissionsExt;
+    let edge = DemoEdge { edge: Edge::new() };
+    let script = edge.path("run-app.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in *never*) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
+            demo_app_bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let first_port = free_port().min(65000);
+    let settings = format!(
+        "{}\n[[app]]\nname = \"shop\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"2s\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
+        edge.settings_text(),
+        first_port + 30
+    );
+    edge.write_settings(&settings);
+    edge.ok(&["haproxy", "start"]);
+    edge.ok(&["domain", "add", host, "--app", "shop"]);
+    edge.ok(&["deliver", first]);
+    edge.wait_for_body(host, &format!("{first}\n"));
+    edge
+}
+
+/// An [`Edge`] whose exec generations (`generations/<app>/<version>.pid`) are killed on drop,
+/// before HAProxy is stopped, also when the test panicked.
+pub struct DemoEdge {
+    pub edge: Edge,
+}
+
+impl std::ops::Deref for DemoEdge {
+    type Target = Edge;
+    fn deref(&self) -> &Edge {
+        &self.edge
+    }
+}
+
+impl std::ops::DerefMut for DemoEdge {
+    fn deref_mut(&mut self) -> &mut Edge {
+        &mut self.edge
+    }
+}
+
+impl DemoEdge {
+    /// PIDs of the running generations, from their pidfiles (`PID START-TIME`), checked
+    /// against PID reuse.
+    pub fn generation_pids(&self) -> Vec<i32> {
+        let mut pidfiles = Vec::new();
+        collect_files(&self.path("generations"), &mut pidfiles);
+        pidfiles
+            .iter()
+            .filter(|(p, _)| p.extension().is_some_and(|e| e == "pid"))
+            .filter_map(|(_, bytes)| {
+                let text = String::from_utf8_lossy(bytes);
+                let mut parts = text.split_whitespace();
+                let pid: i32 = parts.next()?.parse().ok()?;
+                let stamp = parts.next()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let started = stat.rsplit(')').next()?.split_whitespace().nth(19)?;
+                (pid > 1 && started == stamp).then_some(pid)
+            })
+            .collect()
+    }
+}
+
+impl Drop for DemoEdge {
+    fn drop(&mut self) {
+        // Each exec generation leads its own session (setsid): kill the whole group.
+        for pid in self.generation_pids() {
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
+}
+
+pub mod daemon;
