@@ -128,6 +128,10 @@ impl<'a> Blocks<'a> {
     ) -> Result<BlockReport, BlockError> {
         let started = Instant::now();
         let _lock = self.lock()?;
+        // A change killed between its file write and its runtime update left this marker: the
+        // runtime map may lack what the database and the file say, so it is rebuilt whole.
+        let interrupted = self.pending_marker().exists();
+        self.set_pending()?;
         let tx = store.begin_blocks()?;
         let expired = tx.remove_expired_blocks(unix_now())?;
         let mut results = Vec::with_capacity(changes.len());
@@ -152,9 +156,10 @@ impl<'a> Blocks<'a> {
             .iter()
             .zip(&results)
             .filter_map(|(c, r)| match (c, r) {
-                (BlockChange::Put(b), ChangeResult::Created | ChangeResult::Updated) => {
-                    Some((b.key, true))
-                }
+                (
+                    BlockChange::Put(b) | BlockChange::Add(b),
+                    ChangeResult::Created | ChangeResult::Updated,
+                ) => Some((b.key, true)),
                 (BlockChange::Remove(k), ChangeResult::Removed) => Some((*k, false)),
                 _ => None,
             })
@@ -164,11 +169,12 @@ impl<'a> Blocks<'a> {
                     .filter_map(|k| k.parse().ok().map(|k| (k, false))),
             )
             .collect();
-        let (enforcement, runtime_error) = if touched.is_empty() && !changed_file {
+        let (enforcement, runtime_error) = if touched.is_empty() && !changed_file && !interrupted {
             (Enforcement::Unchanged, None)
         } else {
-            self.enforce(&all, &touched)?
+            self.enforce(&all, &touched, interrupted)?
         };
+        self.clear_pending()?;
         Ok(BlockReport {
             results,
             expired,
@@ -184,13 +190,14 @@ impl<'a> Blocks<'a> {
         &self,
         all: &[Block],
         touched: &[(BlockKey, bool)],
+        whole: bool,
     ) -> Result<(Enforcement, Option<String>), BlockError> {
         let master = Master::from_settings(self.settings);
         if master.show_proc().is_err() {
             return Ok((Enforcement::NotRunning, None));
         }
         let runtime = self.runtime();
-        let result = if touched.len() <= BULK_THRESHOLD {
+        let result = if touched.len() <= BULK_THRESHOLD && !whole {
             apply_each(&runtime, touched)
         } else {
             replace_whole(&runtime, all)
@@ -233,7 +240,7 @@ impl<'a> Blocks<'a> {
     pub fn reconcile(&self, all: &[Block], force_runtime: bool) -> Result<(), BlockError> {
         let _lock = self.lock()?;
         let changed = self.write_file(all)?;
-        if changed || force_runtime {
+        if changed || force_runtime || self.pending_marker().exists() {
             let master = Master::from_settings(self.settings);
             if master.show_proc().is_ok() {
                 replace_whole(&self.runtime(), all).map_err(|runtime| BlockError::NotEnforced {
@@ -243,7 +250,32 @@ impl<'a> Blocks<'a> {
                 })?;
             }
         }
-        Ok(())
+        self.clear_pending()
+    }
+
+    fn pending_marker(&self) -> std::path::PathBuf {
+        self.settings.paths.run_dir.join("blocks.pending")
+    }
+
+    // The marker guards against a killed process, not a lost machine (a reboot empties the
+    // runtime map anyway): no fsync, so a block costs no extra disk flush.
+    fn set_pending(&self) -> Result<(), BlockError> {
+        let path = self.pending_marker();
+        std::fs::write(&path, b"").map_err(|source| BlockError::Write {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    fn clear_pending(&self) -> Result<(), BlockError> {
+        let path = self.pending_marker();
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BlockError::Write {
+                path: path.display().to_string(),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The map file's bytes now (to tell, after a reload, whether a block raced with it).

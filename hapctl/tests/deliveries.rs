@@ -2,39 +2,16 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 
-use common::{demo_app_bin, free_port, Edge, Stream};
+use common::{demo_app_edge, DemoEdge, Edge, Stream};
 
 const HOST: &str = "shop.example.com";
 
-/// An edge with app `shop` (exec runner around demo-app) routed from `shop.example.com`, and
-/// `first` delivered. Versions containing `never` never become ready.
-fn app_edge(first: &str) -> Edge {
-    let edge = Edge::new();
-    let script = edge.path("run-app.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\ncase \"$1\" in *never*) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
-            demo_app_bin().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let first_port = free_port().min(65000);
-    let settings = format!(
-        "{}\n[[app]]\nname = \"shop\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"2s\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
-        edge.settings_text(),
-        first_port + 30
-    );
-    edge.write_settings(&settings);
-    edge.ok(&["haproxy", "start"]);
-    edge.ok(&["domain", "add", HOST, "--app", "shop"]);
-    edge.ok(&["deliver", first]);
-    edge.wait_for_body(HOST, &format!("{first}\n"));
-    edge
+/// An edge with app `shop` routed from `shop.example.com` and `first` delivered; its
+/// generations are stopped on drop.
+fn app_edge(first: &str) -> DemoEdge {
+    demo_app_edge(HOST, first)
 }
 
 fn generations(edge: &Edge) -> serde_json::Value {
