@@ -59,7 +59,12 @@ pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<Pa
         );
     }
     // Parse before writing anything, so a bad value leaves no half-made state behind.
-    let settings = Settings::parse(state_dir, &settings_path, &text)?;
+    let label = if http_bind.is_some() {
+        Path::new("hapctl init --http-bind")
+    } else {
+        &settings_path
+    };
+    let settings = Settings::parse(state_dir, label, &text)?;
     let exists = settings_path.exists() || settings.paths.database.exists();
     if exists && !force {
         return Err(EdgeError::AlreadyInitialised {
@@ -170,7 +175,20 @@ impl Edge {
     pub fn open(state_dir: &Path) -> Result<Edge, EdgeError> {
         let settings = Settings::load(state_dir)?;
         let templates = Templates::load(settings.render.templates_dir.as_deref())?;
-        let store = Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
+        let paths = &settings.paths;
+        std::fs::create_dir_all(&paths.run_dir).map_err(io_err(format!(
+            "cannot create {} (paths.run_dir)",
+            paths.run_dir.display()
+        )))?;
+        let store =
+            Store::open(&paths.database, &paths.blocks_database).map_err(|e| EdgeError::Io {
+                context: format!(
+                    "cannot open the databases {} (paths.database) and {} (paths.blocks_database)",
+                    paths.database.display(),
+                    paths.blocks_database.display()
+                ),
+                source: std::io::Error::other(e.to_string()),
+            })?;
         Ok(Edge {
             settings,
             templates,

@@ -83,17 +83,17 @@ enum Command {
     },
     /// Deliver VERSION of an app: start it, wait until ready, cut over, retire the one before.
     Deliver {
-        version: Version,
+        version: String,
         /// The app (default: the only [[app]] of the settings).
         #[arg(long)]
-        app: Option<AppName>,
+        app: Option<String>,
         #[command(flatten)]
         out: JsonFlag,
     },
     /// Cut back over to the previous generation (started first if it is not running).
     Rollback {
         #[arg(long)]
-        app: Option<AppName>,
+        app: Option<String>,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -208,7 +208,7 @@ enum DomainCommand {
     /// Add a domain, or replace it if it exists.
     Add {
         /// `shop.example.com` or `*.example.com`.
-        name: Domain,
+        name: String,
         /// HOST:PORT[,weight=N][,maxconn=N][,check|nocheck]; repeat for more servers.
         #[arg(
             long = "server",
@@ -218,16 +218,16 @@ enum DomainCommand {
         servers: Vec<String>,
         /// Route the domain to a delivered application instead of servers.
         #[arg(long)]
-        app: Option<AppName>,
+        app: Option<String>,
         /// default, websocket, sse, http-check or http-check:/path.
         #[arg(long, default_value = "default")]
-        profile: Profile,
+        profile: String,
         #[command(flatten)]
         out: JsonFlag,
     },
     /// Remove a domain.
     Rm {
-        name: Domain,
+        name: String,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -242,7 +242,7 @@ enum DomainCommand {
 enum BlockCommand {
     /// Block an IP or CIDR (or refresh its reason and expiry).
     Add {
-        key: BlockKey,
+        key: String,
         #[arg(long, default_value = "")]
         reason: String,
         /// Who blocked it (default: $SUDO_USER or $USER).
@@ -250,13 +250,13 @@ enum BlockCommand {
         author: Option<String>,
         /// Lift the block after this long: 90s, 30m, 12h, 7d.
         #[arg(long)]
-        ttl: Option<Ttl>,
+        ttl: Option<String>,
         #[command(flatten)]
         out: JsonFlag,
     },
     /// Unblock an IP or CIDR.
     Rm {
-        key: BlockKey,
+        key: String,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -271,13 +271,13 @@ enum BlockCommand {
 enum ProxyCommand {
     /// Trust X-Forwarded-For from an IP or CIDR.
     Add {
-        net: ProxyNet,
+        net: String,
         #[command(flatten)]
         out: JsonFlag,
     },
     /// Stop trusting an IP or CIDR.
     Rm {
-        net: ProxyNet,
+        net: String,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -317,17 +317,36 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("error: {:#}", f.error);
+            eprintln!("error: {}", describe_chain(&f.error));
             ExitCode::from(f.code)
         }
     }
+}
+
+/// The error and its causes, each cause shown once: most messages already quote their cause.
+fn describe_chain(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     let dir = cli.state_dir;
     match cli.command {
         Command::Init { force, http_bind } => {
-            let path = edge::init(&dir, force, http_bind.as_deref())?;
+            let path = edge::init(&dir, force, http_bind.as_deref()).map_err(|e| match e {
+                // Only --http-bind can make the built-in settings invalid: input, exit 2.
+                edge::EdgeError::Settings(_) => Failure {
+                    code: 2,
+                    error: e.into(),
+                },
+                e => e.into(),
+            })?;
             println!(
                 "initialised {}; next: hapctl --state-dir {} haproxy start",
                 path.display(),
@@ -361,12 +380,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Deliver { version, app, out } => {
+            let version: Version = version.parse()?;
+            let app = app.map(|a| a.parse::<AppName>()).transpose()?;
             let mut edge = open(&dir)?;
             let app = edge.resolve_app(app)?;
             let report = edge.deliver(&app, &version, &mut output::step_printer(out.json))?;
             Ok(output::print_delivery(&report, out.json))
         }
         Command::Rollback { app, out } => {
+            let app = app.map(|a| a.parse::<AppName>()).transpose()?;
             let mut edge = open(&dir)?;
             let app = edge.resolve_app(app)?;
             let report = edge.rollback(&app, &mut output::step_printer(out.json))?;
@@ -505,6 +527,7 @@ fn domain_command(dir: &std::path::Path, cmd: DomainCommand) -> Result<u8, Failu
             out,
             ..
         } => {
+            let (name, app): (Domain, AppName) = (name.parse()?, app.parse()?);
             let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
             Ok(output::print_report(&report, out.json))
         }
@@ -515,6 +538,7 @@ fn domain_command(dir: &std::path::Path, cmd: DomainCommand) -> Result<u8, Failu
             out,
             app: None,
         } => {
+            let (name, profile): (Domain, Profile) = (name.parse()?, profile.parse()?);
             let servers = servers
                 .iter()
                 .enumerate()
@@ -531,7 +555,7 @@ fn domain_command(dir: &std::path::Path, cmd: DomainCommand) -> Result<u8, Failu
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Rm { name, out } => {
-            let report = open(dir)?.remove_domain(&name)?;
+            let report = open(dir)?.remove_domain(&name.parse()?)?;
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Ls { json } => {
@@ -550,6 +574,8 @@ fn block_command(dir: &std::path::Path, cmd: BlockCommand) -> Result<u8, Failure
             ttl,
             out,
         } => {
+            let key: BlockKey = key.parse()?;
+            let ttl = ttl.map(|t| t.parse::<Ttl>()).transpose()?;
             let reason = Note::parse("reason", &reason)?;
             let author = author
                 .or_else(|| std::env::var("SUDO_USER").ok())
@@ -562,6 +588,7 @@ fn block_command(dir: &std::path::Path, cmd: BlockCommand) -> Result<u8, Failure
             Ok(0)
         }
         BlockCommand::Rm { key, out } => {
+            let key: BlockKey = key.parse()?;
             let report = open(dir)?.change_blocks(&[BlockChange::Remove(key)])?;
             output::print_block_report(&[key], &report, out.json);
             Ok(if report.results == [ChangeResult::NotFound] {
@@ -580,11 +607,11 @@ fn block_command(dir: &std::path::Path, cmd: BlockCommand) -> Result<u8, Failure
 fn proxy_command(dir: &std::path::Path, cmd: ProxyCommand) -> Result<u8, Failure> {
     match cmd {
         ProxyCommand::Add { net, out } => {
-            let (report, _) = open(dir)?.trust_proxy(&net)?;
+            let (report, _) = open(dir)?.trust_proxy(&net.parse::<ProxyNet>()?)?;
             Ok(output::print_report(&report, out.json))
         }
         ProxyCommand::Rm { net, out } => {
-            let report = open(dir)?.distrust_proxy(&net)?;
+            let report = open(dir)?.distrust_proxy(&net.parse::<ProxyNet>()?)?;
             Ok(output::print_report(&report, out.json))
         }
         ProxyCommand::Ls => {

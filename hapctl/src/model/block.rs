@@ -50,7 +50,12 @@ impl BlockKey {
         let prefix = match prefix {
             None => max,
             Some(p) => {
-                if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 3 {
+                let leading_zero = p.len() > 1 && p.starts_with('0');
+                if p.is_empty()
+                    || !p.bytes().all(|b| b.is_ascii_digit())
+                    || p.len() > 3
+                    || leading_zero
+                {
                     return Err(err(format!("prefix {p:?} is not a number from 0 to {max}")));
                 }
                 let n: u8 = p.parse().unwrap_or(u8::MAX);
@@ -65,7 +70,7 @@ impl BlockKey {
         };
         if prefix == 0 {
             return Err(err(
-                "a /0 would block every client; refuse to lock everyone out".into(),
+                "a /0 covers every address: as a block it would lock every client out, as a trusted proxy it would trust everyone".into(),
             ));
         }
         let net = IpNet::new(ip, prefix)
@@ -165,6 +170,13 @@ serde_via_str!(Ttl);
 impl FromStr for Ttl {
     type Err = Invalid;
     fn from_str(s: &str) -> Result<Ttl, Invalid> {
+        if s.trim() != s || s.contains(char::is_whitespace) {
+            return Err(Invalid::new(
+                "ttl",
+                s,
+                "must be one duration word such as 90s, 30m, 12h or 7d, without spaces",
+            ));
+        }
         let d = humantime::parse_duration(s).map_err(|_| {
             Invalid::new("ttl", s, "must be a duration such as 90s, 30m, 12h or 7d")
         })?;
@@ -220,6 +232,7 @@ mod tests {
             ("10.0.0.0/", "prefix"),
             ("10.0.0.0/x", "prefix"),
             ("0.0.0.0/0", "every client"),
+            ("10.0.0.0/08", "prefix"),
             ("10.0.0.1 ", "whitespace"),
             ("10.0.0.1\n", "whitespace"),
             ("", "IPv4"),

@@ -12,16 +12,9 @@ pub struct Invalid {
 
 impl Invalid {
     pub fn new(field: &'static str, value: &str, rule: impl Into<String>) -> Invalid {
-        // Keep messages bounded even for megabyte-long hostile input.
-        let value = if value.chars().count() > 80 {
-            let head: String = value.chars().take(80).collect();
-            format!("{head}… ({} bytes)", value.len())
-        } else {
-            value.to_string()
-        };
         Invalid {
             field,
-            value,
+            value: bounded(value),
             rule: rule.into(),
         }
     }
@@ -30,6 +23,17 @@ impl Invalid {
     pub fn in_field(mut self, field: &'static str) -> Invalid {
         self.field = field;
         self
+    }
+}
+
+/// At most 80 characters of `value`, so messages stay bounded even for megabyte-long hostile
+/// input (print it with `{:?}` so control characters are escaped).
+pub fn bounded(value: &str) -> String {
+    if value.chars().count() > 80 {
+        let head: String = value.chars().take(80).collect();
+        format!("{head}… ({} bytes)", value.len())
+    } else {
+        value.to_string()
     }
 }
 

@@ -11,7 +11,7 @@ mod state;
 
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
-pub use error::Invalid;
+pub use error::{bounded, Invalid};
 pub use name::{Domain, DomainName};
 pub use profile::{HttpPath, Profile};
 pub use server::{Port, Server, ServerAddr, ServerHost, ServerName, ServerOptions};

@@ -51,12 +51,29 @@ impl DomainName {
             return Err(err("must not end with '.'".into()));
         }
         let ascii = if input.is_ascii() {
-            input.to_ascii_lowercase()
+            let lower = input.to_ascii_lowercase();
+            if lower.split('.').any(|l| l.starts_with("xn--")) {
+                check_punycode(&lower).map_err(err)?;
+            }
+            lower
         } else {
             to_ascii_idn(input).map_err(err)?
         };
         check_ascii_name(&ascii).map_err(err)?;
         Ok(DomainName(ascii))
+    }
+}
+
+/// An `xn--` name must decode, and its Unicode form must pass the same look-alike rules as a
+/// name typed in Unicode (and encode back to exactly this name).
+fn check_punycode(ascii: &str) -> Result<(), String> {
+    let (unicode, decoded) = idna::domain_to_unicode(ascii);
+    if decoded.is_err() {
+        return Err("has an xn-- label that is not valid punycode".into());
+    }
+    match to_ascii_idn(&unicode)? {
+        back if back == ascii => Ok(()),
+        _ => Err(format!("is not the canonical ASCII form of {unicode:?}")),
     }
 }
 
@@ -276,6 +293,7 @@ mod tests {
         assert_eq!(ok("a-b.c0.example"), "a-b.c0.example");
         assert_eq!(ok("bücher.example"), "xn--bcher-kva.example");
         assert_eq!(ok("xn--bcher-kva.example"), "xn--bcher-kva.example");
+        assert_eq!(ok("XN--bcher-kva.example"), "xn--bcher-kva.example");
         assert_eq!(ok("пример.рф"), "xn--e1afmkfd.xn--p1ai");
         assert_eq!(ok("日本.example"), "xn--wgv71a.example");
         let label = "a".repeat(63);
@@ -341,6 +359,9 @@ mod tests {
         assert!(refused("p\u{0430}ypal.com").contains("mixes"));
         // Whole-script Cyrillic spelling of "apple"-like strings.
         assert!(refused("\u{0430}\u{0440}\u{0440}\u{04CF}\u{0435}.com").contains("look Latin"));
+        // The same look-alikes, typed as punycode, and punycode that does not decode.
+        assert!(refused("xn--80ak6aa92e.com").contains("look Latin"));
+        assert!(refused("xn--zz.example.com").contains("punycode"));
         // Fullwidth ASCII.
         assert!(refused("ｅxample.com").contains("look-alike"));
         // Greek omicron in a Latin word.

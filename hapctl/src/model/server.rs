@@ -254,7 +254,9 @@ impl ServerOptions {
             }
             Some(("weight", v)) => {
                 let w = number("weight", v)?;
-                self.weight = Some(u16::try_from(w).unwrap_or(u16::MAX));
+                self.weight = Some(
+                    u16::try_from(w).map_err(|_| Invalid::new("weight", v, "must be 0 to 256"))?,
+                );
             }
             Some(("maxconn", v)) => self.maxconn = Some(number("maxconn", v)?),
             _ => {

@@ -25,8 +25,8 @@ const EMBEDDED: [(&str, &str); 4] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateError {
-    #[error("cannot read templates folder {dir}: {source}")]
-    Io { dir: String, source: std::io::Error },
+    #[error("cannot read the templates folder {dir} (render.templates_dir): {error}")]
+    Io { dir: String, error: std::io::Error },
     #[error("{file}: not a template hapctl renders; expected one of: {known}")]
     Unknown { file: String, known: String },
     #[error("{file}: template syntax error: {message}")]
@@ -55,9 +55,9 @@ impl Templates {
         let Some(dir) = dir else {
             return Ok(Templates::embedded());
         };
-        let io = |source| TemplateError::Io {
+        let io = |error| TemplateError::Io {
             dir: dir.display().to_string(),
-            source,
+            error,
         };
         let mut overrides = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io)? {

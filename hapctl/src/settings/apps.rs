@@ -146,7 +146,7 @@ pub(super) fn resolve(
                 if !ok {
                     return Err((
                         key("runner.unit"),
-                        format!("{unit:?} must be a template unit name containing {{version}} and ending in .service, e.g. \"app@{{version}}.service\""),
+                        format!("{:?} must be a template unit name containing {{version}} and ending in .service, e.g. \"app@{{version}}.service\"", crate::model::bounded(&unit)),
                     ));
                 }
                 RunnerSettings::Systemd { unit }
@@ -182,18 +182,19 @@ pub(super) fn resolve(
 
 /// HAProxy identifiers (backend and server names); `d_` and `w_` are the domains' backends.
 fn check_identifier(s: &str) -> Result<(), String> {
+    let shown = crate::model::bounded(s);
     let ok = !s.is_empty()
         && s.len() <= 64
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c));
     if !ok {
         return Err(format!(
-            "{s:?} must be 1-64 characters of letters, digits, '_', '.', ':' and '-'"
+            "{shown:?} must be 1-64 characters of letters, digits, '_', '.', ':' and '-'"
         ));
     }
     if s.starts_with("d_") || s.starts_with("w_") {
         return Err(format!(
-            "{s:?} starts with d_ or w_, which hapctl uses for domain backends"
+            "{shown:?} starts with d_ or w_, which hapctl uses for domain backends"
         ));
     }
     Ok(())
@@ -208,7 +209,8 @@ fn parse_range(s: &str) -> Result<PortPlan, String> {
     match parsed {
         Some((first, last)) if first <= last => Ok(PortPlan::Range { first, last }),
         _ => Err(format!(
-            "{s:?} must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535, e.g. \"18200-18299\""
+            "{:?} must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535, e.g. \"18200-18299\"",
+            crate::model::bounded(s)
         )),
     }
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::model::bounded;
+
 mod apps;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
@@ -22,10 +24,10 @@ pub const HAPROXY_BIN_ENV: &str = "HAPCTL_HAPROXY_BIN";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("cannot read {path}: {source}; run `hapctl init` to create the state directory")]
+    #[error("cannot read {path}: {}", describe_read_error(.error))]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid settings in {path}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -274,9 +276,9 @@ impl Settings {
     /// Reads `STATE_DIR/hapctl.toml`.
     pub fn load(state_dir: &Path) -> Result<Settings, SettingsError> {
         let path = state_dir.join(SETTINGS_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|source| SettingsError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|error| SettingsError::Read {
             path: path.clone(),
-            source,
+            error,
         })?;
         Settings::parse(state_dir, &path, &text)
     }
@@ -285,10 +287,7 @@ impl Settings {
     pub fn parse(state_dir: &Path, file: &Path, text: &str) -> Result<Settings, SettingsError> {
         let raw: RawSettings = toml::from_str(text).map_err(|e| SettingsError::Parse {
             path: file.to_path_buf(),
-            message: e.message().to_string()
-                + &e.span()
-                    .map(|s| format!(" (at byte {})", s.start))
-                    .unwrap_or_default(),
+            message: describe_toml_error(text, &e),
         })?;
         let value_error = |key: &str, message: String| SettingsError::Value {
             path: file.to_path_buf(),
@@ -313,7 +312,10 @@ impl Settings {
             Some(s) => s.parse().map_err(|_| {
                 value_error(
                     "edge.http_bind",
-                    format!("{s:?} is not an IP:PORT address such as \"127.0.0.1:8080\""),
+                    format!(
+                        "{:?} is not an IP:PORT address such as \"127.0.0.1:8080\"",
+                        bounded(&s)
+                    ),
                 )
             })?,
         };
@@ -401,7 +403,7 @@ impl Settings {
                 None => {
                     return Err(value_error(
                         "edge.default_app",
-                        format!("{name:?} is not the name of an [[app]] entry"),
+                        format!("{:?} is not the name of an [[app]] entry", bounded(&name)),
                     ))
                 }
             },
@@ -411,7 +413,10 @@ impl Settings {
             Some(s) => s.parse().map_err(|_| {
                 value_error(
                     "api.listen",
-                    format!("{s:?} is not an IP:PORT address such as \"127.0.0.1:9090\""),
+                    format!(
+                        "{:?} is not an IP:PORT address such as \"127.0.0.1:9090\"",
+                        bounded(&s)
+                    ),
                 )
             })?,
         };
@@ -434,6 +439,32 @@ impl Settings {
     }
 }
 
+fn describe_read_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("{e}; run `hapctl init` to create the state directory")
+        }
+        std::io::ErrorKind::InvalidData => "the file is not UTF-8 text; fix or recreate it".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// A TOML error with the line it is on and that line's text (which names the key), bounded.
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return e.message().to_string();
+    };
+    let start = span.start.min(text.len());
+    let line_no = text[..start].matches('\n').count() + 1;
+    let line = text[..start].rsplit('\n').next().unwrap_or("").to_string()
+        + text[start..].split('\n').next().unwrap_or("");
+    format!(
+        "line {line_no} ({:?}): {}",
+        bounded(line.trim()),
+        e.message()
+    )
+}
+
 /// A positive duration such as `30s`, or `default` seconds when absent.
 fn parse_duration(v: Option<&str>, default: u64) -> Result<Duration, String> {
     match v {
@@ -441,7 +472,10 @@ fn parse_duration(v: Option<&str>, default: u64) -> Result<Duration, String> {
         Some(s) => match humantime::parse_duration(s) {
             Ok(d) if d.is_zero() => Err("must be greater than zero".into()),
             Ok(d) => Ok(d),
-            Err(e) => Err(format!("{s:?} is not a duration like \"30s\": {e}")),
+            Err(e) => Err(format!(
+                "{:?} is not a duration like \"30s\": {e}",
+                bounded(s)
+            )),
         },
     }
 }
@@ -451,12 +485,13 @@ fn check_config_path(path: &Path) -> Result<(), String> {
     let s = path
         .to_str()
         .ok_or_else(|| format!("{path:?} is not valid UTF-8"))?;
+    let shown = bounded(s);
     match s
         .chars()
         .find(|c| c.is_whitespace() || c.is_control() || "\"'#%\\$,{}".contains(*c))
     {
         Some(c) => Err(format!(
-            "{s:?} contains {c:?}; HAProxy paths may not contain whitespace, quotes, '#', '%', '$', ',', braces or backslashes"
+            "{shown:?} contains {c:?}; HAProxy paths may not contain whitespace, quotes, '#', '%', '$', ',', braces or backslashes"
         )),
         None => Ok(()),
     }
