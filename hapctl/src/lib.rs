@@ -16,3 +16,12 @@ pub mod prove;
 pub mod render;
 pub mod settings;
 pub mod store;
+
+/// Entry points for the fuzz targets in `fuzz/` (built with `--cfg fuzzing` by cargo-fuzz):
+/// every parser of text that comes from outside.
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    pub use crate::haproxy::messages::alerts_and_warnings as haproxy_messages;
+    pub use crate::haproxy::runtime::parse_lookup;
+    pub use crate::haproxy::validator::invalid_messages as check_output;
+}

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 const MAX_LOG_READ: u64 = 256 * 1024;
 
 /// `[ALERT]` and `[WARNING]` lines of `text`, tidied, in order.
-pub(crate) fn alerts_and_warnings(text: &str) -> Vec<String> {
+pub fn alerts_and_warnings(text: &str) -> Vec<String> {
     tagged(text, &["[ALERT]", "[WARNING]"])
 }
 

@@ -2,12 +2,12 @@
 //! the CLI socket client, and running the master (direct or through systemd).
 
 mod master;
-mod messages;
+pub(crate) mod messages;
 mod proc_list;
-mod runtime;
+pub(crate) mod runtime;
 mod socket;
 mod supervisor;
-mod validator;
+pub(crate) mod validator;
 
 #[cfg(test)]
 mod testutil;

@@ -80,20 +80,10 @@ impl RuntimeMap {
     pub fn lookup(&self, key: &str) -> Result<Lookup, RuntimeError> {
         let command = format!("get map {} {key}", self.map);
         let answer = self.command(&command)?;
-        if answer.contains("found=no") {
-            return Ok(Lookup::NotFound);
-        }
-        let matched = answer
-            .split(", ")
-            .find_map(|field| field.strip_prefix("key=\""))
-            .and_then(|rest| rest.split('"').next());
-        match (answer.contains("found=yes"), matched) {
-            (true, Some(k)) => Ok(Lookup::Found(k.to_string())),
-            _ => Err(RuntimeError::Refused {
-                command,
-                answer: answer.trim().to_string(),
-            }),
-        }
+        parse_lookup(&answer).ok_or_else(|| RuntimeError::Refused {
+            command,
+            answer: answer.trim().to_string(),
+        })
     }
 
     /// Replaces the whole map atomically (`prepare map` / `add map @V` / `commit map`): requests
@@ -137,11 +127,35 @@ impl RuntimeMap {
     }
 }
 
+/// Reads a `get map` answer (`type=ip, case=sensitive, found=yes, idx=tree, key="10.0.0.0/8",
+/// value="1", type="str"`); `None` when it is neither a hit nor a miss.
+pub fn parse_lookup(answer: &str) -> Option<Lookup> {
+    if answer.contains("found=no") {
+        return Some(Lookup::NotFound);
+    }
+    let matched = answer
+        .split(", ")
+        .find_map(|field| field.strip_prefix("key=\""))
+        .and_then(|rest| rest.split('"').next());
+    match (answer.contains("found=yes"), matched) {
+        (true, Some(k)) => Some(Lookup::Found(k.to_string())),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::haproxy::testutil::{free_port, TestEdge};
     use std::time::Duration;
+
+    #[test]
+    fn lookup_answers_parse() {
+        let hit = "type=ip, case=sensitive, found=yes, idx=tree, key=\"10.2.0.0/16\", value=\"1\", type=\"str\"\n";
+        assert_eq!(parse_lookup(hit), Some(Lookup::Found("10.2.0.0/16".into())));
+        assert_eq!(parse_lookup("type=ip, case=sensitive, found=no\n"), Some(Lookup::NotFound));
+        assert_eq!(parse_lookup("Unknown map identifier.\n"), None);
+    }
 
     #[test]
     fn put_lookup_remove_and_replace_on_a_running_haproxy() {

@@ -138,7 +138,7 @@ impl Validator {
     }
 }
 
-fn invalid_messages(code: i32, stdout: &str, stderr: &str) -> Vec<String> {
+pub fn invalid_messages(code: i32, stdout: &str, stderr: &str) -> Vec<String> {
     let found = messages::alerts_and_warnings(&format!("{stderr}\n{stdout}"));
     if !found.is_empty() {
         return found;

@@ -1,0 +1,344 @@
+//! A real edge to measure: a state dir made by `hapctl init` in a temp dir, a public listener
+//! on a free loopback port, a counting wrapper in front of haproxy, the release hapctl binary,
+//! and a tiny HTTP backend. Everything started here is stopped on drop (also on errors and
+//! panics), and the temp dir is removed.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hapctl::haproxy::{CliSocket, Master, ProcList};
+use hapctl::model::EdgeState;
+use hapctl::settings::{Settings, HAPROXY_BIN_ENV};
+use hapctl::store::Store;
+
+use crate::stats::Summary;
+use crate::sys::{self, TempDir};
+
+/// Bound on every hapctl command the harness runs (a 10,000-domain start included).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub struct Edge {
+    pub hapctl: PathBuf,
+    pub state_dir: PathBuf,
+    /// The public listener's port on 127.0.0.1.
+    pub port: u16,
+    pub settings: Settings,
+    wrapper: PathBuf,
+    calls_log: PathBuf,
+    started: bool,
+    // Last: removed after HAProxy was stopped (see Drop).
+    _dir: TempDir,
+}
+
+impl Edge {
+    /// `hapctl init --http-bind 127.0.0.1:<free port>` in a fresh temp dir; HAProxy not started.
+    pub fn init(hapctl: &Path, label: &str) -> anyhow::Result<Edge> {
+        let dir = TempDir::new(label)?;
+        let (wrapper, calls_log) = counting_haproxy(dir.path())?;
+        let state_dir = dir.path().join("state");
+        let port = sys::free_port()?;
+        let mut edge = Edge {
+            hapctl: hapctl.to_path_buf(),
+            state_dir: state_dir.clone(),
+            port,
+            settings: Settings::parse(&state_dir, Path::new("-"), "")?,
+            wrapper,
+            calls_log,
+            started: false,
+            _dir: dir,
+        };
+        edge.ok(&["init", "--http-bind", &format!("127.0.0.1:{port}")])?;
+        edge.settings = Settings::load(&state_dir)?;
+        Ok(edge)
+    }
+
+    /// A hapctl command on this state dir, haproxy being the counting wrapper.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.hapctl);
+        cmd.arg("--state-dir")
+            .arg(&self.state_dir)
+            .args(args)
+            .env(HAPROXY_BIN_ENV, &self.wrapper)
+            .env_remove("HAPCTL_FAULT")
+            .env_remove("HAPCTL_LOG");
+        cmd
+    }
+
+    /// Runs a hapctl command (bounded) and insists on exit 0.
+    pub fn ok(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let out = sys::run_bounded(&mut self.command(args), COMMAND_TIMEOUT)?;
+        if !out.status.success() {
+            bail!("hapctl {}: {}", args.join(" "), sys::describe(&out));
+        }
+        Ok(out)
+    }
+
+    /// Writes `state` into the database directly (no apply runs): the domains and proxies in one
+    /// transaction, the blocks (their own database file) in another.
+    pub fn load(&self, state: &EdgeState) -> anyhow::Result<()> {
+        let paths = &self.settings.paths;
+        let mut store = Store::open(&paths.database, &paths.blocks_database)?;
+        let tx = store.begin()?;
+        for (domain, backend) in &state.domains {
+            tx.put_domain(domain, backend, 1_700_000_000)?;
+        }
+        for net in &state.trusted_proxies {
+            tx.add_trusted_proxy(net)?;
+        }
+        tx.commit()?;
+        let tx = store.begin_blocks()?;
+        for block in state.blocks.values() {
+            tx.put_block(block)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Times `Store::load_state` (what every apply does first) on this edge's database.
+    pub fn time_load_state(&self, times: usize) -> anyhow::Result<Summary> {
+        let paths = &self.settings.paths;
+        let store = Store::open(&paths.database, &paths.blocks_database)?;
+        let mut samples = Vec::new();
+        for _ in 0..times.max(1) {
+            let t = Instant::now();
+            std::hint::black_box(store.load_state(1_700_000_000)?);
+            samples.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok(Summary::of(&samples).expect("at least one sample"))
+    }
+
+    /// One `haproxy -c` of the live set with the real binary (not counted), in ms.
+    pub fn time_haproxy_check(&self) -> anyhow::Result<f64> {
+        let paths = &self.settings.paths;
+        let mut cmd = Command::new(sys::haproxy_bin()?);
+        cmd.args(["-c", "-q", "-f"])
+            .arg(&paths.config)
+            .arg("-f")
+            .arg(&paths.generation);
+        let t = Instant::now();
+        let out = sys::run_bounded(&mut cmd, COMMAND_TIMEOUT)?;
+        let elapsed = t.elapsed().as_secs_f64() * 1000.0;
+        if !out.status.success() {
+            bail!("haproxy -c on the live set failed: {}", sys::describe(&out));
+        }
+        Ok(elapsed)
+    }
+
+    /// `hapctl haproxy start`; from here on, drop stops the master.
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        self.started = true;
+        self.ok(&["haproxy", "start"])?;
+        Ok(())
+    }
+
+    pub fn master(&self) -> Master {
+        Master::new(CliSocket::new(
+            &self.settings.paths.master_socket,
+            Duration::from_secs(5),
+        ))
+    }
+
+    /// `show proc`, retried while the master re-executes (bounded).
+    pub fn show_proc(&self) -> anyhow::Result<ProcList> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.master().show_proc() {
+                Ok(p) => return Ok(p),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e).context("show proc on the master socket")
+                }
+                Err(_) => thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// Waits (bounded) until no old worker is left, so each measurement starts from the same
+    /// state. Returns false if some were still there at the bound.
+    pub fn wait_old_workers_gone(&self, bound: Duration) -> anyhow::Result<bool> {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.show_proc()?.old_workers.is_empty() {
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                return Ok(false);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many `haproxy -c` runs the wrapper has seen so far.
+    pub fn check_runs(&self) -> usize {
+        std::fs::read_to_string(&self.calls_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split_whitespace().any(|a| a == "-c"))
+            .count()
+    }
+
+    /// GET / with this Host through the edge, on a fresh connection.
+    pub fn get(&self, host: &str) -> std::io::Result<(u16, String)> {
+        http_get(self.port, host)
+    }
+
+    /// Stops the master started by `start`: SIGTERM, then SIGKILL after 10 s.
+    pub fn stop_haproxy(&mut self) {
+        if !std::mem::take(&mut self.started) {
+            return;
+        }
+        let Ok(text) = std::fs::read_to_string(&self.settings.paths.pidfile) else {
+            return;
+        };
+        let Ok(pid) = text.trim().parse::<i32>() else {
+            return;
+        };
+        // Only ever signal the HAProxy this pidfile names (a stale pidfile may name a reused PID).
+        if !is_haproxy(pid) {
+            return;
+        }
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && alive(pid) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if alive(pid) && is_haproxy(pid) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        self.stop_haproxy();
+        // `_dir` is dropped after this, removing the state dir.
+    }
+}
+
+fn is_haproxy(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim() == "haproxy")
+        .unwrap_or(false)
+}
+
+/// Alive and not a zombie (a re-parented master may wait for a reaper).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// A shell script in front of the real haproxy that logs each invocation's arguments, then
+/// `exec`s it (so the master it starts is the real one, with the same PID).
+fn counting_haproxy(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let log = dir.join("haproxy-calls.log");
+    let script = dir.join("haproxy-counting");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            sys::haproxy_bin()?.display()
+        ),
+    )?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    Ok((script, log))
+}
+
+/// A plain HTTP/1.1 GET / with `Connection: close`, every step bounded; status and body.
+pub fn http_get(port: u16, host: &str) -> std::io::Result<(u16, String)> {
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(
+        format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status line in {text:?}")))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Ok((status, body.to_string()))
+}
+
+/// A backend on 127.0.0.1 answering every request with 200 and a fixed body; stopped on drop.
+pub struct HttpBackend {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl HttpBackend {
+    pub fn start(body: &'static str) -> anyhow::Result<HttpBackend> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if flag.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(mut conn) = conn {
+                    thread::spawn(move || serve(&mut conn, body));
+                }
+            }
+        });
+        Ok(HttpBackend { port, stop })
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for HttpBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect_timeout(
+            &SocketAddr::from(([127, 0, 0, 1], self.port)),
+            Duration::from_secs(1),
+        );
+    }
+}
+
+/// One request per connection: answer once the head is complete (health checks that only
+/// connect and close end at the first read).
+fn serve(conn: &mut TcpStream, body: &str) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if buf.len() > 64 * 1024 {
+            return;
+        }
+    }
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = conn.write_all(resp.as_bytes());
+}

@@ -1,0 +1,366 @@
+//! `hapctl-bench`: benchmarks of hapctl, printed as tables and optionally written as JSON.
+//!
+//! ```text
+//! cargo run -j2 --release -p bench -- [--sizes 10,1000,10000] [--only render,domain-add]
+//!                                     [--runs K] [--json out.json] [--hapctl PATH]
+//! ```
+//!
+//! Each section is one module with a `run(&Ctx) -> anyhow::Result<Report>` function, listed
+//! once in `SECTIONS`; adding a section is adding a module and a line there.
+
+mod domain_add;
+mod fixture;
+mod harness;
+mod render;
+mod stats;
+mod sys;
+
+use std::cell::OnceCell;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use serde_json::{json, Value};
+
+/// One benchmark section.
+struct Section {
+    name: &'static str,
+    about: &'static str,
+    run: fn(&Ctx) -> anyhow::Result<Report>,
+}
+
+const SECTIONS: &[Section] = &[
+    Section {
+        name: "render",
+        about: "hapctl::render::render of the full file set (pure, in-process)",
+        run: render::run,
+    },
+    Section {
+        name: "domain-add",
+        about: "end-to-end `hapctl domain add` until the new host answers 200 through HAProxy",
+        run: domain_add::run,
+    },
+];
+
+#[derive(Parser)]
+#[command(
+    name = "hapctl-bench",
+    about = "Benchmarks of hapctl (render, end-to-end domain add against a real HAProxy)",
+    after_help = "Sections: render, domain-add. Results go to stdout as tables; --json writes them as JSON too."
+)]
+struct Args {
+    /// Numbers of domains to measure at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,1000,10000")]
+    sizes: Vec<usize>,
+    /// Sections to run, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Write every result (with raw samples) to this JSON file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// domain-add: operations per size (default 15, and 7 from 10,000 domains up).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// render: time budget per size in milliseconds (at least 15 iterations are always run).
+    #[arg(long, default_value_t = 3000)]
+    render_budget_ms: u64,
+    /// The hapctl binary to drive; by default `cargo build --release -p hapctl` is run first
+    /// and its binary used, so the numbers are never those of a stale build.
+    #[arg(long)]
+    hapctl: Option<PathBuf>,
+    /// Parallel jobs for that build.
+    #[arg(long, default_value_t = 2)]
+    jobs: u32,
+}
+
+/// What sections get to see.
+pub struct Ctx {
+    pub sizes: Vec<usize>,
+    pub runs: Option<usize>,
+    pub render_budget_ms: u64,
+    hapctl: Option<PathBuf>,
+    jobs: u32,
+    built: OnceCell<PathBuf>,
+}
+
+impl Ctx {
+    /// The release `hapctl` binary: `--hapctl`, or freshly built (once per run).
+    pub fn hapctl_bin(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.hapctl {
+            if !p.is_file() {
+                bail!("--hapctl {}: no such file", p.display());
+            }
+            return Ok(p.clone());
+        }
+        if let Some(p) = self.built.get() {
+            return Ok(p.clone());
+        }
+        let p = build_hapctl(self.jobs)?;
+        Ok(self.built.get_or_init(|| p).clone())
+    }
+}
+
+/// Runs `cargo build --release -p hapctl --bin hapctl` and returns the binary's path, as cargo
+/// reports it (so a custom target dir works too).
+fn build_hapctl(jobs: u32) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("bench/ has no parent folder")?;
+    eprintln!("building the release hapctl binary (cargo build -j{jobs} --release -p hapctl)…");
+    let mut child = Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--release", "-p", "hapctl", "--bin", "hapctl"])
+        .arg(format!("-j{jobs}"))
+        .arg("--message-format=json-render-diagnostics")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot run {}", Path::new(&cargo).display()))?;
+    let mut exe = None;
+    let stdout = child.stdout.take().context("cargo stdout")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "hapctl" {
+            if let Some(p) = msg["executable"].as_str() {
+                exe = Some(PathBuf::from(p));
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("building hapctl failed ({status}); fix the build or pass --hapctl PATH");
+    }
+    exe.context("cargo built hapctl but did not name its executable; pass --hapctl PATH")
+}
+
+/// What a section hands back.
+#[derive(Default)]
+pub struct Report {
+    pub tables: Vec<Table>,
+    pub targets: Vec<Target>,
+    pub notes: Vec<String>,
+    pub json: Value,
+}
+
+pub struct Table {
+    pub title: String,
+    pub header: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(title: impl Into<String>, header: &[&'static str]) -> Table {
+        Table {
+            title: title.into(),
+            header: header.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row; a programming error if it does not have one cell per column.
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(
+            cells.len(),
+            self.header.len(),
+            "table {:?}: a row of {} cells for {} columns",
+            self.title,
+            cells.len(),
+            self.header.len()
+        );
+        self.rows.push(cells);
+    }
+
+    /// Plain-text table: first column left-aligned, the others right-aligned.
+    fn print(&self) {
+        let cols = self.header.len();
+        let mut width: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(cols) {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+        println!("\n{}", self.title);
+        let line = |cells: Vec<&str>| {
+            let parts: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i == 0 {
+                        format!("{c:<w$}", w = width[i])
+                    } else {
+                        format!("{c:>w$}", w = width[i])
+                    }
+                })
+                .collect();
+            println!("  {}", parts.join("  "));
+        };
+        line(self.header.clone());
+        line(
+            width
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str)
+                .collect(),
+        );
+        for r in &self.rows {
+            line(r.iter().map(String::as_str).collect());
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({ "title": self.title, "header": self.header, "rows": self.rows })
+    }
+}
+
+/// A stated goal and whether the measurement met it (`None`: not measured in this run).
+pub struct Target {
+    pub goal: String,
+    pub met: Option<bool>,
+    pub detail: String,
+}
+
+impl Target {
+    fn verdict(&self) -> &'static str {
+        match self.met {
+            Some(true) => "MET",
+            Some(false) => "NOT MET",
+            None => "not measured",
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Returns false when a section failed.
+fn run(args: Args) -> anyhow::Result<bool> {
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        bail!("--sizes needs one or more positive numbers of domains, e.g. 10,1000,10000");
+    }
+    for name in &args.only {
+        if !SECTIONS.iter().any(|s| s.name == name) {
+            let known: Vec<_> = SECTIONS.iter().map(|s| s.name).collect();
+            bail!(
+                "--only: unknown section {name:?}; known: {}",
+                known.join(", ")
+            );
+        }
+    }
+    let ctx = Ctx {
+        sizes: args.sizes.clone(),
+        runs: args.runs,
+        render_budget_ms: args.render_budget_ms,
+        hapctl: args.hapctl.clone(),
+        jobs: args.jobs,
+        built: OnceCell::new(),
+    };
+    let machine = sys::machine();
+    println!("hapctl-bench — {}", machine["date"].as_str().unwrap_or(""));
+    println!(
+        "machine: {} CPU(s), {}, {} RAM, {}, {}",
+        machine["nproc"],
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["ram"].as_str().unwrap_or("?"),
+        machine["os"].as_str().unwrap_or("?"),
+        machine["haproxy"].as_str().unwrap_or("?"),
+    );
+
+    let mut ok = true;
+    let mut sections = serde_json::Map::new();
+    let mut all_targets = Vec::new();
+    for section in SECTIONS
+        .iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.name))
+    {
+        let load_before = sys::load_average();
+        println!(
+            "\n=== {} — {} (load average {})",
+            section.name,
+            section.about,
+            load_before.map(|l| l.to_string()).unwrap_or("?".into())
+        );
+        let started = Instant::now();
+        match (section.run)(&ctx) {
+            Ok(report) => {
+                let load_after = sys::load_average();
+                for t in &report.tables {
+                    t.print();
+                }
+                for n in &report.notes {
+                    println!("\n  note: {n}");
+                }
+                println!(
+                    "\n  1-min load average: {} before, {} after ({} CPUs)",
+                    load_before.map(|l| l.to_string()).unwrap_or("?".into()),
+                    load_after.map(|l| l.to_string()).unwrap_or("?".into()),
+                    machine["nproc"]
+                );
+                if !report.targets.is_empty() {
+                    println!("\n  targets:");
+                }
+                for t in &report.targets {
+                    println!("  [{}] {} — {}", t.verdict(), t.goal, t.detail);
+                    all_targets.push(json!({
+                        "section": section.name,
+                        "goal": t.goal,
+                        "met": t.met,
+                        "detail": t.detail,
+                    }));
+                }
+                sections.insert(
+                    section.name.to_string(),
+                    json!({
+                        "seconds": started.elapsed().as_secs_f64(),
+                        "load_average_before": load_before,
+                        "load_average_after": load_after,
+                        "tables": report.tables.iter().map(Table::to_json).collect::<Vec<_>>(),
+                        "notes": report.notes,
+                        "results": report.json,
+                    }),
+                );
+            }
+            Err(e) => {
+                ok = false;
+                eprintln!("section {} failed: {e:#}", section.name);
+                sections.insert(
+                    section.name.to_string(),
+                    json!({ "error": format!("{e:#}") }),
+                );
+            }
+        }
+    }
+
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "tool": "hapctl-bench",
+            "command": std::env::args().collect::<Vec<_>>(),
+            "machine": machine,
+            "sizes": args.sizes,
+            "sections": sections,
+            "targets": all_targets,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("\nJSON written to {}", path.display());
+    }
+    Ok(ok)
+}

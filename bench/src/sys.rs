@@ -1,0 +1,172 @@
+//! Small OS helpers: the machine description, temp dirs, bounded child processes, ports.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+/// What the numbers were measured on.
+pub fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let ram = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown".into());
+    let os = std::fs::read_to_string("/etc/os-release")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "unknown OS".into());
+    let debian = std::fs::read_to_string("/etc/debian_version")
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default();
+    let haproxy = haproxy_bin()
+        .ok()
+        .and_then(|bin| Command::new(bin).arg("-v").output().ok())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "haproxy not found".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default();
+    json!({
+        "date": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        "nproc": thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu": cpu,
+        "ram": ram,
+        "os": if debian.is_empty() { os } else { format!("{os} ({debian})") },
+        "kernel": kernel,
+        "haproxy": haproxy,
+    })
+}
+
+/// The 1-minute load average (other work on the machine skews the numbers).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The real haproxy binary: in PATH, else /usr/sbin or /usr/local/sbin.
+pub fn haproxy_bin() -> anyhow::Result<PathBuf> {
+    for dir in std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/sbin", "/usr/local/sbin"])
+    {
+        let p = Path::new(dir).join("haproxy");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("haproxy is not installed (apt-get install -y haproxy)")
+}
+
+/// A folder removed (with everything in it) on drop, also when a panic unwinds.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(label: &str) -> anyhow::Result<TempDir> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "hapctl-bench.{}.{}.{label}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(TempDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Runs a command to its end, killing it after `timeout`.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    let out = read_in_background(child.stdout.take());
+    let err = read_in_background(child.stderr.take());
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{cmd:?} did not finish within {timeout:?}; it was killed");
+        }
+        thread::sleep(Duration::from_millis(2));
+    };
+    Ok(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// Reads a child's pipe to its end on a thread (so a full pipe never blocks the child).
+pub fn read_in_background<R: Read + Send + 'static>(
+    pipe: Option<R>,
+) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// Exit status and both outputs, for error messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "{}; stdout: {}; stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )
+}

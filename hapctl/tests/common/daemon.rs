@@ -1,0 +1,462 @@
+//! The API daemon under test (`hapctl serve` as a child process of the test) and a small
+//! HTTP/1.1 client for it: one request per connection (`Connection: close`), every step bounded
+//! by a timeout, JSON bodies parsed.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hapctl::haproxy::{CliSocket, RuntimeMap};
+use serde_json::Value;
+
+use super::{free_port, Edge};
+
+/// What the API answered.
+#[derive(Debug, Clone)]
+pub struct ApiResponse {
+    pub status: u16,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The body as text (de-chunked).
+    pub text: String,
+    /// The body parsed as JSON; `Null` when it is not JSON.
+    pub json: Value,
+}
+
+impl ApiResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `error.code` of the API's error shape ("" when absent).
+    pub fn error_code(&self) -> &str {
+        self.json["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// `error.field` of the API's error shape ("" when absent or null).
+    pub fn error_field(&self) -> &str {
+        self.json["error"]["field"].as_str().unwrap_or("")
+    }
+}
+
+/// One HTTP/1.1 request to `127.0.0.1:port`. `Err` for a transport failure (refused, reset
+/// before any answer, timeout).
+pub fn http_call(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    content_type: Option<&str>,
+    token: Option<&str>,
+) -> Result<ApiResponse, String> {
+    http_call_with(
+        port,
+        method,
+        path,
+        body,
+        content_type,
+        token.map(|t| format!("Bearer {t}")).as_deref(),
+        Duration::from_secs(60),
+    )
+}
+
+/// [`http_call`] with a raw `Authorization` value and a read timeout.
+pub fn http_call_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    content_type: Option<&str>,
+    authorization: Option<&str>,
+    read_timeout: Duration,
+) -> Result<ApiResponse, String> {
+    let mut headers = Vec::new();
+    if let Some(ct) = content_type {
+        headers.push(("Content-Type", ct));
+    }
+    if let Some(auth) = authorization {
+        headers.push(("Authorization", auth));
+    }
+    http_request(port, method, path, &headers, body, read_timeout)
+}
+
+/// One HTTP/1.1 request to `127.0.0.1:port` with these headers (`Host` defaults to the
+/// address; `Content-Length` and `Connection: close` are added).
+pub fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    read_timeout: Duration,
+) -> Result<ApiResponse, String> {
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5))
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    stream.set_read_timeout(Some(read_timeout)).unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head += &format!("Host: 127.0.0.1:{port}\r\n");
+    }
+    for (k, v) in headers {
+        head += &format!("{k}: {v}\r\n");
+    }
+    head += &format!(
+        "Connection: close\r\nContent-Length: {}\r\n\r\n",
+        body.map_or(0, <[u8]>::len)
+    );
+    stream
+        .write_all(head.as_bytes())
+        .map_err(|e| format!("send the request head: {e}"))?;
+    // A large body is written from another thread while the answer is read: the server may
+    // refuse it (413) before reading it all.
+    let writer = match body {
+        Some(b) if b.len() > 64 * 1024 => {
+            let mut w = stream.try_clone().unwrap();
+            let b = b.to_vec();
+            Some(thread::spawn(move || {
+                let _ = w.write_all(&b);
+            }))
+        }
+        Some(b) => {
+            stream
+                .write_all(b)
+                .map_err(|e| format!("send the request body: {e}"))?;
+            None
+        }
+        None => None,
+    };
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let read_error = loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break None,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Some(e),
+        }
+    };
+    if let Some(w) = writer {
+        let _ = stream.shutdown(Shutdown::Both);
+        let _ = w.join();
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
+    let Some(end) = split else {
+        return Err(match read_error {
+            Some(e) => format!("read the answer: {e} (after {} bytes)", raw.len()),
+            None => format!("no complete answer: {:?}", String::from_utf8_lossy(&raw)),
+        });
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line in {head:?}"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = raw[end + 4..].to_vec();
+    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        body = dechunk(&body);
+    } else if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        if body.len() < len {
+            return Err(format!(
+                "answer cut: {} of {len} body bytes ({read_error:?})",
+                body.len()
+            ));
+        }
+        body.truncate(len);
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Ok(ApiResponse {
+        status,
+        headers,
+        text,
+        json,
+    })
+}
+
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = String::from_utf8_lossy(&body[..eol]);
+        let size = size.split(';').next().unwrap_or("").trim();
+        let Ok(n) = usize::from_str_radix(size, 16) else {
+            break;
+        };
+        let rest = &body[eol + 2..];
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.extend_from_slice(&rest[..n]);
+        body = rest.get(n + 2..).unwrap_or_default();
+    }
+    out
+}
+
+/// How to reach a running daemon; cheap to clone into threads.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    pub port: u16,
+    pub token: String,
+}
+
+impl ApiClient {
+    /// A request with the right token and, when there is a body, `application/json`.
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<ApiResponse, String> {
+        let bytes = body.map(|b| serde_json::to_vec(b).unwrap());
+        http_call(
+            self.port,
+            method,
+            path,
+            bytes.as_deref(),
+            bytes.as_ref().map(|_| "application/json"),
+            Some(&self.token),
+        )
+    }
+
+    /// [`ApiClient::try_call`], panicking on a transport failure.
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> ApiResponse {
+        self.try_call(method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    pub fn get(&self, path: &str) -> ApiResponse {
+        self.call("GET", path, None)
+    }
+
+    /// A request with the right token and raw bytes / content type.
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        content_type: Option<&str>,
+    ) -> ApiResponse {
+        http_call(
+            self.port,
+            method,
+            path,
+            body,
+            content_type,
+            Some(&self.token),
+        )
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// The keys of `GET /v1/blocked-ips` (the database, expired entries left out).
+    pub fn blocked_keys(&self) -> BTreeSet<String> {
+        let r = self.get("/v1/blocked-ips");
+        assert_eq!(r.status, 200, "{r:?}");
+        r.json
+            .as_array()
+            .unwrap_or_else(|| panic!("not a list: {r:?}"))
+            .iter()
+            .map(|b| b["key"].as_str().expect("a block's key").to_string())
+            .collect()
+    }
+
+    /// The names of `GET /v1/domains`.
+    pub fn domain_names(&self) -> BTreeSet<String> {
+        let r = self.get("/v1/domains");
+        assert_eq!(r.status, 200, "{r:?}");
+        r.json
+            .as_array()
+            .unwrap_or_else(|| panic!("not a list: {r:?}"))
+            .iter()
+            .map(|d| d["domain"].as_str().expect("a domain's name").to_string())
+            .collect()
+    }
+}
+
+/// `hapctl serve` running against an [`Edge`]'s state dir, as a child of the test. Stopped on
+/// drop (SIGTERM, then SIGKILL). Declare it after the `Edge` so it is dropped first.
+pub struct Daemon {
+    child: Option<Child>,
+    pub client: ApiClient,
+    pub log: PathBuf,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = ApiClient;
+    fn deref(&self) -> &ApiClient {
+        &self.client
+    }
+}
+
+impl Daemon {
+    /// Starts `serve` on a free loopback port and waits until `GET /health` answers 200.
+    pub fn start(edge: &Edge) -> Daemon {
+        Daemon::start_with(edge, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments for `serve` (e.g. `--no-auth`).
+    pub fn start_with(edge: &Edge, extra: &[&str]) -> Daemon {
+        let mut daemon = Daemon::spawn(edge, free_port(), extra);
+        daemon.wait_healthy(Duration::from_secs(30));
+        daemon
+    }
+
+    /// Starts `serve --listen 127.0.0.1:port` without waiting.
+    pub fn spawn(edge: &Edge, port: u16, extra: &[&str]) -> Daemon {
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["serve", "--listen", &listen];
+        args.extend_from_slice(extra);
+        let log = edge.path(&format!("serve-{port}.log"));
+        let out = File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = edge
+            .command(&args)
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn hapctl serve");
+        let token = std::fs::read_to_string(edge.path("api-token"))
+            .expect("the API token file written by hapctl init")
+            .trim()
+            .to_string();
+        Daemon {
+            child: Some(child),
+            client: ApiClient { port, token },
+            log,
+        }
+    }
+
+    /// Polls `GET /health` (no token) until it answers 200.
+    pub fn wait_healthy(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "hapctl serve exited ({status}) before answering /health:\n{}",
+                    self.log_text()
+                );
+            }
+            let last = match http_call_with(
+                self.port,
+                "GET",
+                "/health",
+                None,
+                None,
+                None,
+                Duration::from_secs(5),
+            ) {
+                Ok(r) if r.status == 200 => return,
+                Ok(r) => format!("{} {}", r.status, r.text),
+                Err(e) => e,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "hapctl serve never answered /health with 200 within {timeout:?}; last: {last}\n{}",
+                self.log_text()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn client(&self) -> ApiClient {
+        self.client.clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("the daemon runs").id() as i32
+    }
+
+    pub fn signal(&self, signal: i32) {
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+
+    /// Waits for the daemon to exit; `None` if it still runs after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait_exit(Duration::from_secs(10))
+            .expect("the daemon exits on SIGKILL");
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        if self.wait_exit(Duration::from_secs(5)).is_none() {
+            self.signal(libc::SIGKILL);
+            let _ = self.wait_exit(Duration::from_secs(5));
+        }
+    }
+}
+
+/// The keys of the edge's blocked map file (`live/maps/blocked.map`).
+pub fn blocked_map_file_keys(edge: &Edge) -> BTreeSet<String> {
+    std::fs::read_to_string(edge.path("live/maps/blocked.map"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect()
+}
+
+/// The keys of the blocked map as the current worker holds it (`@1 show map` through the
+/// master socket).
+pub fn runtime_blocked_keys(edge: &Edge) -> BTreeSet<String> {
+    let map = RuntimeMap::new(
+        CliSocket::new(edge.path("run/master.sock"), Duration::from_secs(5)),
+        edge.path("live/maps/blocked.map").display().to_string(),
+    );
+    let keys = map.keys().expect("show map through the master socket");
+    let set: BTreeSet<String> = keys.iter().cloned().collect();
+    assert_eq!(
+        set.len(),
+        keys.len(),
+        "the runtime map holds duplicate keys: {keys:?}"
+    );
+    set
+}
