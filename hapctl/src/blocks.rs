@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::apply::unix_now;
 use crate::fsutil::{self, LockError, LockFile, DEFAULT_MODE};
-use crate::haproxy::{Lookup, Master, RuntimeError, RuntimeMap};
+use crate::haproxy::{Lookup, Master, RuntimeError, RuntimeMap, Supervisor};
 use crate::model::{Block, BlockKey};
 use crate::render::{self, FileId, BLOCKED_VALUE};
 use crate::settings::Settings;
@@ -151,28 +151,30 @@ impl<'a> Blocks<'a> {
         tx.commit()?;
 
         let all = store.blocks()?;
+        // Seen before the file is written: a reload that starts later reads the new file.
+        let reloads_before = self.master_reloads();
         let changed_file = self.write_file(&all)?;
-        let touched: Vec<(BlockKey, bool)> = changes
+        let touched: Vec<(BlockKey, Want)> = changes
             .iter()
             .zip(&results)
             .filter_map(|(c, r)| match (c, r) {
-                (
-                    BlockChange::Put(b) | BlockChange::Add(b),
-                    ChangeResult::Created | ChangeResult::Updated,
-                ) => Some((b.key, true)),
-                (BlockChange::Remove(k), ChangeResult::Removed) => Some((*k, false)),
+                (BlockChange::Put(b) | BlockChange::Add(b), ChangeResult::Created) => {
+                    Some((b.key, Want::Added))
+                }
+                (BlockChange::Put(b), ChangeResult::Updated) => Some((b.key, Want::Present)),
+                (BlockChange::Remove(k), ChangeResult::Removed) => Some((*k, Want::Removed)),
                 _ => None,
             })
             .chain(
                 expired
                     .iter()
-                    .filter_map(|k| k.parse().ok().map(|k| (k, false))),
+                    .filter_map(|k| k.parse().ok().map(|k| (k, Want::Removed))),
             )
             .collect();
         let (enforcement, runtime_error) = if touched.is_empty() && !changed_file && !interrupted {
             (Enforcement::Unchanged, None)
         } else {
-            self.enforce(&all, &touched, interrupted)?
+            self.enforce(&all, &touched, interrupted, reloads_before)?
         };
         self.clear_pending()?;
         Ok(BlockReport {
@@ -186,36 +188,64 @@ impl<'a> Blocks<'a> {
 
     /// Makes the running worker match the file: entry by entry for a few keys, whole otherwise;
     /// a reload when the runtime change cannot be confirmed.
+    ///
+    /// A reload may run at the same time (an apply): the master's socket then refuses
+    /// connections while it re-executes, and `@1` may name the old worker while the new one
+    /// was reading an older file. So socket hiccups are retried, and when the master's reload
+    /// count moved during the change, the change is made again on the new worker.
     fn enforce(
         &self,
         all: &[Block],
-        touched: &[(BlockKey, bool)],
+        touched: &[(BlockKey, Want)],
         whole: bool,
+        reloads_before: Option<u32>,
     ) -> Result<(Enforcement, Option<String>), BlockError> {
-        let master = Master::from_settings(self.settings);
-        if master.show_proc().is_err() {
+        let Some(mut seen) = reloads_before else {
             return Ok((Enforcement::NotRunning, None));
-        }
-        let runtime = self.runtime();
-        let result = if touched.len() <= BULK_THRESHOLD && !whole {
-            apply_each(&runtime, touched)
-        } else {
-            replace_whole(&runtime, all)
         };
-        match result {
-            Ok(()) => Ok((Enforcement::Runtime, None)),
-            Err(runtime_error) => {
-                tracing::warn!("runtime map change not confirmed ({runtime_error}); reloading");
-                match master.reload(self.settings.haproxy.reload_timeout) {
-                    Ok(_) => Ok((Enforcement::Reload, Some(runtime_error))),
-                    Err(e) => Err(BlockError::NotEnforced {
-                        path: self.map_path().display().to_string(),
-                        runtime: runtime_error,
-                        reload: e.to_string(),
-                    }),
+        let runtime = self.runtime();
+        let deadline = Instant::now() + self.settings.haproxy.reload_timeout;
+        loop {
+            let result = retry_transient(deadline, || {
+                if touched.len() <= BULK_THRESHOLD && !whole {
+                    apply_each(&runtime, touched)
+                } else {
+                    replace_whole(&runtime, all)
                 }
+            });
+            if let Err(runtime_error) = result {
+                return self.reload_instead(runtime_error);
+            }
+            match self.master_reloads() {
+                Some(now) if now != seen && Instant::now() < deadline => seen = now,
+                _ => return Ok((Enforcement::Runtime, None)),
             }
         }
+    }
+
+    /// The runtime change failed: reload, so the worker reads the (already written) file.
+    fn reload_instead(
+        &self,
+        runtime_error: String,
+    ) -> Result<(Enforcement, Option<String>), BlockError> {
+        tracing::warn!("runtime map change not confirmed ({runtime_error}); reloading");
+        let master = Master::from_settings(self.settings);
+        match master.reload(self.settings.haproxy.reload_timeout) {
+            Ok(_) => Ok((Enforcement::Reload, Some(runtime_error))),
+            Err(e) => Err(BlockError::NotEnforced {
+                path: self.map_path().display().to_string(),
+                runtime: runtime_error,
+                reload: e.to_string(),
+            }),
+        }
+    }
+
+    /// The master's reload count, waiting (bounded) while it re-executes; `None` when no
+    /// master runs.
+    fn master_reloads(&self) -> Option<u32> {
+        Supervisor::from_settings(self.settings)
+            .procs_when_answering(self.settings.haproxy.reload_timeout)
+            .map(|p| p.master.reloads)
     }
 
     /// Rewrites the map file from the database if it differs; returns whether it did.
@@ -237,18 +267,28 @@ impl<'a> Blocks<'a> {
     /// Makes the file (and, when it changed and HAProxy runs, the runtime map) match `all`,
     /// the blocks in the database. Run by every apply before it validates, and by the daemon
     /// at start (`force_runtime`, since runtime entries may have been lost).
-    pub fn reconcile(&self, all: &[Block], force_runtime: bool) -> Result<(), BlockError> {
+    ///
+    /// `load` reads the blocks from the database; it runs under the lock, so a block committed
+    /// meanwhile is either seen here or written after this by its own change.
+    pub fn reconcile(
+        &self,
+        load: impl FnOnce() -> Result<Vec<Block>, StoreError>,
+        force_runtime: bool,
+    ) -> Result<(), BlockError> {
         let _lock = self.lock()?;
+        let all = &load()?;
         let changed = self.write_file(all)?;
-        if changed || force_runtime || self.pending_marker().exists() {
-            let master = Master::from_settings(self.settings);
-            if master.show_proc().is_ok() {
-                replace_whole(&self.runtime(), all).map_err(|runtime| BlockError::NotEnforced {
+        let needed = changed || force_runtime || self.pending_marker().exists();
+        if needed && self.master_reloads().is_some() {
+            let deadline = Instant::now() + self.settings.haproxy.reload_timeout;
+            let runtime = self.runtime();
+            retry_transient(deadline, || replace_whole(&runtime, all)).map_err(|runtime| {
+                BlockError::NotEnforced {
                     path: self.map_path().display().to_string(),
                     runtime,
                     reload: "not attempted".into(),
-                })?;
-            }
+                }
+            })?;
         }
         self.clear_pending()
     }
@@ -288,36 +328,101 @@ impl<'a> Blocks<'a> {
 
     /// After a reload: if the file changed since `before` (a block landed while the new worker
     /// was reading its files), the new worker may lack it: replace its map whole.
-    pub fn after_reload(&self, all: &[Block], before: &[u8]) -> Result<(), BlockError> {
+    pub fn after_reload(
+        &self,
+        load: impl FnOnce() -> Result<Vec<Block>, StoreError>,
+        before: &[u8],
+    ) -> Result<(), BlockError> {
         if self.file_now() != before {
-            self.reconcile(all, true)?;
+            self.reconcile(load, true)?;
         }
         Ok(())
     }
 }
 
-fn apply_each(runtime: &RuntimeMap, touched: &[(BlockKey, bool)]) -> Result<(), String> {
-    let err = |e: RuntimeError| e.to_string();
-    for (key, blocked) in touched {
-        let k = key.to_string();
-        if *blocked {
-            runtime.put(&k, BLOCKED_VALUE).map_err(err)?;
-        } else {
-            runtime.remove(&k).map_err(err)?;
+/// Runs `op` again while it fails on a socket hiccup of a re-executing master, until
+/// `deadline`. Every runtime operation here is idempotent.
+fn retry_transient<T>(
+    deadline: Instant,
+    mut op: impl FnMut() -> Result<T, RuntimeFailure>,
+) -> Result<T, String> {
+    loop {
+        match op() {
+            Ok(v) => return Ok(v),
+            Err(RuntimeFailure::Transient(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(RuntimeFailure::Transient(e) | RuntimeFailure::Final(e)) => return Err(e),
         }
-        // Read back: an address of the key must now match (put) or not match this key (remove;
-        // a wider block may still cover it, which is right).
+    }
+}
+
+/// A runtime operation's failure: a socket hiccup worth retrying, or a real answer.
+enum RuntimeFailure {
+    Transient(String),
+    Final(String),
+}
+
+impl From<RuntimeError> for RuntimeFailure {
+    fn from(e: RuntimeError) -> RuntimeFailure {
+        match &e {
+            RuntimeError::Socket(s) if s.is_transient() => RuntimeFailure::Transient(e.to_string()),
+            RuntimeError::NoAnswer { .. } => RuntimeFailure::Transient(e.to_string()),
+            _ => RuntimeFailure::Final(e.to_string()),
+        }
+    }
+}
+
+/// What the running worker must hold for a key after a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// Newly blocked: add it (one round trip, then the read-back).
+    Added,
+    /// Already blocked (reason or expiry refreshed): present, added only if missing.
+    Present,
+    Removed,
+}
+
+/// Makes each key's entry right in the running worker, and reads it back: an address of the
+/// key must then match (blocked) or not match this key (removed; a wider block may still
+/// cover it, which is right). At most two round trips per key.
+fn apply_each(runtime: &RuntimeMap, touched: &[(BlockKey, Want)]) -> Result<(), RuntimeFailure> {
+    let err = RuntimeFailure::from;
+    for (key, want) in touched {
+        let k = key.to_string();
         let probe = key.net().network().to_string();
-        match (runtime.lookup(&probe).map_err(err)?, blocked) {
-            (Lookup::Found(_), true) | (Lookup::NotFound, false) => {}
-            (Lookup::Found(other), false) if other.parse::<BlockKey>().ok() != Some(*key) => {}
-            (found, _) => return Err(format!("read back of {k} gave {found:?}")),
+        let is_this_key = |found: &Lookup| matches!(found, Lookup::Found(f) if f.parse::<BlockKey>().ok() == Some(*key));
+        let found = match want {
+            Want::Added => {
+                runtime.add(&k, BLOCKED_VALUE).map_err(err)?;
+                runtime.lookup(&probe).map_err(err)?
+            }
+            Want::Present => match runtime.lookup(&probe).map_err(err)? {
+                found if is_this_key(&found) => found,
+                _ => {
+                    runtime.add(&k, BLOCKED_VALUE).map_err(err)?;
+                    runtime.lookup(&probe).map_err(err)?
+                }
+            },
+            Want::Removed => {
+                runtime.remove(&k).map_err(err)?;
+                runtime.lookup(&probe).map_err(err)?
+            }
+        };
+        let right = match want {
+            Want::Added | Want::Present => matches!(found, Lookup::Found(_)),
+            Want::Removed => !is_this_key(&found),
+        };
+        if !right {
+            return Err(RuntimeFailure::Final(format!(
+                "read back of {k} gave {found:?}"
+            )));
         }
     }
     Ok(())
 }
 
-fn replace_whole(runtime: &RuntimeMap, all: &[Block]) -> Result<(), String> {
+fn replace_whole(runtime: &RuntimeMap, all: &[Block]) -> Result<(), RuntimeFailure> {
     let now = unix_now();
     let keys: Vec<String> = all
         .iter()
@@ -326,15 +431,15 @@ fn replace_whole(runtime: &RuntimeMap, all: &[Block]) -> Result<(), String> {
         .collect();
     runtime
         .replace_all(keys.iter().map(|k| (k.as_str(), BLOCKED_VALUE)))
-        .map_err(|e| e.to_string())?;
-    let held = runtime.keys().map_err(|e| e.to_string())?;
+        .map_err(RuntimeFailure::from)?;
+    let held = runtime.keys().map_err(RuntimeFailure::from)?;
     if held.len() == keys.len() {
         Ok(())
     } else {
-        Err(format!(
+        Err(RuntimeFailure::Final(format!(
             "the worker holds {} entries after the replacement, expected {}",
             held.len(),
             keys.len()
-        ))
+        )))
     }
 }

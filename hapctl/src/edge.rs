@@ -298,7 +298,7 @@ impl Edge {
     /// Rebuilds the blocked map file and the running worker's map from the database, whole
     /// and atomically (`prepare map` / `commit map`).
     pub fn sync_blocks(&mut self) -> Result<(), EdgeError> {
-        Ok(Blocks::new(&self.settings).reconcile(&self.store.blocks()?, true)?)
+        Ok(Blocks::new(&self.settings).reconcile(|| self.store.blocks(), true)?)
     }
 
     pub fn has_expired_blocks(&self, now: i64) -> Result<bool, EdgeError> {

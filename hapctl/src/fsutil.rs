@@ -90,7 +90,9 @@ pub fn sweep_temp_files(dir: &Path) -> io::Result<usize> {
         };
         // A temp file of a process still running is a write in progress, not a leftover.
         let writer = pid.parse::<i32>().ok();
-        if writer.is_some_and(|p| p != std::process::id() as i32 && crate::process::pid_alive(p)) {
+        // This process's own temp files too: another thread (the daemon's block worker) may be
+        // writing one right now.
+        if writer.is_some_and(|p| p == std::process::id() as i32 || crate::process::pid_alive(p)) {
             continue;
         }
         match fs::remove_file(entry.path()) {

@@ -13,7 +13,7 @@ use super::error::{ApiError, Body};
 use super::v1::{applied, backend, new_block};
 use super::AppState;
 use crate::blocks::{BlockChange, ChangeResult};
-use crate::edge::{DomainChange, DomainResult};
+use crate::edge::DomainChange;
 use crate::model::{
     BlockKey, Domain, Profile, ServerAddr, ServerHost, ServerName, ServerOptions, Ttl,
 };
@@ -137,15 +137,7 @@ pub async fn delete_domain(
     State(app): State<AppState>,
     Body(req): Body<CompatDomainName>,
 ) -> Result<Response, ApiError> {
-    let domain = compat_domain(&req.domain, false)?;
-    let (report, result) = app.domain_job(Some(DomainChange::Remove(domain))).await?;
-    if result == Some(DomainResult::NotFound) {
-        return Err(ApiError::not_found(format!(
-            "domain {} not found",
-            req.domain
-        )));
-    }
-    applied(report, result)
+    super::v1::remove_domain(&app, compat_domain(&req.domain, false)?).await
 }
 
 fn server_host(host: &ServerHost) -> String {

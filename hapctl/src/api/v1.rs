@@ -211,10 +211,27 @@ pub async fn delete_domain(
     State(app): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let domain = parse_domain(&name)?;
-    let (report, result) = app.domain_job(Some(DomainChange::Remove(domain))).await?;
+    remove_domain(&app, parse_domain(&name)?).await
+}
+
+/// Removes a domain; an absent one is a 404 that neither queues an apply nor leaves history.
+pub async fn remove_domain(app: &AppState, domain: Domain) -> Result<Response, ApiError> {
+    let probe = domain.clone();
+    let exists = app
+        .read(move |edge| {
+            let state = edge.state()?;
+            Ok(state.domains.contains_key(&probe) || state.app_domains.contains_key(&probe))
+        })
+        .await?;
+    let absent = || ApiError::not_found(format!("domain {domain} does not exist"));
+    if !exists {
+        return Err(absent());
+    }
+    let (report, result) = app
+        .domain_job(Some(DomainChange::Remove(domain.clone())))
+        .await?;
     if result == Some(DomainResult::NotFound) {
-        return Err(ApiError::not_found(format!("domain {name} does not exist")));
+        return Err(absent());
     }
     applied(report, result)
 }
@@ -228,22 +245,35 @@ pub async fn list_blocks(State(app): State<AppState>) -> Result<Json<Value>, Api
     .await
 }
 
+/// One block entry as sent; every field is parsed by the model below, so an error can name
+/// its path (`[3].ip`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BlockRequest {
-    ip: BlockKey,
+    ip: String,
     #[serde(default)]
     reason: String,
     #[serde(default)]
     author: Option<String>,
-    ttl: Option<Ttl>,
+    ttl: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub enum OneOrMany<T> {
-    One(T),
-    Many(Vec<T>),
+impl BlockRequest {
+    fn into_block(self, path: &str) -> Result<crate::model::Block, ApiError> {
+        let at = |field: &str, e: crate::model::Invalid| {
+            ApiError::invalid(&format!("{path}{field}"), e.to_string())
+        };
+        let key: BlockKey = self.ip.parse().map_err(|e| at("ip", e))?;
+        let ttl = self
+            .ttl
+            .map(|t| t.parse::<Ttl>())
+            .transpose()
+            .map_err(|e| at("ttl", e))?;
+        let reason = Note::parse("reason", &self.reason).map_err(|e| at("reason", e))?;
+        let author = Note::parse("author", self.author.as_deref().unwrap_or("api"))
+            .map_err(|e| at("author", e))?;
+        Ok(Edge::new_block(key, reason, author, ttl))
+    }
 }
 
 /// A validated block, made now.
@@ -268,20 +298,33 @@ pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCod
 
 pub async fn post_blocks(
     State(app): State<AppState>,
-    Body(req): Body<OneOrMany<BlockRequest>>,
+    Body(req): Body<Value>,
 ) -> Result<Response, ApiError> {
-    let requests = match req {
-        OneOrMany::One(r) => vec![r],
-        OneOrMany::Many(list) => list,
+    // One object or a list; each entry parsed alone so an error names its index and field.
+    let (entries, indexed) = match req {
+        Value::Array(list) => (list, true),
+        one => (vec![one], false),
     };
-    if requests.is_empty() || requests.len() > 100_000 {
+    if entries.is_empty() || entries.len() > 100_000 {
         return Err(ApiError::invalid("ip", "send 1 to 100000 entries"));
     }
-    let changes = requests
+    let changes = entries
         .into_iter()
-        .map(|r| {
-            new_block(r.ip, &r.reason, r.author.as_deref().unwrap_or("api"), r.ttl)
-                .map(BlockChange::Put)
+        .enumerate()
+        .map(|(i, entry)| {
+            let path = if indexed {
+                format!("[{i}].")
+            } else {
+                String::new()
+            };
+            let request: BlockRequest = serde_json::from_value(entry).map_err(|e| {
+                let at = path.trim_end_matches('.');
+                ApiError::invalid(
+                    if at.is_empty() { "body" } else { at },
+                    format!("{at} {e}").trim().to_string(),
+                )
+            })?;
+            request.into_block(&path).map(BlockChange::Put)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (results, report) = app.block_job(changes).await?;
@@ -297,7 +340,9 @@ pub async fn delete_block(
     State(app): State<AppState>,
     Path(key): Path<String>,
 ) -> Result<Response, ApiError> {
-    let key: BlockKey = key.parse()?;
+    let key: BlockKey = key
+        .parse()
+        .map_err(|e: crate::model::Invalid| e.in_field("key"))?;
     let (results, report) = app.block_job(vec![BlockChange::Remove(key)]).await?;
     if results == [ChangeResult::NotFound] {
         return Err(ApiError::not_found(format!("{key} is not blocked")));

@@ -273,7 +273,7 @@ impl<'a> Applier<'a> {
         // The blocked map is the block path's: bring it in line with the database first, so
         // the set validated below carries the current blocks.
         let blocks = Blocks::new(self.settings);
-        blocks.reconcile(&store.blocks()?, false)?;
+        blocks.reconcile(|| store.blocks(), false)?;
         let tx = store.begin()?;
         let value = change(&tx)?;
         let (report, loaded) = self.converge(&tx, &blocks)?;
@@ -402,7 +402,7 @@ impl<'a> Applier<'a> {
             }
             fault::point("after-reload");
             // A block that landed while the new worker read its files may be missing there.
-            blocks.after_reload(&tx.blocks()?, &map_before)?;
+            blocks.after_reload(|| tx.blocks(), &map_before)?;
         }
 
         fault::point("before-commit");
@@ -537,28 +537,9 @@ impl<'a> Applier<'a> {
     /// mid-reload leaves a master whose socket refuses connections for a moment, and whose new
     /// worker carries the interrupted set, which must then be reloaded away.
     fn master_answers_eventually(&self) -> bool {
-        let supervisor = Supervisor::from_settings(self.settings);
-        let started = Instant::now();
-        // The master rewrites its pidfile while it re-executes: look for the PID a little.
-        let pid = loop {
-            match supervisor.master_pid() {
-                Some(pid) => break pid,
-                None if started.elapsed() < Duration::from_millis(500) => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                None => return false,
-            }
-        };
-        let deadline = started + self.settings.haproxy.reload_timeout;
-        loop {
-            if self.master.show_proc().is_ok_and(|p| !p.workers.is_empty()) {
-                return true;
-            }
-            if !crate::process::pid_alive(pid) || Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        Supervisor::from_settings(self.settings)
+            .procs_when_answering(self.settings.haproxy.reload_timeout)
+            .is_some_and(|p| !p.workers.is_empty())
     }
 
     fn write_marker(&self, phase: Phase) -> Result<(), ApplyError> {

@@ -15,6 +15,9 @@ pub enum RuntimeError {
     Socket(#[from] SocketError),
     #[error("HAProxy refused `{command}`: {answer}")]
     Refused { command: String, answer: String },
+    /// The connection closed without an answer: the master was re-executing.
+    #[error("HAProxy gave no answer to `{command}` (reloading?)")]
+    NoAnswer { command: String },
 }
 
 /// One map file as the current worker holds it.
@@ -57,9 +60,9 @@ impl RuntimeMap {
         }
     }
 
-    /// Adds `key` with `value`, replacing any copy (`add map` alone would add a duplicate).
-    pub fn put(&self, key: &str, value: &str) -> Result<(), RuntimeError> {
-        self.remove(key)?;
+    /// Adds an entry; a key already present gets a duplicate (harmless for matching, and
+    /// `remove` takes every copy): look it up first when it may be there.
+    pub fn add(&self, key: &str, value: &str) -> Result<(), RuntimeError> {
         self.quiet(&format!("add map {} {key} {value}", self.map))
     }
 
@@ -80,6 +83,9 @@ impl RuntimeMap {
     pub fn lookup(&self, key: &str) -> Result<Lookup, RuntimeError> {
         let command = format!("get map {} {key}", self.map);
         let answer = self.command(&command)?;
+        if answer.trim().is_empty() {
+            return Err(RuntimeError::NoAnswer { command });
+        }
         parse_lookup(&answer).ok_or_else(|| RuntimeError::Refused {
             command,
             answer: answer.trim().to_string(),
@@ -153,7 +159,10 @@ mod tests {
     fn lookup_answers_parse() {
         let hit = "type=ip, case=sensitive, found=yes, idx=tree, key=\"10.2.0.0/16\", value=\"1\", type=\"str\"\n";
         assert_eq!(parse_lookup(hit), Some(Lookup::Found("10.2.0.0/16".into())));
-        assert_eq!(parse_lookup("type=ip, case=sensitive, found=no\n"), Some(Lookup::NotFound));
+        assert_eq!(
+            parse_lookup("type=ip, case=sensitive, found=no\n"),
+            Some(Lookup::NotFound)
+        );
         assert_eq!(parse_lookup("Unknown map identifier.\n"), None);
     }
 
@@ -185,24 +194,27 @@ mod tests {
             map.lookup("192.0.2.1").unwrap(),
             Lookup::Found("192.0.2.1".into())
         );
-        map.put("10.1.0.0/16", "1").unwrap();
-        map.put("10.1.0.0/16", "1").unwrap();
-        assert_eq!(
+        map.add("10.1.0.0/16", "1").unwrap();
+        map.add("10.1.0.0/16", "1").unwrap();
+        let copies = |map: &RuntimeMap| {
             map.keys()
                 .unwrap()
                 .iter()
                 .filter(|k| *k == "10.1.0.0/16")
-                .count(),
-            1,
-            "no duplicate"
-        );
+                .count()
+        };
+        assert_eq!(copies(&map), 2, "add duplicates");
         assert_eq!(
             map.lookup("10.1.2.3").unwrap(),
             Lookup::Found("10.1.0.0/16".into())
         );
         map.remove("10.1.0.0/16").unwrap();
+        assert_eq!(
+            map.lookup("10.1.2.3").unwrap(),
+            Lookup::NotFound,
+            "remove takes every copy"
+        );
         map.remove("10.1.0.0/16").unwrap();
-        assert_eq!(map.lookup("10.1.2.3").unwrap(), Lookup::NotFound);
 
         // A replacement large enough to need several payloads.
         let keys: Vec<String> = (0..3000)

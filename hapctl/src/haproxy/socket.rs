@@ -46,7 +46,7 @@ impl SocketError {
 
     /// True for errors a master produces while it re-executes during a reload: the socket is
     /// briefly closed, or a connection is dropped half-way.
-    pub(crate) fn is_transient(&self) -> bool {
+    pub fn is_transient(&self) -> bool {
         match self {
             SocketError::Absent { .. } | SocketError::Refused { .. } => true,
             SocketError::Io { source, .. } => matches!(

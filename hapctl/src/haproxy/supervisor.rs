@@ -341,6 +341,39 @@ impl Supervisor {
         }
     }
 
+    /// The process list once the master answers, waiting up to `timeout` while it
+    /// re-executes (a reload: its socket refuses connections and its pidfile is rewritten for
+    /// a moment). `None` when no master runs, or it never answered.
+    pub fn procs_when_answering(&self, timeout: Duration) -> Option<ProcList> {
+        let master = self.master();
+        let started = Instant::now();
+        let pid = loop {
+            if let Ok(procs) = master.show_proc() {
+                return Some(procs);
+            }
+            // No pidfile at all: stopped (a re-executing master empties it, never removes it).
+            if let Supervisor::Direct { pidfile, .. } = self {
+                if !pidfile.exists() {
+                    return None;
+                }
+            }
+            match self.master_pid() {
+                Some(pid) => break pid,
+                None if started.elapsed() < Duration::from_millis(500) => {
+                    thread::sleep(POLL_INTERVAL)
+                }
+                None => return None,
+            }
+        };
+        loop {
+            match master.show_proc() {
+                Ok(procs) => return Some(procs),
+                Err(_) if !pid_alive(pid) || started.elapsed() >= timeout => return None,
+                Err(_) => thread::sleep(POLL_INTERVAL),
+            }
+        }
+    }
+
     pub fn status(&self) -> Status {
         let procs = self.master().show_proc().ok();
         let master_pid = match self {
