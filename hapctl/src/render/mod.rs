@@ -4,12 +4,15 @@
 //! Configuration text comes from templates (embedded, overridable from a folder); map files are
 //! plain data and are written directly, which keeps 100k-entry maps fast.
 
+mod backends;
 mod fileset;
 mod templates;
 
+use std::fmt::Write;
+
 use serde::Serialize;
 
-use crate::model::{BlockKey, Domain, EdgeState, Profile};
+use crate::model::{BlockKey, Domain, EdgeState};
 use crate::settings::Settings;
 
 pub use fileset::{FileId, FileSet, SetFile};
@@ -37,24 +40,6 @@ struct AppView {
     port: Option<u16>,
 }
 
-#[derive(Serialize)]
-struct ServerView {
-    name: String,
-    addr: String,
-    check: bool,
-    weight: Option<u16>,
-    maxconn: Option<u32>,
-}
-
-#[derive(Serialize)]
-struct BackendView {
-    name: String,
-    domain: String,
-    profile: &'static str,
-    check_path: Option<String>,
-    servers: Vec<ServerView>,
-}
-
 /// Renders the whole file set for `state`.
 pub fn render(
     state: &EdgeState,
@@ -63,35 +48,10 @@ pub fn render(
 ) -> Result<FileSet, RenderError> {
     let paths = &settings.paths;
     let at = |id: FileId| id.path(paths).display().to_string();
-    let backends: Vec<BackendView> = state
-        .domains
-        .iter()
-        .map(|(domain, backend)| BackendView {
-            name: domain.backend_name(),
-            domain: domain.to_string(),
-            profile: match backend.profile() {
-                Profile::Default => "default",
-                Profile::WebSocket => "websocket",
-                Profile::Sse => "sse",
-                Profile::HttpCheck(_) => "http-check",
-            },
-            check_path: match backend.profile() {
-                Profile::HttpCheck(p) => Some(p.to_string()),
-                _ => None,
-            },
-            servers: backend
-                .servers()
-                .iter()
-                .map(|s| ServerView {
-                    name: s.name.to_string(),
-                    addr: s.addr.to_string(),
-                    check: s.options.check,
-                    weight: s.options.weight,
-                    maxconn: s.options.maxconn,
-                })
-                .collect(),
-        })
-        .collect();
+    // One backend per domain, written directly: at 10,000 domains a template loop costs
+    // several times the whole render budget. The shape of a backend is typed logic (its
+    // profile), not free text, so it is not part of the overridable templates.
+    let backends = backends::sections(state);
     let apps: Vec<AppView> = settings
         .apps
         .iter()
@@ -178,7 +138,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
     match id {
         FileId::HostsMap => {
             for (domain, backend) in routes.iter().filter(|(d, _)| !d.is_wildcard()) {
-                out += &format!("{domain} {backend}\n");
+                let _ = writeln!(out, "{domain} {backend}");
             }
         }
         FileId::WildcardsMap => {
@@ -188,12 +148,12 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
                 routes.iter().filter(|(d, _)| d.is_wildcard()).collect();
             wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
             for (domain, backend) in wild {
-                out += &format!(".{} {backend}\n", domain.name());
+                let _ = writeln!(out, ".{} {backend}", domain.name());
             }
         }
         FileId::TrustedProxies => {
             for net in &state.trusted_proxies {
-                out += &format!("{net}\n");
+                let _ = writeln!(out, "{net}");
             }
         }
         _ => unreachable!("{id:?} is rendered from a template"),
@@ -209,7 +169,7 @@ pub const BLOCKED_VALUE: &str = "1";
 pub fn blocked_map<'k>(keys: impl IntoIterator<Item = &'k BlockKey>) -> Vec<u8> {
     let mut out = format!("# {HEADER}\n");
     for key in keys {
-        out += &format!("{key} {BLOCKED_VALUE}\n");
+        let _ = writeln!(out, "{key} {BLOCKED_VALUE}");
     }
     out.into_bytes()
 }
