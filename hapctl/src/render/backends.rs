@@ -35,7 +35,6 @@ pub(super) fn sections(state: &EdgeState) -> String {
                 "    option httpchk GET {path}\n    http-check expect rstatus ^[23]\n"
             );
         }
-        out.push_str("    option forwardfor\n");
         for s in backend.servers() {
             let _ = write!(out, "    server {} {}", s.name, s.addr);
             if s.options.check {
