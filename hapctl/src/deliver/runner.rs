@@ -48,6 +48,8 @@ pub enum Runner {
     },
     Systemd {
         unit_template: String,
+        /// `systemctl` (a path only in tests).
+        systemctl: PathBuf,
     },
 }
 
@@ -65,6 +67,7 @@ impl Runner {
             },
             RunnerSettings::Systemd { unit } => Runner::Systemd {
                 unit_template: unit.clone(),
+                systemctl: PathBuf::from("systemctl"),
             },
         }
     }
@@ -200,7 +203,7 @@ impl Runner {
                 let lines: Vec<&str> = text.lines().collect();
                 lines[lines.len().saturating_sub(5)..].join(" | ")
             }
-            Runner::Systemd { unit_template } => format!(
+            Runner::Systemd { unit_template, .. } => format!(
                 "see `journalctl -u {}`",
                 unit_template.replace("{version}", version.as_str())
             ),
@@ -215,12 +218,16 @@ impl Runner {
     }
 
     fn systemctl(&self, action: &[&str], version: &Version) -> Result<(), RunnerError> {
-        let Runner::Systemd { unit_template } = self else {
+        let Runner::Systemd {
+            unit_template,
+            systemctl,
+        } = self
+        else {
             unreachable!("systemctl is only used by the systemd runner")
         };
         let unit = unit_template.replace("{version}", version.as_str());
         let out = run_with_timeout(
-            Command::new("systemctl").args(action).arg(&unit),
+            Command::new(systemctl).args(action).arg(&unit),
             SYSTEMCTL_TIMEOUT,
         )?;
         if out.status.success() {
@@ -232,5 +239,58 @@ impl Runner {
                 message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The systemd runner's calls, seen by a stand-in `systemctl` that logs its arguments
+    /// (no systemd runs on the machines these tests run on).
+    #[test]
+    fn the_systemd_runner_enables_disables_and_removes_template_units() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls");
+        let fake = dir.path().join("systemctl");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" != is-active ]\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let runner = Runner::Systemd {
+            unit_template: "pub-maj-app@{version}.service".into(),
+            systemctl: fake,
+        };
+        let v: Version = "1.5.0".parse().unwrap();
+        let app: AppName = "pub-maj-app".parse().unwrap();
+        let generation = Generation {
+            version: v.clone(),
+            port: 18212.try_into().unwrap(),
+        };
+        runner.start(&generation).unwrap();
+        assert!(
+            !runner.is_running(&v),
+            "is-active exiting non-zero means not running"
+        );
+        runner.keep_not_at_boot(&v).unwrap();
+        runner.start_at_boot(&v).unwrap();
+        runner.remove(&app, &v).unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            calls.lines().collect::<Vec<_>>(),
+            [
+                "enable --now pub-maj-app@1.5.0.service",
+                "is-active --quiet pub-maj-app@1.5.0.service",
+                "disable pub-maj-app@1.5.0.service",
+                "enable pub-maj-app@1.5.0.service",
+                "disable --now pub-maj-app@1.5.0.service",
+            ]
+        );
     }
 }
