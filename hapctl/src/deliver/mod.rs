@@ -314,16 +314,7 @@ impl<'a> Deliveries<'a> {
             }
         };
 
-        let readiness = readiness::Readiness {
-            port: generation.port.get(),
-            path: app.readiness_path.as_str(),
-            successes: app.readiness_successes,
-            timeout: app.readiness_timeout,
-            version_check: app
-                .version_path
-                .as_ref()
-                .map(|p| (p.as_str(), target.as_str())),
-        };
+        let readiness = readiness::Readiness::of(app, &generation);
         if let Err(why) = readiness.wait(|| runner.is_running(&target)) {
             abandon(&runner);
             let message =
@@ -514,16 +505,7 @@ impl<'a> Deliveries<'a> {
                     ),
                 );
             }
-            let readiness = readiness::Readiness {
-                port: generation.port.get(),
-                path: app.readiness_path.as_str(),
-                successes: app.readiness_successes,
-                timeout: app.readiness_timeout,
-                version_check: app
-                    .version_path
-                    .as_ref()
-                    .map(|p| (p.as_str(), version.as_str())),
-            };
+            let readiness = readiness::Readiness::of(app, generation);
             match readiness.wait(|| runner.is_running(version)) {
                 Ok(_) => steps.done("ready", format!("{} {version} ready", app.name)),
                 Err(why) => {

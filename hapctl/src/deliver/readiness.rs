@@ -4,6 +4,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use crate::model::Generation;
+use crate::settings::AppSettings;
+
 /// Pause between two readiness requests.
 const INTERVAL: Duration = Duration::from_millis(25);
 /// Bound on one request (connect, write, read).
@@ -21,7 +24,21 @@ pub struct Readiness<'a> {
     pub version_check: Option<(&'a str, &'a str)>,
 }
 
-impl Readiness<'_> {
+impl<'a> Readiness<'a> {
+    /// What `app` requires of `generation`.
+    pub fn of(app: &'a AppSettings, generation: &'a Generation) -> Readiness<'a> {
+        Readiness {
+            port: generation.port.get(),
+            path: app.readiness_path.as_str(),
+            successes: app.readiness_successes,
+            timeout: app.readiness_timeout,
+            version_check: app
+                .version_path
+                .as_ref()
+                .map(|p| (p.as_str(), generation.version.as_str())),
+        }
+    }
+
     /// Polls until `successes` consecutive 200 answers (then the version check passes), or
     /// `alive` says the process died, or the timeout. Returns the last failure on error.
     pub fn wait(&self, mut alive: impl FnMut() -> bool) -> Result<Duration, String> {
