@@ -3,6 +3,10 @@
 //! ones generated here must be refused with the documented exit code and an error that names
 //! the problem, and, after all of them, nothing may have changed: live files, database,
 //! history, settings, HAProxy's master, routing.
+//!
+//! The same through the API (`hapctl serve`, second test, below the line): the corpus cases
+//! the API also takes, `tests/corpus/hostile_http.tsv` (bodies, content types, paths), and
+//! requests generated from `/openapi.json` over every mutating route.
 
 mod common;
 
@@ -29,6 +33,10 @@ struct Case {
     expected: String,
     /// A known defect this case shows (see the corpus header).
     finding: Option<String>,
+    /// `api=TEXT`: what the API's `error.message` must contain instead of `expected`.
+    api_expected: Option<String>,
+    /// `api-finding=ID`: a known defect the case shows through the API.
+    api_finding: Option<String>,
 }
 
 impl Case {
@@ -95,15 +103,29 @@ fn corpus() -> Vec<Case> {
         let origin = format!("hostile.tsv:{}", i + 1);
         let fields: Vec<&str> = line.split('\t').collect();
         assert!(
-            (3..=4).contains(&fields.len()),
-            "{origin}: want command, argument, expected[, finding]: {line:?}"
+            fields.len() >= 3,
+            "{origin}: want command, argument, expected[, finding][, api=…][, api-finding=…]: {line:?}"
         );
         assert!(!fields[2].is_empty(), "{origin}: empty expectation");
+        let (mut finding, mut api_expected, mut api_finding) = (None, None, None);
+        for (i, extra) in fields[3..].iter().enumerate() {
+            if let Some(v) = extra.strip_prefix("api=") {
+                api_expected = Some(v.to_string());
+            } else if let Some(v) = extra.strip_prefix("api-finding=") {
+                api_finding = Some(v.to_string());
+            } else if i == 0 {
+                finding = (!extra.is_empty()).then(|| extra.to_string());
+            } else {
+                panic!("{origin}: unknown column {extra:?}");
+            }
+        }
         cases.push(Case {
             arg: unescape(fields[1], &origin),
             command: fields[0].to_string(),
             expected: fields[2].to_string(),
-            finding: fields.get(3).map(|f| f.to_string()),
+            finding,
+            api_expected,
+            api_finding,
             origin,
         });
     }
@@ -118,6 +140,8 @@ fn generated() -> Vec<Case> {
         arg,
         expected: expected.into(),
         finding: finding.map(String::from),
+        api_expected: None,
+        api_finding: None,
     };
     let big = |n: usize, c: u8| vec![c; n];
     // The kernel refuses a single argument above 128 KiB (MAX_ARG_STRLEN), so 100 KB is the
@@ -144,6 +168,8 @@ fn generated() -> Vec<Case> {
         case("reason", big(k100, b'r'), "longer than 500", None),
         case("reason", big(501, b'r'), "longer than 500", None),
         case("ttl", big(k100, b'9'), "must be a duration", None),
+        case("version", big(k100, b'1'), "1 to 64", None),
+        case("app", big(k100, b'a'), "1-32 characters", None),
         case("proxy", big(k100, b'1'), "IPv4", None),
         case("http_bind", big(k100, b'9'), "edge.http_bind", None),
         case("settings", huge_bind, "edge.http_bind", None),
@@ -310,6 +336,16 @@ fn run_case(edge: &Edge, scratch: &std::path::Path, n: usize, case: &Case) -> Ve
             c.arg(joined("--ttl=", arg));
             c
         }
+        "version" => {
+            let mut c = edge.command(&["deliver", "--"]);
+            c.arg(OsStr::from_bytes(arg));
+            c
+        }
+        "app" => {
+            let mut c = edge.command(&["deliver", "v1"]);
+            c.arg(joined("--app=", arg));
+            c
+        }
         "proxy" => {
             let mut c = edge.command(&["proxy", "add", "--"]);
             c.arg(OsStr::from_bytes(arg));
@@ -418,7 +454,9 @@ fn truncate(s: &str) -> String {
 #[test]
 fn hostile_input_is_refused_and_changes_nothing() {
     let started = Instant::now();
-    let strict = std::env::var_os("HAPCTL_STRICT_FINDINGS").is_some_and(|v| v == "1");
+    // Every finding listed below is fixed: a mismatch fails. HAPCTL_STRICT_FINDINGS=0 turns
+    // marked cases back into reports (to land a corpus of a newly found defect before its fix).
+    let strict = std::env::var_os("HAPCTL_STRICT_FINDINGS").is_none_or(|v| v != "0");
     let edge = Edge::started();
     let app = Backend::start("control");
     edge.ok(&["domain", "add", CONTROL_DOMAIN, "--server", &app.addr()]);
@@ -504,6 +542,1330 @@ fn hostile_input_is_refused_and_changes_nothing() {
     assert!(
         failures.is_empty(),
         "{} case(s) not refused as expected:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same corpus, and raw HTTP bodies, through the API (`hapctl serve`).
+//
+// One edge and one daemon for every request, one request at a time. Every request must be
+// refused with the documented status in the error shape `{"error":{"code","message","field"}}`
+// (but what the HTTP layer refuses before the API, without a body: 414 and 431 for an
+// over-long target, 400 for broken framing), an answer of at most `MAX_ANSWER` bytes whatever the input, and afterwards the daemon
+// must still answer `/health` 200 and the live files must be unchanged. After all of them the
+// databases (as the API lists them), the runtime block map, HAProxy's master and its reload
+// count must be unchanged, and the control domain still routed.
+//
+// API defects this suite found, all fixed (the ids stay on their cases as history; a marked
+// case fails like any other unless HAPCTL_STRICT_FINDINGS=0):
+//   A1  a path parameter that is not UTF-8 (`%FF`, `%C0%AF`) is refused by axum's `Path`
+//       extractor in plain text ("Invalid URL: Invalid UTF-8 in `name`"), not the error shape
+//   A2  a body of the wrong JSON type at the top level (`null`, `5`, `"x"`, `true`) answers
+//       error.field "invalid type" (error.rs takes the message's first words for a path)
+//   A3  POST /v1/blocked-ips: a field of the wrong type (and, in a list, a missing field)
+//       answers error.field "body" (or "[i]") and a message that does not name the field
+//       (`serde_json::from_value` gives no path)
+//   A4  the input is echoed whole: a wrongly typed string value (`"weight": "xxx…"`), an
+//       unknown key, an unsupported edge-manager option or template_override are repeated in
+//       full (100 KB in, 100 KB out)
+//   A5  a JSON array is accepted in place of an object: serde reads a struct from a sequence
+//       (`PUT /v1/domains/x [[{"address":"…"}]]` creates the domain)
+//   A6  POST /v1/blocked-ips takes duplicate keys (the last one wins) where every other route
+//       refuses them ("duplicate field")
+//   A7  a declared Content-Length above 1 MiB is not refused up front: with
+//       `Expect: 100-continue` the daemon answers 100 Continue and waits for the body
+//   A8  POST /api/blocked-ips: an invalid "blocked_by" is reported as field "author"
+//   A9  PUT /v1/domains: a weight or maxconn beyond the integer type answers "expected u16" /
+//       "expected u32", not the documented range (weight 0 to 256)
+//   A10 a missing required field answers error.field null (edge-manager routes, POST
+//       /v1/deliveries); only the message names it
+//   A11 the edge-manager routes accept a body that is not JSON when the bad bytes sit in a
+//       field they ignore (invalid UTF-8, a lone surrogate escape, a number out of range)
+
+use common::daemon::{
+    http_call_with, http_send_raw, percent_encode_segment, runtime_blocked_keys, ApiClient,
+    ApiResponse, ApiRoute, Daemon,
+};
+use serde_json::{json, Value};
+
+const HTTP_CORPUS: &str = include_str!("corpus/hostile_http.tsv");
+/// The daemon's body limit (`BODY_LIMIT` in src/api/mod.rs).
+const BODY_LIMIT: usize = 1 << 20;
+/// hyper refuses a request target longer than this (414) before the API sees it.
+const MAX_URI: usize = 65_534;
+/// No answer may be longer than this, whatever the input: an error names the problem, it does
+/// not repeat the request.
+const MAX_ANSWER: usize = 8 * 1024;
+/// A path parameter value that parses (used where the path is not what is tested).
+const OK_NAME: &str = "hostile-ok.example.com";
+const OK_KEY: &str = "198.51.100.203";
+/// A valid single server, for requests whose problem is elsewhere.
+const OK_SERVERS: &str = r#"{"servers":[{"address":"127.0.0.1:9"}]}"#;
+
+/// One request of the API pass and what must come back.
+#[derive(Debug, Clone)]
+struct Probe {
+    /// `hostile.tsv:LINE`, `hostile_http.tsv:LINE` or `generated (what)`.
+    origin: String,
+    method: String,
+    target: String,
+    content_type: Option<String>,
+    body: Option<Vec<u8>>,
+    /// The whole request as bytes, sent instead of the fields above.
+    raw: Option<Vec<u8>>,
+    read_timeout: Duration,
+    status: u16,
+    /// `error.code`; `None`: any.
+    code: Option<String>,
+    /// `error.field` must contain one of these (`None`: not checked); `Some([])`: must be null
+    /// or "body" (the body as a whole).
+    field: Option<Vec<String>>,
+    /// `error.message` must contain one of these, case-insensitively (empty: not checked).
+    message: Vec<String>,
+    /// The answer is in the error shape (false for what hyper refuses: no body).
+    shape: bool,
+    finding: Option<String>,
+}
+
+impl Probe {
+    fn new(origin: impl Into<String>, method: &str, target: impl Into<String>) -> Probe {
+        Probe {
+            origin: origin.into(),
+            method: method.into(),
+            target: target.into(),
+            content_type: None,
+            body: None,
+            raw: None,
+            read_timeout: Duration::from_secs(30),
+            status: 400,
+            code: None,
+            field: None,
+            message: Vec::new(),
+            shape: true,
+            finding: None,
+        }
+    }
+
+    fn json(mut self, body: impl Into<Vec<u8>>) -> Probe {
+        self.content_type = Some("application/json".into());
+        self.body = Some(body.into());
+        self
+    }
+
+    fn want(mut self, status: u16, code: Option<&str>) -> Probe {
+        self.status = status;
+        self.code = code.map(String::from);
+        self
+    }
+
+    fn field(mut self, names: &[&str]) -> Probe {
+        self.field = Some(names.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    fn message(mut self, any_of: &[&str]) -> Probe {
+        self.message = any_of.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    fn finding(mut self, id: Option<&str>) -> Probe {
+        if id.is_some() {
+            self.finding = id.map(String::from);
+        }
+        self
+    }
+
+    /// Marks a known defect of how the field is named, when the field is checked.
+    fn finding_on_field(self, id: &str) -> Probe {
+        if self.field.as_ref().is_some_and(|f| !f.is_empty()) {
+            self.finding(Some(id))
+        } else {
+            self
+        }
+    }
+
+    fn label(&self) -> String {
+        let target = if self.target.chars().count() > 80 {
+            format!(
+                "{}… ({} bytes)",
+                self.target.chars().take(80).collect::<String>(),
+                self.target.len()
+            )
+        } else {
+            self.target.clone()
+        };
+        let size = self.raw.as_ref().or(self.body.as_ref()).map_or(0, Vec::len);
+        let body = match (&self.raw, &self.body) {
+            (Some(_), _) => format!("raw request, {size} bytes"),
+            (None, Some(b)) if b.len() <= 60 => format!("{:?}", String::from_utf8_lossy(b)),
+            (None, Some(b)) => format!(
+                "{:?}… ({size} bytes)",
+                String::from_utf8_lossy(&b[..60]).trim_end_matches('\u{fffd}')
+            ),
+            (None, None) => "no body".into(),
+        };
+        format!(
+            "{} {} {target} [{}] {body}",
+            self.origin,
+            self.method,
+            self.content_type.as_deref().unwrap_or("no content type")
+        )
+    }
+}
+
+/// `bytes` as a JSON string literal: through serde_json when it is UTF-8 (controls become
+/// `\u00XX`), else with the invalid bytes left raw (the body is then not JSON at all).
+fn json_string(bytes: &[u8]) -> Vec<u8> {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return serde_json::to_vec(s).unwrap();
+    }
+    let mut out = vec![b'"'];
+    for &b in bytes {
+        match b {
+            b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
+            0..=0x1f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+    out
+}
+
+/// `template` with every `@ARG@` replaced by `value` (raw JSON text).
+fn fill(template: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut parts = template.split("@ARG@");
+    out.extend_from_slice(parts.next().unwrap_or("").as_bytes());
+    for part in parts {
+        out.extend_from_slice(value);
+        out.extend_from_slice(part.as_bytes());
+    }
+    out
+}
+
+/// What the API's message must contain for a corpus case.
+fn api_message(case: &Case) -> String {
+    if let Some(m) = &case.api_expected {
+        m.clone()
+    } else if case.arg.contains(&0) {
+        "U+0000".into()
+    } else {
+        case.expected.clone()
+    }
+}
+
+/// A corpus argument in a JSON body.
+fn body_probe(case: &Case, method: &str, target: &str, body: Vec<u8>, fields: &[&str]) -> Probe {
+    let p = Probe::new(case.origin.clone(), method, target).json(body);
+    let len = p.body.as_ref().map_or(0, Vec::len);
+    if len > BODY_LIMIT {
+        p.want(413, Some("too_large")).message(&["limit"])
+    } else if std::str::from_utf8(&case.arg).is_err() {
+        p.want(400, Some("invalid_json")).message(&["unicode"])
+    } else {
+        p.want(400, Some("invalid"))
+            .field(fields)
+            .message(&[&api_message(case)])
+            .finding(case.api_finding.as_deref())
+    }
+}
+
+/// A corpus argument as the last path segment (`prefix` ends in '/').
+fn path_probe(
+    case: &Case,
+    method: &str,
+    prefix: &str,
+    body: Option<&str>,
+    fields: &[&str],
+) -> Probe {
+    let target = format!("{prefix}{}", percent_encode_segment(&case.arg));
+    let mut p = Probe::new(case.origin.clone(), method, target);
+    if let Some(b) = body {
+        p = p.json(b.as_bytes());
+    }
+    if case.arg.is_empty() {
+        p.want(404, Some("not_found")).message(&["no such route"])
+    } else if p.target.len() > MAX_URI {
+        // Above hyper's whole read buffer (about 400 KB) the head is too large: 431.
+        let status = if p.target.len() > 400_000 { 431 } else { 414 };
+        Probe { shape: false, ..p }.want(status, None)
+    } else if std::str::from_utf8(&case.arg).is_err() {
+        p.want(400, Some("invalid"))
+            .field(fields)
+            .message(&["UTF-8"])
+            .finding(Some("A1"))
+    } else {
+        p.want(400, Some("invalid"))
+            .field(fields)
+            .message(&[&api_message(case)])
+            .finding(case.api_finding.as_deref())
+    }
+}
+
+/// A `server` spec (`HOST:PORT[,option…]`) as the API's server object; the option keys used.
+fn server_object(spec: &[u8]) -> (Vec<u8>, Vec<String>) {
+    let Ok(text) = std::str::from_utf8(spec) else {
+        return (fill(r#"{"address":@ARG@}"#, &json_string(spec)), Vec::new());
+    };
+    let mut parts = text.split(',');
+    let mut server = serde_json::Map::new();
+    server.insert("address".into(), json!(parts.next().unwrap_or("")));
+    let mut keys = Vec::new();
+    for item in parts {
+        let (key, value) = match item.split_once('=') {
+            None if item == "check" => ("check".to_string(), json!(true)),
+            None if item == "nocheck" => ("check".to_string(), json!(false)),
+            None => (item.to_string(), json!(true)),
+            Some(("check", v)) => (
+                "check".to_string(),
+                match v {
+                    "on" | "true" | "yes" => json!(true),
+                    "off" | "false" | "no" => json!(false),
+                    other => json!(other),
+                },
+            ),
+            Some((k @ ("weight" | "maxconn"), v)) => (
+                k.to_string(),
+                v.parse::<i64>().map_or_else(|_| json!(v), |n| json!(n)),
+            ),
+            Some((k, _)) => (k.to_string(), json!(true)),
+        };
+        keys.push(key.clone());
+        server.insert(key, value);
+    }
+    (serde_json::to_vec(&server).unwrap(), keys)
+}
+
+/// The API requests for one corpus case, or why it has none.
+fn api_probes(case: &Case) -> Result<Vec<Probe>, &'static str> {
+    let s = json_string(&case.arg);
+    let b = |m: &str, t: &str, template: &str, fields: &[&str]| {
+        body_probe(case, m, t, fill(template, &s), fields)
+    };
+    Ok(match case.command.as_str() {
+        "domain" => vec![
+            path_probe(case, "PUT", "/v1/domains/", Some(OK_SERVERS), &["domain", "name"]),
+            path_probe(case, "DELETE", "/v1/domains/", None, &["domain", "name"]),
+            b(
+                "POST",
+                "/api/domain",
+                r#"{"domain":@ARG@,"servers":[{"address":"127.0.0.1","port":9}]}"#,
+                &["domain"],
+            ),
+            b("DELETE", "/api/domain", r#"{"domain":@ARG@}"#, &["domain"]),
+        ],
+        "server" => {
+            let (server, keys) = server_object(&case.arg);
+            let body = fill(r#"{"servers":[@ARG@]}"#, &server);
+            let mut fields: Vec<&str> = keys.iter().map(String::as_str).collect();
+            if fields.is_empty() {
+                fields.push("servers[0].address");
+            } else {
+                fields.push("servers");
+            }
+            vec![body_probe(
+                case,
+                "PUT",
+                "/v1/domains/ok.example.com",
+                body,
+                &fields,
+            )]
+        }
+        "profile" => vec![b(
+            "PUT",
+            "/v1/domains/ok.example.com",
+            r#"{"servers":[{"address":"127.0.0.1:9"}],"profile":@ARG@}"#,
+            &["profile"],
+        )],
+        "block" => vec![
+            b("POST", "/v1/blocked-ips", r#"{"ip":@ARG@}"#, &["ip"]),
+            b(
+                "POST",
+                "/v1/blocked-ips",
+                r#"[{"ip":"198.51.100.220"},{"ip":@ARG@}]"#,
+                &["[1].ip"],
+            ),
+            path_probe(case, "DELETE", "/v1/blocked-ips/", None, &["key"]),
+            b("POST", "/api/blocked-ips", r#"{"ip_address":@ARG@}"#, &["ip_address"]),
+            b("DELETE", "/api/blocked-ips", r#"{"ip_address":@ARG@}"#, &["ip_address"]),
+            b(
+                "POST",
+                "/api/security/temporary-block",
+                r#"{"ip_address":@ARG@}"#,
+                &["ip_address"],
+            ),
+        ],
+        "reason" => vec![
+            b(
+                "POST",
+                "/v1/blocked-ips",
+                r#"{"ip":"203.0.113.77","reason":@ARG@}"#,
+                &["reason"],
+            ),
+            b(
+                "POST",
+                "/v1/blocked-ips",
+                r#"{"ip":"203.0.113.77","author":@ARG@}"#,
+                &["author"],
+            ),
+            b(
+                "POST",
+                "/api/blocked-ips",
+                r#"{"ip_address":"203.0.113.77","reason":@ARG@}"#,
+                &["reason"],
+            ),
+            b(
+                "POST",
+                "/api/blocked-ips",
+                r#"{"ip_address":"203.0.113.77","blocked_by":@ARG@}"#,
+                &["blocked_by"],
+            )
+            .finding_on_field("A8"),
+            b(
+                "POST",
+                "/api/security/temporary-block",
+                r#"{"ip_address":"203.0.113.77","reason":@ARG@}"#,
+                &["reason"],
+            ),
+        ],
+        "ttl" => vec![
+            b(
+                "POST",
+                "/v1/blocked-ips",
+                r#"{"ip":"203.0.113.78","ttl":@ARG@}"#,
+                &["ttl"],
+            ),
+            b(
+                "POST",
+                "/v1/blocked-ips",
+                r#"[{"ip":"203.0.113.78","ttl":@ARG@}]"#,
+                &["[0].ttl"],
+            ),
+        ],
+        "version" => vec![
+            b("POST", "/v1/deliveries", r#"{"version":@ARG@}"#, &["version"]),
+            b(
+                "POST",
+                "/v1/deliveries",
+                r#"{"app":"shop","version":@ARG@}"#,
+                &["version"],
+            ),
+        ],
+        "app" => vec![
+            b(
+                "POST",
+                "/v1/deliveries",
+                r#"{"app":@ARG@,"version":"v1"}"#,
+                &["app"],
+            ),
+            b("POST", "/v1/rollback", r#"{"app":@ARG@}"#, &["app"]),
+            b("PUT", "/v1/domains/ok.example.com", r#"{"app":@ARG@}"#, &["app"]),
+        ],
+        "proxy" | "http_bind" | "settings" => {
+            return Err("no API route takes it (trusted proxies, the HTTP bind and the settings file are CLI only)")
+        }
+        other => panic!("{}: unknown command {other:?}", case.origin),
+    })
+}
+
+/// A valid body for each mutating route that takes one; the generated requests break one
+/// thing in it. Values are chosen so that a valid body changes nothing where that is possible
+/// (the control block exists: 409; absent names: 404; no [[app]]: 404); where it is not (PUT
+/// a domain, POST a block, POST /api/domain, a temporary block) a wrongly accepted request
+/// fails the test.
+fn base_body(method: &str, path: &str) -> Option<Value> {
+    Some(match (method, path) {
+        ("PUT", "/v1/domains/{name}") => json!({
+            "servers": [{"address": "127.0.0.1:9", "name": "s1", "weight": 1, "maxconn": 10, "check": true}],
+            "profile": "default"
+        }),
+        ("POST", "/v1/blocked-ips") => {
+            json!({"ip": "198.51.100.200", "reason": "hostile", "author": "hostile", "ttl": "1h"})
+        }
+        ("POST", "/v1/deliveries") => json!({"app": "shop", "version": "v1"}),
+        ("POST", "/v1/rollback") => json!({"app": "shop"}),
+        ("POST", "/api/domain") => json!({
+            "domain": OK_NAME, "backend_name": "ignored", "template_override": null, "is_wildcard": false,
+            "servers": [{"name": "s1", "address": "127.0.0.1", "port": 9, "options": "check weight 1"}]
+        }),
+        ("DELETE", "/api/domain") => json!({"domain": "hostile-absent.example.com"}),
+        ("POST", "/api/blocked-ips") => {
+            json!({"ip_address": "203.0.113.1", "reason": "hostile", "blocked_by": "hostile"})
+        }
+        ("DELETE", "/api/blocked-ips") => json!({"ip_address": "198.51.100.201"}),
+        ("POST", "/api/security/temporary-block") => {
+            json!({"ip_address": "198.51.100.202", "duration_minutes": 5})
+        }
+        _ => return None,
+    })
+}
+
+/// Mutating routes documented without a body: only wrong methods and paths reach them (a
+/// body would be ignored and the route would run: sync, apply, reload).
+const BODYLESS: &[(&str, &str)] = &[
+    ("DELETE", "/v1/domains/{name}"),
+    ("DELETE", "/v1/blocked-ips/{key}"),
+    ("POST", "/v1/blocked-ips/sync"),
+    ("POST", "/v1/apply"),
+    ("POST", "/api/blocked-ips/sync"),
+    ("POST", "/api/security/clear-expired"),
+    ("POST", "/api/config/reload"),
+];
+
+/// Documented properties the API accepts and ignores (the edge manager's `backend_name`):
+/// any value there is accepted, so no request breaks them.
+const IGNORED: &[(&str, &str)] = &[("/api/domain", "backend_name")];
+
+/// Known defects of generated requests: (finding, route "METHOD path" or "*", kind, property
+/// or "*").
+const KNOWN: &[(&str, &str, &str, &str)] = &[
+    ("A3", "POST /v1/blocked-ips", "wrong-type", "*"),
+    ("A6", "POST /v1/blocked-ips", "duplicate", "*"),
+    ("A4", "*", "huge-key", "*"),
+    (
+        "A4",
+        "PUT /v1/domains/{name}",
+        "huge-value",
+        "servers|check|maxconn|weight",
+    ),
+    (
+        "A4",
+        "POST /api/domain",
+        "huge-value",
+        "is_wildcard|servers|template_override|options|port",
+    ),
+    (
+        "A4",
+        "POST /api/security/temporary-block",
+        "huge-value",
+        "duration_minutes",
+    ),
+    ("A8", "POST /api/blocked-ips", "huge-value", "blocked_by"),
+    ("A10", "POST /v1/deliveries", "missing", "*"),
+    ("A10", "POST /api/domain", "missing", "domain"),
+    ("A10", "DELETE /api/domain", "missing", "*"),
+    ("A10", "POST /api/blocked-ips", "missing", "*"),
+    ("A10", "DELETE /api/blocked-ips", "missing", "*"),
+    ("A10", "POST /api/security/temporary-block", "missing", "*"),
+];
+
+fn filled(path: &str) -> String {
+    let target = path.replace("{name}", OK_NAME).replace("{key}", OK_KEY);
+    assert!(!target.contains('{'), "a parameter to fill in {path}");
+    target
+}
+
+fn replace_bytes(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The cases of `tests/corpus/hostile_http.tsv` (format in its header), `*` expanded over
+/// `routes` (the mutating routes that take a body).
+fn http_corpus(routes: &[ApiRoute]) -> Vec<Probe> {
+    let mut probes = Vec::new();
+    for (i, line) in HTTP_CORPUS.lines().enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let origin = format!("hostile_http.tsv:{}", i + 1);
+        let f: Vec<&str> = line.split('\t').collect();
+        assert!(
+            (8..=9).contains(&f.len()),
+            "{origin}: want method, target, content type, body, status, code, field, message[, finding]: {line:?}"
+        );
+        type Target = (String, String, Option<Value>, Option<(String, Vec<u8>)>);
+        let of = |r: &ApiRoute| -> Target {
+            let base = base_body(&r.method, &r.path);
+            let field = base
+                .as_ref()
+                .and_then(|b| first_string_property(&r.path, b));
+            (r.method.clone(), filled(&r.path), base, field)
+        };
+        let targets: Vec<Target> = if f[0] == "*" {
+            assert_eq!(f[1], "*", "{origin}: method * goes with target *");
+            routes.iter().map(of).collect()
+        } else {
+            let target = String::from_utf8(unescape(f[1], &origin)).unwrap();
+            match routes
+                .iter()
+                .find(|r| r.method == f[0] && filled(&r.path) == target)
+            {
+                Some(r) => {
+                    let (_, _, base, field) = of(r);
+                    vec![(f[0].to_string(), target, base, field)]
+                }
+                None => vec![(f[0].to_string(), target, None, None)],
+            }
+        };
+        for (method, target, base, field) in targets {
+            let mut body = unescape(f[3], &origin);
+            if body.windows(6).any(|w| w == b"@BASE@") {
+                let base = base.unwrap_or_else(|| panic!("{origin}: @BASE@ but no base body"));
+                body = replace_bytes(&body, b"@BASE@", &serde_json::to_vec(&base).unwrap());
+            }
+            if body.windows(7).any(|w| w == b"@FIELD@" || w == b"@VALUE@") {
+                let (field, value) =
+                    field.unwrap_or_else(|| panic!("{origin}: @FIELD@ but no string property"));
+                body = replace_bytes(&body, b"@FIELD@", field.as_bytes());
+                body = replace_bytes(&body, b"@VALUE@", &value);
+            }
+            let mut p = Probe::new(origin.clone(), &method, target);
+            p.content_type = (f[2] != "-").then(|| f[2].to_string());
+            p.body = Some(body);
+            p.status = f[4]
+                .parse()
+                .unwrap_or_else(|_| panic!("{origin}: status {:?}", f[4]));
+            p.code = (f[5] != "*").then(|| f[5].to_string());
+            p.field = match f[6] {
+                "-" => None,
+                "(body)" => Some(Vec::new()),
+                names => Some(names.split('|').map(String::from).collect()),
+            };
+            p.message = match f[7] {
+                "-" => Vec::new(),
+                m => m.split('|').map(String::from).collect(),
+            };
+            p.finding = f.get(8).filter(|s| !s.is_empty()).map(|s| s.to_string());
+            probes.push(p);
+        }
+    }
+    probes
+}
+
+/// The first (by name) property of a base body with a string value that the route does not
+/// ignore, and that value as JSON.
+fn first_string_property(path: &str, base: &Value) -> Option<(String, Vec<u8>)> {
+    base.as_object()?
+        .iter()
+        .find(|(name, v)| v.is_string() && !IGNORED.contains(&(path, name.as_str())))
+        .map(|(name, v)| (name.clone(), serde_json::to_vec(v).unwrap()))
+}
+
+/// The schema of one JSON object a body (or an array item) is: `oneOf` resolved to its object.
+fn object_schema(schema: &Value) -> Option<&Value> {
+    match schema["oneOf"].as_array() {
+        Some(alternatives) => alternatives.iter().find(|a| a["type"] == "object"),
+        None => (schema["type"] == "object").then_some(schema),
+    }
+}
+
+fn schema_types(schema: &Value) -> Vec<String> {
+    match &schema["type"] {
+        Value::String(t) => vec![t.clone()],
+        Value::Array(ts) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// JSON texts of a type the schema does not allow.
+fn wrong_values(types: &[String], required: bool) -> Vec<&'static str> {
+    let has = |t: &str| types.iter().any(|x| x == t);
+    let mut v = Vec::new();
+    if has("string") {
+        v.extend(["5", "true", "[]", "{}"]);
+    } else {
+        v.push("\"5\"");
+    }
+    if has("integer") {
+        v.extend(["1.5", "true", "-1", "1e999", "18446744073709551616", "[]"]);
+    }
+    if has("boolean") {
+        v.extend(["1", "[]"]);
+    }
+    if has("array") {
+        v.extend(["{}", "5"]);
+    }
+    if has("object") {
+        v.extend(["[]", "5"]);
+    }
+    if required && !has("null") {
+        v.push("null");
+    }
+    v
+}
+
+/// `base` with `value` (raw JSON text) at `at` (a property, or `[array, 0, property]`).
+fn with_value(base: &Value, at: &[&str], value: &[u8]) -> Vec<u8> {
+    const MARK: &str = "\u{e000}HOSTILE\u{e000}";
+    let mut v = base.clone();
+    let mut slot = &mut v;
+    for key in at {
+        slot = match key.parse::<usize>() {
+            Ok(i) => &mut slot[i],
+            Err(_) => &mut slot[*key],
+        };
+    }
+    *slot = json!(MARK);
+    replace_bytes(
+        &serde_json::to_vec(&v).unwrap(),
+        &serde_json::to_vec(MARK).unwrap(),
+        value,
+    )
+}
+
+fn without(base: &Value, at: &[&str]) -> Vec<u8> {
+    let mut v = base.clone();
+    let (last, parents) = at.split_last().unwrap();
+    let mut slot = &mut v;
+    for key in parents {
+        slot = match key.parse::<usize>() {
+            Ok(i) => &mut slot[i],
+            Err(_) => &mut slot[*key],
+        };
+    }
+    slot.as_object_mut().unwrap().remove(*last);
+    serde_json::to_vec(&v).unwrap()
+}
+
+fn deep_arrays(n: usize) -> Vec<u8> {
+    [vec![b'['; n], vec![b']'; n]].concat()
+}
+
+fn known(route: &str, kind: &str, property: &str) -> Option<&'static str> {
+    KNOWN
+        .iter()
+        .find(|(_, r, k, p)| {
+            (*r == "*" || *r == route)
+                && *k == kind
+                && (*p == "*" || p.split('|').any(|p| p == property))
+        })
+        .map(|(id, ..)| *id)
+}
+
+/// Requests derived from each body route's schema and base body: wrong types, missing,
+/// unknown and duplicate fields, 100 KB values and keys, numbers out of range, deep nesting.
+fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
+    let name = format!("{} {}", route.method, route.path);
+    let target = filled(&route.path);
+    let schema = route.body.as_ref().and_then(object_schema);
+    let schema = schema.unwrap_or_else(|| panic!("{name}: no object schema for its body"));
+    let v1 = route.path.starts_with("/v1/");
+    let gen = |kind: &str, property: &str, body: Vec<u8>| {
+        Probe::new(
+            format!("generated ({kind} {property})"),
+            &route.method,
+            target.clone(),
+        )
+        .json(body)
+        .want(400, None)
+        .finding(known(&name, kind, property))
+    };
+    let huge = serde_json::to_vec(&"x".repeat(100_000)).unwrap();
+    let mut out = Vec::new();
+
+    // The body's own properties, then (one level down) those of array items that are objects:
+    // (path to the value, property name, its schema, required).
+    let mut slots: Vec<(Vec<String>, String, Value, bool)> = Vec::new();
+    let mut objects: Vec<(Vec<String>, &Value)> = vec![(Vec::new(), schema)];
+    let mut arrays: Vec<String> = Vec::new();
+    while let Some((at, object)) = objects.pop() {
+        let required: Vec<&str> = object["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for (prop, pschema) in object["properties"].as_object().into_iter().flatten() {
+            if IGNORED.contains(&(route.path.as_str(), prop.as_str())) {
+                continue;
+            }
+            let mut path = at.clone();
+            path.push(prop.clone());
+            slots.push((
+                path.clone(),
+                prop.clone(),
+                pschema.clone(),
+                required.contains(&prop.as_str()),
+            ));
+            if let Some(items) = object_schema(&pschema["items"]) {
+                arrays.push(prop.clone());
+                path.push("0".into());
+                objects.push((path, items));
+            }
+        }
+    }
+
+    for (path, prop, pschema, required) in &slots {
+        let at: Vec<&str> = path.iter().map(String::as_str).collect();
+        // A property of an array item only where the base has an item.
+        let parent = format!("/{}", at[..at.len() - 1].join("/"));
+        if at.len() > 1 && base.pointer(&parent).is_none() {
+            continue;
+        }
+        let types = schema_types(pschema);
+        for wrong in wrong_values(&types, *required) {
+            let code = if wrong == "1e999" {
+                "invalid_json"
+            } else {
+                "invalid"
+            };
+            out.push(
+                gen("wrong-type", prop, with_value(base, &at, wrong.as_bytes()))
+                    .want(400, Some(code))
+                    .field(&[prop]),
+            );
+        }
+        // 100 KB where a value goes: refused, and not repeated in the answer.
+        out.push(gen("huge-value", prop, with_value(base, &at, &huge)).field(&[prop]));
+        // A number of 100,000 digits.
+        let long_number = [b"1".to_vec(), vec![b'0'; 100_000]].concat();
+        out.push(gen(
+            "long-number",
+            prop,
+            with_value(base, &at, &long_number),
+        ));
+        // 10,000 nested arrays where the value goes.
+        out.push(gen(
+            "deep",
+            prop,
+            with_value(base, &at, &deep_arrays(10_000)),
+        ));
+        if *required {
+            out.push(gen("missing", prop, without(base, &at)).field(&[prop]));
+        }
+    }
+    for prop in &arrays {
+        for wrong in ["[5]", "[\"x\"]", "[null]", "[[]]", "[true]"] {
+            out.push(
+                gen(
+                    "item-type",
+                    prop,
+                    with_value(base, &[prop], wrong.as_bytes()),
+                )
+                .want(400, Some("invalid"))
+                .field(&[prop]),
+            );
+        }
+    }
+    // An unknown field, at the top and in each array item (the /v1 routes refuse them; the
+    // edge manager's routes ignore them, as the edge manager did).
+    if v1 {
+        let mut unknown = base.clone();
+        unknown["hostile_unknown"] = json!(1);
+        out.push(
+            gen(
+                "unknown",
+                "hostile_unknown",
+                serde_json::to_vec(&unknown).unwrap(),
+            )
+            .want(400, Some("invalid"))
+            .field(&["hostile_unknown"]),
+        );
+        for prop in &arrays {
+            let mut unknown = base.clone();
+            unknown[prop.as_str()][0]["hostile_unknown"] = json!(1);
+            out.push(
+                gen(
+                    "unknown",
+                    &format!("{prop}[0].hostile_unknown"),
+                    serde_json::to_vec(&unknown).unwrap(),
+                )
+                .want(400, Some("invalid"))
+                .field(&["hostile_unknown"]),
+            );
+        }
+    }
+    // A duplicate key: the first string property of the base again, last, with a number.
+    if let Some((first, _)) = base.as_object().and_then(|o| {
+        o.iter()
+            .find(|(k, v)| v.is_string() && !IGNORED.contains(&(route.path.as_str(), k.as_str())))
+    }) {
+        let text = serde_json::to_vec(base).unwrap();
+        let body = [
+            &text[..text.len() - 1],
+            format!(",\"{first}\":5}}").as_bytes(),
+        ]
+        .concat();
+        out.push(
+            gen("duplicate", first, body)
+                .want(400, Some("invalid"))
+                .message(&["duplicate"]),
+        );
+    }
+    // The base body cut in the middle.
+    let text = serde_json::to_vec(base).unwrap();
+    out.push(
+        gen("truncated", "*", text[..text.len() / 2].to_vec())
+            .want(400, Some("invalid_json"))
+            .message(&["EOF"]),
+    );
+    // Keys: one of 100 KB, and 50,000 of them.
+    let huge_key = fill("{@ARG@:1}", &huge);
+    out.push(gen("huge-key", "*", huge_key));
+    let many: Vec<String> = (0..50_000).map(|i| format!("\"k{i}\":0")).collect();
+    out.push(gen(
+        "many-keys",
+        "*",
+        format!("{{{}}}", many.join(",")).into_bytes(),
+    ));
+    // Nesting: 10,000 arrays, 10,000 objects, 100,000 unclosed arrays.
+    out.push(gen("deep", "*", deep_arrays(10_000)));
+    let objects = [
+        "{\"a\":".repeat(10_000).into_bytes(),
+        b"1".to_vec(),
+        vec![b'}'; 10_000],
+    ]
+    .concat();
+    out.push(gen("deep", "*", objects));
+    out.push(gen("deep", "*", vec![b'['; 100_000]));
+    // Above the limit: a long value, leading whitespace.
+    let over = fill(
+        r#"{"pad":@ARG@}"#,
+        &serde_json::to_vec(&"a".repeat(BODY_LIMIT + 100)).unwrap(),
+    );
+    out.push(
+        gen("too-large", "*", over)
+            .want(413, Some("too_large"))
+            .message(&["limit"]),
+    );
+    let padded = [vec![b' '; BODY_LIMIT], serde_json::to_vec(base).unwrap()].concat();
+    out.push(
+        gen("too-large", "*", padded)
+            .want(413, Some("too_large"))
+            .message(&["limit"]),
+    );
+    out
+}
+
+/// Lists for POST /v1/blocked-ips: one entry above the documented 100,000, and 20,000 valid
+/// entries followed by an invalid one (refused as a whole, nothing blocked).
+fn list_probes() -> Vec<Probe> {
+    let entries = |n: usize, entry: &str| vec![entry; n].join(",");
+    let over = format!("[{}]", entries(100_001, r#"{"ip":""}"#));
+    let last_bad = format!(
+        "[{},{{\"ip\":\"300.1.1.1\"}}]",
+        entries(20_000, r#"{"ip":"198.51.100.240"}"#)
+    );
+    vec![
+        Probe::new("generated (100,001 entries)", "POST", "/v1/blocked-ips")
+            .json(over)
+            .want(400, Some("invalid"))
+            .field(&["ip"])
+            .message(&["1 to 100000"]),
+        Probe::new(
+            "generated (20,000 entries, the last invalid)",
+            "POST",
+            "/v1/blocked-ips",
+        )
+        .json(last_bad)
+        .want(400, Some("invalid"))
+        .field(&["[20000].ip"])
+        .message(&["IPv4"]),
+    ]
+}
+
+/// Requests with a method the path does not document: 405 in the error shape.
+fn method_probes(routes: &[ApiRoute]) -> Vec<Probe> {
+    let mut paths: Vec<&str> = routes.iter().map(|r| r.path.as_str()).collect();
+    paths.dedup();
+    let mut out = Vec::new();
+    for path in paths {
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            if routes.iter().any(|r| r.path == path && r.method == method) {
+                continue;
+            }
+            out.push(
+                Probe::new("generated (method)", method, filled(path))
+                    .json(br#"{"hostile_unknown":true}"#.to_vec())
+                    .want(405, Some("method_not_allowed"))
+                    .message(&["method"]),
+            );
+        }
+    }
+    out
+}
+
+/// Requests made byte by byte: chunked bodies above the limit, a declared length above it,
+/// broken framing.
+fn raw_probes(api: &ApiClient, routes: &[ApiRoute]) -> Vec<Probe> {
+    let head = |method: &str, target: &str, extra: &str| {
+        format!(
+            "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nConnection: close\r\n{extra}\r\n",
+            api.port, api.token
+        )
+        .into_bytes()
+    };
+    let raw = |what: &str, method: &str, target: &str, bytes: Vec<u8>| {
+        let mut p = Probe::new(format!("generated ({what})"), method, target);
+        p.content_type = Some("application/json".into());
+        p.raw = Some(bytes);
+        p
+    };
+    let mut out = Vec::new();
+    let chunk = vec![b'a'; 64 * 1024];
+    for route in routes {
+        let target = filled(&route.path);
+        // 2 MiB in 64 KiB chunks.
+        let mut bytes = head(&route.method, &target, "Transfer-Encoding: chunked\r\n");
+        for _ in 0..32 {
+            bytes.extend(format!("{:x}\r\n", chunk.len()).bytes());
+            bytes.extend_from_slice(&chunk);
+            bytes.extend_from_slice(b"\r\n");
+        }
+        bytes.extend_from_slice(b"0\r\n\r\n");
+        out.push(
+            raw("chunked 2 MiB", &route.method, &target, bytes)
+                .want(413, Some("too_large"))
+                .message(&["limit"]),
+        );
+    }
+    let put = filled("/v1/domains/{name}");
+    // A declared length above the limit, announced with `Expect: 100-continue` (what curl
+    // does for large bodies): refused at once, before any body byte.
+    let mut p = raw(
+        "declared 2 MiB, 100-continue",
+        "PUT",
+        &put,
+        head(
+            "PUT",
+            &put,
+            "Content-Length: 2097152\r\nExpect: 100-continue\r\n",
+        ),
+    )
+    .want(413, Some("too_large"))
+    .message(&["limit"])
+    .finding(Some("A7"));
+    p.read_timeout = Duration::from_secs(2);
+    out.push(p);
+    // Framing the HTTP layer refuses before the API (400 without a body).
+    for (what, extra, body) in [
+        (
+            "two lengths",
+            "Content-Length: 2\r\nContent-Length: 3\r\n",
+            "{}",
+        ),
+        ("length not a number", "Content-Length: 2x\r\n", "{}"),
+        ("negative length", "Content-Length: -1\r\n", "{}"),
+        (
+            "bad chunk size",
+            "Transfer-Encoding: chunked\r\n",
+            "zz\r\n{}\r\n0\r\n\r\n",
+        ),
+    ] {
+        let mut bytes = head("PUT", &put, extra);
+        bytes.extend_from_slice(body.as_bytes());
+        let p = raw(what, "PUT", &put, bytes).want(400, None);
+        out.push(Probe { shape: false, ..p });
+    }
+    out
+}
+
+/// Sends one probe.
+fn send(api: &ApiClient, p: &Probe) -> Result<ApiResponse, String> {
+    if let Some(raw) = &p.raw {
+        return http_send_raw(api.port, raw, p.read_timeout);
+    }
+    let mut headers = Vec::new();
+    if let Some(ct) = &p.content_type {
+        headers.push(("Content-Type", ct.as_str()));
+    }
+    api.request(
+        &p.method,
+        &p.target,
+        &headers,
+        p.body.as_deref(),
+        p.read_timeout,
+    )
+}
+
+/// What is wrong with the answer to `p` (empty: as wanted).
+fn judge(p: &Probe, answer: &Result<ApiResponse, String>) -> Vec<String> {
+    let r = match answer {
+        Ok(r) => r,
+        Err(e) => return vec![format!("no answer: {e}")],
+    };
+    let mut wrong = Vec::new();
+    let shown = truncate(&r.text);
+    if r.status != p.status {
+        wrong.push(format!("status {}, want {}: {shown}", r.status, p.status));
+    }
+    if r.text.len() > MAX_ANSWER {
+        wrong.push(format!(
+            "the answer is {} bytes (more than {MAX_ANSWER}): the input is echoed unbounded",
+            r.text.len()
+        ));
+    }
+    if !p.shape {
+        return wrong;
+    }
+    let e = &r.json["error"];
+    let (code, message) = (e["code"].as_str(), e["message"].as_str());
+    let field = &e["field"];
+    let is_shape = code.is_some_and(|c| !c.is_empty())
+        && message.is_some_and(|m| !m.is_empty())
+        && (field.is_null() || field.is_string())
+        && e.as_object().is_some_and(|o| o.contains_key("field"));
+    if !is_shape {
+        wrong.push(format!("not the error shape: {shown}"));
+        return wrong;
+    }
+    let (code, message) = (code.unwrap(), message.unwrap());
+    if !r
+        .header("content-type")
+        .is_some_and(|ct| ct.starts_with("application/json"))
+    {
+        wrong.push(format!("content-type {:?}", r.header("content-type")));
+    }
+    if let Some(want) = &p.code {
+        if code != want {
+            wrong.push(format!("error.code {code:?}, want {want:?}: {shown}"));
+        }
+    }
+    let field = field.as_str().unwrap_or("");
+    match &p.field {
+        None => {}
+        Some(names) if names.is_empty() => {
+            let whole_body = field.is_empty() || field == "body";
+            if !whole_body {
+                wrong.push(format!(
+                    "error.field {field:?}, want null (the whole body): {shown}"
+                ));
+            }
+        }
+        Some(names) => {
+            // The field itself, or its object (`servers[0]` for a missing `address`) with the
+            // message naming the member; a syntax error has no field, its message the path.
+            let in_message = |n: &str| {
+                message.contains(&format!("`{n}`"))
+                    || message.contains(&format!("{n}:"))
+                    || message.contains(&format!(".{n}"))
+            };
+            let named = names.iter().any(|n| {
+                field.contains(n.as_str())
+                    || ((!field.is_empty() || code == "invalid_json") && in_message(n))
+            });
+            if !named {
+                wrong.push(format!(
+                    "error.field {field:?} does not name {names:?}: {shown}"
+                ));
+            }
+        }
+    }
+    let lower = message.to_lowercase();
+    if !p.message.is_empty() && !p.message.iter().any(|m| lower.contains(&m.to_lowercase())) {
+        wrong.push(format!("error.message lacks {:?}: {shown}", p.message));
+    }
+    wrong
+}
+
+/// Everything the API pass must leave as it was.
+#[derive(Debug, PartialEq, Eq)]
+struct ApiWorld {
+    live: Vec<(std::path::PathBuf, Vec<u8>)>,
+    settings: String,
+    domains: String,
+    blocks: String,
+    applies: String,
+    deliveries: String,
+    compat_domains: String,
+    runtime_blocks: std::collections::BTreeSet<String>,
+    reloads: u32,
+}
+
+fn api_world(edge: &Edge, api: &ApiClient) -> ApiWorld {
+    let text = |path: &str| {
+        let r = api.get(path);
+        assert_eq!(r.status, 200, "GET {path}: {r:?}");
+        r.text
+    };
+    ApiWorld {
+        live: edge.live_files(),
+        settings: edge.settings_text(),
+        domains: text("/v1/domains"),
+        blocks: text("/v1/blocked-ips"),
+        applies: text("/v1/applies"),
+        deliveries: text("/v1/deliveries"),
+        compat_domains: text("/api/domains"),
+        runtime_blocks: runtime_blocked_keys(edge),
+        reloads: edge.show_proc().master.reloads,
+    }
+}
+
+#[test]
+fn hostile_input_through_the_api_is_refused_and_changes_nothing() {
+    let started = Instant::now();
+    // Every finding listed below is fixed: a mismatch fails. HAPCTL_STRICT_FINDINGS=0 turns
+    // marked cases back into reports (to land a corpus of a newly found defect before its fix).
+    let strict = std::env::var_os("HAPCTL_STRICT_FINDINGS").is_none_or(|v| v != "0");
+    let edge = Edge::started();
+    let app = Backend::start("control");
+    edge.ok(&["domain", "add", CONTROL_DOMAIN, "--server", &app.addr()]);
+    edge.ok(&["block", "add", "203.0.113.1", "--reason", "control block"]);
+    let api = Daemon::start(&edge);
+    let client = api.client();
+    let master = edge.master_pid();
+    let before = api_world(&edge, &client);
+
+    // The routes, from the OpenAPI document: each mutating one is known here.
+    let mutating = client.mutating_routes();
+    let mut body_routes = Vec::new();
+    for route in &mutating {
+        match (route.body.is_some(), base_body(&route.method, &route.path)) {
+            (true, Some(base)) => body_routes.push((route.clone(), base)),
+            (false, None) if BODYLESS.contains(&(route.method.as_str(), route.path.as_str())) => {}
+            _ => panic!(
+                "{} {}: a mutating route this test does not know; give it a base body (base_body) or list it in BODYLESS",
+                route.method, route.path
+            ),
+        }
+    }
+    let plain_routes: Vec<ApiRoute> = body_routes.iter().map(|(r, _)| r.clone()).collect();
+
+    // The CLI corpus through the API.
+    let mut cases = corpus();
+    cases.extend(generated());
+    let mut probes = Vec::new();
+    let mut skipped: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut from_cli_lines = 0;
+    for case in &cases {
+        match api_probes(case) {
+            Ok(p) => {
+                from_cli_lines += 1;
+                probes.extend(p);
+            }
+            Err(_) => *skipped.entry(case.command.as_str()).or_default() += 1,
+        }
+    }
+    let from_cli = probes.len();
+    probes.extend(http_corpus(&plain_routes));
+    let from_http = probes.len() - from_cli;
+    for (route, base) in &body_routes {
+        probes.extend(schema_probes(route, base));
+    }
+    probes.extend(list_probes());
+    probes.extend(method_probes(&client.routes()));
+    probes.extend(raw_probes(&client, &plain_routes));
+    let generated_count = probes.len() - from_cli - from_http;
+
+    let mut failures = Vec::new();
+    let mut findings: Vec<(String, String)> = Vec::new();
+    let mut statuses: std::collections::BTreeMap<u16, usize> = Default::default();
+    // Requests marked with a finding that behave as wanted (the mark may cover more requests
+    // than show the defect; none at all means the finding is fixed: remove its marks).
+    let mut passing: std::collections::BTreeMap<String, usize> = Default::default();
+    for p in &probes {
+        let answer = send(&client, p);
+        if let Ok(r) = &answer {
+            *statuses.entry(r.status).or_default() += 1;
+        }
+        let wrong = judge(p, &answer);
+        let health = http_call_with(
+            client.port,
+            "GET",
+            "/health",
+            None,
+            None,
+            None,
+            Duration::from_secs(10),
+        );
+        assert!(
+            matches!(&health, Ok(r) if r.status == 200),
+            "{}: the daemon no longer answers /health 200: {health:?}\n{}",
+            p.label(),
+            api.log_text()
+        );
+        assert_eq!(
+            edge.live_files(),
+            before.live,
+            "{}: the live files changed",
+            p.label()
+        );
+        let accepted = matches!(&answer, Ok(r) if (200..300).contains(&r.status));
+        match (&p.finding, wrong.is_empty()) {
+            (Some(f), true) => *passing.entry(f.clone()).or_default() += 1,
+            (None, true) => {}
+            (Some(f), false) if !accepted => {
+                let line = format!("[{f}] {}: {}", p.label(), wrong.join("; "));
+                if strict {
+                    failures.push(line);
+                } else {
+                    findings.push((f.clone(), line));
+                }
+            }
+            _ => failures.push(format!("{}: {}", p.label(), wrong.join("; "))),
+        }
+    }
+
+    // Nothing changed; HAProxy was never touched and still routes.
+    let after = api_world(&edge, &client);
+    assert_eq!(after.live, before.live, "live files");
+    assert_eq!(after.settings, before.settings, "settings file");
+    assert_eq!(after.domains, before.domains, "GET /v1/domains");
+    assert_eq!(after.blocks, before.blocks, "GET /v1/blocked-ips");
+    assert_eq!(
+        after.applies, before.applies,
+        "GET /v1/applies: new apply rows"
+    );
+    assert_eq!(after.deliveries, before.deliveries, "GET /v1/deliveries");
+    assert_eq!(
+        after.compat_domains, before.compat_domains,
+        "GET /api/domains"
+    );
+    assert_eq!(
+        after.runtime_blocks, before.runtime_blocks,
+        "the runtime block map"
+    );
+    assert_eq!(after.reloads, before.reloads, "HAProxy reloads");
+    assert_eq!(edge.master_pid(), master, "HAProxy's master");
+    let r = edge.get(CONTROL_DOMAIN, "/");
+    assert_eq!((r.status, r.body.as_str()), (200, "control"));
+
+    // Two examples of each known finding (HAPCTL_STRICT_FINDINGS=1 lists them all).
+    let mut by_id: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (id, line) in &findings {
+        by_id.entry(id).or_default().push(line);
+    }
+    for lines in by_id.values() {
+        for line in lines.iter().take(2) {
+            eprintln!("known finding {line}");
+        }
+        if lines.len() > 2 {
+            eprintln!("  … and {} more", lines.len() - 2);
+        }
+    }
+    let ids: Vec<&str> = by_id.keys().copied().collect();
+    let per_id: Vec<String> = by_id
+        .iter()
+        .map(|(id, lines)| format!("{id} ×{}", lines.len()))
+        .collect();
+    for (id, n) in &passing {
+        if !ids.contains(&id.as_str()) {
+            eprintln!("note: finding {id} is marked on {n} request(s) and none shows it now: remove the marks");
+        }
+    }
+    let skipped: Vec<String> = skipped.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    eprintln!(
+        "hostile input (API): {} cases ({from_cli} from {from_cli_lines} CLI corpus cases, \
+         {from_http} from hostile_http.tsv, {generated_count} generated) in {:.1} s; \
+         statuses {statuses:?}; CLI cases without an API route: {}; \
+         {} failures, {} known findings ({})",
+        probes.len(),
+        started.elapsed().as_secs_f64(),
+        skipped.join(", "),
+        failures.len(),
+        findings.len(),
+        per_id.join(", ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} request(s) not refused as expected:\n{}",
         failures.len(),
         failures.join("\n")
     );

@@ -10,12 +10,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, Body};
-use super::v1::{applied, backend, new_block};
+use super::v1::{applied, backend};
 use super::AppState;
 use crate::blocks::{BlockChange, ChangeResult};
-use crate::edge::DomainChange;
+use crate::edge::{DomainChange, Edge};
 use crate::model::{
-    BlockKey, Domain, Profile, ServerAddr, ServerHost, ServerName, ServerOptions, Ttl,
+    BlockKey, Domain, Note, Profile, ServerAddr, ServerHost, ServerName, ServerOptions, Ttl,
 };
 
 fn iso(unix: i64) -> String {
@@ -24,6 +24,7 @@ fn iso(unix: i64) -> String {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompatServer {
     name: Option<String>,
     address: String,
@@ -33,9 +34,12 @@ pub struct CompatServer {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompatDomain {
-    /// (`backend_name` is accepted and ignored: hapctl names backends itself, `d_<name>`.)
     domain: String,
+    /// Accepted (and must be a string) but not used: hapctl names backends itself.
+    #[serde(default, rename = "backend_name")]
+    _backend_name: Option<String>,
     #[serde(default)]
     template_override: Option<String>,
     #[serde(default)]
@@ -67,7 +71,7 @@ fn parse_options(text: &str) -> Result<ServerOptions, ApiError> {
             other => {
                 return Err(ApiError::invalid(
                     "servers.options",
-                    format!("server option {other:?} is not supported; hapctl accepts check, weight N and maxconn N"),
+                    format!("server option {:?} is not supported; hapctl accepts check, weight N and maxconn N", crate::model::bounded(other)),
                 ))
             }
         }
@@ -82,7 +86,7 @@ fn profile(template_override: Option<&str>) -> Result<Profile, ApiError> {
         Some("sse") => Ok(Profile::Sse),
         Some(other) => Err(ApiError::invalid(
             "template_override",
-            format!("template override {other:?} is not supported: hapctl renders no free text; use default, websocket or sse"),
+            format!("template override {:?} is not supported: hapctl renders no free text; use default, websocket or sse", crate::model::bounded(other)),
         )),
     }
 }
@@ -129,6 +133,7 @@ pub async fn post_domain(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompatDomainName {
     domain: String,
 }
@@ -207,6 +212,7 @@ pub async fn list_blocks(State(app): State<AppState>) -> Result<Json<Value>, Api
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompatBlock {
     ip_address: BlockKey,
     #[serde(default)]
@@ -231,12 +237,12 @@ pub async fn post_block(
     State(app): State<AppState>,
     Body(req): Body<CompatBlock>,
 ) -> Result<Response, ApiError> {
-    let block = new_block(
+    let block = Edge::new_block(
         req.ip_address,
-        req.reason.as_deref().unwrap_or(""),
-        req.blocked_by.as_deref().unwrap_or("api"),
+        Note::parse("reason", req.reason.as_deref().unwrap_or(""))?,
+        Note::parse("blocked_by", req.blocked_by.as_deref().unwrap_or("api"))?,
         None,
-    )?;
+    );
     let (results, report) = app.block_job(vec![BlockChange::Add(block)]).await?;
     if results == [ChangeResult::Exists] {
         return Err(ApiError::conflict(format!(
@@ -252,6 +258,7 @@ pub async fn post_block(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompatIp {
     ip_address: BlockKey,
 }
@@ -284,6 +291,7 @@ pub async fn sync_blocks(State(app): State<AppState>) -> Result<Json<Value>, Api
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TemporaryBlock {
     ip_address: BlockKey,
     #[serde(default = "sixty")]
@@ -304,7 +312,12 @@ pub async fn temporary_block(
         .parse()
         .map_err(|e: crate::model::Invalid| ApiError::invalid("duration_minutes", e.rule))?;
     let reason = req.reason.unwrap_or_else(|| "temporary block".into());
-    let block = new_block(req.ip_address, &reason, "security", Some(ttl))?;
+    let block = Edge::new_block(
+        req.ip_address,
+        Note::parse("reason", &reason)?,
+        Note::parse("blocked_by", "security")?,
+        Some(ttl),
+    );
     let expires = block.expires_at.map(iso);
     let (_, report) = app.block_job(vec![BlockChange::Put(block)]).await?;
     Ok((

@@ -1,13 +1,13 @@
 //! The `/v1` routes, `/health`, `/metrics` and `/openapi.json`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{ApiError, Body};
+use super::error::{ApiError, Body, BodyList, PathParam};
 use super::AppState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
@@ -101,7 +101,7 @@ fn parse_domain(name: &str) -> Result<Domain, ApiError> {
 
 pub async fn get_domain(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let domain = parse_domain(&name)?;
     let shown = app
@@ -117,8 +117,9 @@ pub async fn get_domain(
 pub struct ServerRequest {
     address: ServerAddr,
     name: Option<ServerName>,
-    weight: Option<u16>,
-    maxconn: Option<u32>,
+    // Wide integers, so an out-of-range value is refused with the rule, not the Rust type.
+    weight: Option<u64>,
+    maxconn: Option<u64>,
     check: Option<bool>,
 }
 
@@ -166,7 +167,7 @@ pub fn applied(report: ApplyReport, result: Option<DomainResult>) -> Result<Resp
 
 pub async fn put_domain(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
     Body(req): Body<PutDomainRequest>,
 ) -> Result<Response, ApiError> {
     let domain = parse_domain(&name)?;
@@ -191,15 +192,25 @@ pub async fn put_domain(
             let servers = req
                 .servers
                 .into_iter()
-                .map(|s| {
+                .enumerate()
+                .map(|(i, s)| {
+                    let range = |field: &str, v: Option<u64>, max: u64, rule: &str| match v {
+                        Some(n) if n > max => Err(ApiError::invalid(
+                            &format!("servers[{i}].{field}"),
+                            format!("{field} {n}: {rule}"),
+                        )),
+                        _ => Ok(v),
+                    };
                     let options = ServerOptions {
-                        weight: s.weight,
-                        maxconn: s.maxconn,
+                        weight: range("weight", s.weight, 256, "must be 0 to 256")?
+                            .map(|w| w as u16),
+                        maxconn: range("maxconn", s.maxconn, 1_000_000, "must be 1 to 1000000")?
+                            .map(|m| m as u32),
                         check: s.check.unwrap_or(true),
                     };
-                    (s.name, s.address, options)
+                    Ok((s.name, s.address, options))
                 })
-                .collect();
+                .collect::<Result<Vec<_>, ApiError>>()?;
             DomainChange::Put(domain, backend(servers, req.profile.unwrap_or_default())?)
         }
     };
@@ -209,7 +220,7 @@ pub async fn put_domain(
 
 pub async fn delete_domain(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     remove_domain(&app, parse_domain(&name)?).await
 }
@@ -276,21 +287,6 @@ impl BlockRequest {
     }
 }
 
-/// A validated block, made now.
-pub fn new_block(
-    key: BlockKey,
-    reason: &str,
-    author: &str,
-    ttl: Option<Ttl>,
-) -> Result<crate::model::Block, ApiError> {
-    Ok(Edge::new_block(
-        key,
-        Note::parse("reason", reason)?,
-        Note::parse("author", author)?,
-        ttl,
-    ))
-}
-
 /// The answer to a block change: which results, and how HAProxy enforces it.
 pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCode) -> Response {
     (status, Json(json!({"results": results, "enforcement": report.enforcement, "runtime_error": report.runtime_error, "duration_ms": report.duration_ms}))).into_response()
@@ -298,33 +294,25 @@ pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCod
 
 pub async fn post_blocks(
     State(app): State<AppState>,
-    Body(req): Body<Value>,
+    BodyList {
+        items: requests,
+        listed,
+    }: BodyList<BlockRequest>,
 ) -> Result<Response, ApiError> {
-    // One object or a list; each entry parsed alone so an error names its index and field.
-    let (entries, indexed) = match req {
-        Value::Array(list) => (list, true),
-        one => (vec![one], false),
-    };
-    if entries.is_empty() || entries.len() > 100_000 {
+    if requests.is_empty() || requests.len() > 100_000 {
         return Err(ApiError::invalid("ip", "send 1 to 100000 entries"));
     }
-    let changes = entries
+    let indexed = listed;
+    let changes = requests
         .into_iter()
         .enumerate()
-        .map(|(i, entry)| {
+        .map(|(i, r)| {
             let path = if indexed {
                 format!("[{i}].")
             } else {
                 String::new()
             };
-            let request: BlockRequest = serde_json::from_value(entry).map_err(|e| {
-                let at = path.trim_end_matches('.');
-                ApiError::invalid(
-                    if at.is_empty() { "body" } else { at },
-                    format!("{at} {e}").trim().to_string(),
-                )
-            })?;
-            request.into_block(&path).map(BlockChange::Put)
+            r.into_block(&path).map(BlockChange::Put)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (results, report) = app.block_job(changes).await?;
@@ -338,7 +326,7 @@ pub async fn post_blocks(
 
 pub async fn delete_block(
     State(app): State<AppState>,
-    Path(key): Path<String>,
+    PathParam(key): PathParam,
 ) -> Result<Response, ApiError> {
     let key: BlockKey = key
         .parse()

@@ -460,3 +460,188 @@ pub fn runtime_blocked_keys(edge: &Edge) -> BTreeSet<String> {
     );
     set
 }
+
+/// Sends `raw` (a whole request, head and body, exactly as given: nothing is added) to
+/// `127.0.0.1:port` and parses the answer. For requests [`http_request`] cannot make: chunked
+/// bodies, a `Content-Length` that lies, several of them. A body above 64 KiB is written from
+/// another thread while the answer is read.
+pub fn http_send_raw(port: u16, raw: &[u8], read_timeout: Duration) -> Result<ApiResponse, String> {
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5))
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    stream.set_read_timeout(Some(read_timeout)).unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let writer = if raw.len() > 64 * 1024 {
+        let mut w = stream.try_clone().unwrap();
+        let raw = raw.to_vec();
+        Some(thread::spawn(move || {
+            let _ = w.write_all(&raw);
+        }))
+    } else {
+        stream
+            .write_all(raw)
+            .map_err(|e| format!("send the request: {e}"))?;
+        None
+    };
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let read_error = loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break None,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Some(e),
+        }
+    };
+    if let Some(w) = writer {
+        let _ = stream.shutdown(Shutdown::Both);
+        let _ = w.join();
+    }
+    parse_http_response(&answer).map_err(|e| match read_error {
+        Some(r) => format!("{e} (read: {r})"),
+        None => e,
+    })
+}
+
+/// Parses one HTTP/1.1 answer (the head, then a body framed by `Content-Length`, chunked, or
+/// up to the end). A `100 Continue` interim answer before the final one is skipped.
+pub fn parse_http_response(mut raw: &[u8]) -> Result<ApiResponse, String> {
+    let mut interim = "";
+    loop {
+        let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return Err(format!(
+                "no complete answer{interim} ({} bytes): {:?}",
+                raw.len(),
+                String::from_utf8_lossy(&raw[..raw.len().min(200)])
+            ));
+        };
+        let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status: u16 = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("no status line in {head:?}"))?;
+        if status == 100 {
+            interim = " after 100 Continue";
+            raw = &raw[end + 4..];
+            continue;
+        }
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let mut body = raw[end + 4..].to_vec();
+        if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            body = dechunk(&body);
+        } else if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
+            if body.len() < len {
+                return Err(format!("answer cut: {} of {len} body bytes", body.len()));
+            }
+            body.truncate(len);
+        }
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        return Ok(ApiResponse {
+            status,
+            headers,
+            text,
+            json,
+        });
+    }
+}
+
+/// `bytes` percent-encoded for one path segment: everything but the unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`) becomes `%HH`, so `/`, `%`, `?`, `#`, controls and non-ASCII bytes
+/// all stay inside the segment.
+pub fn percent_encode_segment(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 3);
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// One operation of the API's OpenAPI document.
+#[derive(Debug, Clone)]
+pub struct ApiRoute {
+    /// Upper case: `POST`.
+    pub method: String,
+    /// As documented, with `{param}` placeholders.
+    pub path: String,
+    /// The JSON Schema of the request body, when the route takes one.
+    pub body: Option<Value>,
+}
+
+impl ApiRoute {
+    /// The names of the path's `{param}` placeholders.
+    pub fn params(&self) -> Vec<String> {
+        self.path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl ApiClient {
+    /// Every operation of `GET /openapi.json`, sorted by path then method.
+    pub fn routes(&self) -> Vec<ApiRoute> {
+        let r = self.get("/openapi.json");
+        assert_eq!(r.status, 200, "GET /openapi.json: {r:?}");
+        let paths = r.json["paths"]
+            .as_object()
+            .unwrap_or_else(|| panic!("/openapi.json has no paths: {}", r.text));
+        let mut routes = Vec::new();
+        for (path, ops) in paths {
+            for (method, op) in ops.as_object().into_iter().flatten() {
+                routes.push(ApiRoute {
+                    method: method.to_ascii_uppercase(),
+                    path: path.clone(),
+                    body: op
+                        .pointer("/requestBody/content/application~1json/schema")
+                        .cloned(),
+                });
+            }
+        }
+        routes.sort_by(|a, b| (&a.path, &a.method).cmp(&(&b.path, &b.method)));
+        routes
+    }
+
+    /// The operations of [`ApiClient::routes`] whose method changes state (POST, PUT, PATCH,
+    /// DELETE).
+    pub fn mutating_routes(&self) -> Vec<ApiRoute> {
+        self.routes()
+            .into_iter()
+            .filter(|r| matches!(r.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"))
+            .collect()
+    }
+
+    /// One request with the right token, these extra headers, and `body` as is (no content
+    /// type unless given in `headers`).
+    pub fn request(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+        read_timeout: Duration,
+    ) -> Result<ApiResponse, String> {
+        let bearer = format!("Bearer {}", self.token);
+        let mut all = vec![("Authorization", bearer.as_str())];
+        all.extend_from_slice(headers);
+        http_request(self.port, method, target, &all, body, read_timeout)
+    }
+}
