@@ -4,7 +4,7 @@
 //! panics), and the temp dir is removed.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +34,7 @@ pub struct Edge {
     calls_log: PathBuf,
     started: bool,
     // Last: removed after HAProxy was stopped (see Drop).
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl Edge {
@@ -52,11 +52,22 @@ impl Edge {
             wrapper,
             calls_log,
             started: false,
-            _dir: dir,
+            dir,
         };
         edge.ok(&["init", "--http-bind", &format!("127.0.0.1:{port}")])?;
         edge.settings = Settings::load(&state_dir)?;
         Ok(edge)
+    }
+
+    /// The temp dir holding the state dir (logs and scripts of the bench go next to it).
+    pub fn work_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Re-reads `hapctl.toml` (after the bench edited it).
+    pub fn reload_settings(&mut self) -> anyhow::Result<()> {
+        self.settings = Settings::load(&self.state_dir)?;
+        Ok(())
     }
 
     /// A hapctl command on this state dir, haproxy being the counting wrapper.
@@ -217,7 +228,7 @@ impl Edge {
 impl Drop for Edge {
     fn drop(&mut self) {
         self.stop_haproxy();
-        // `_dir` is dropped after this, removing the state dir.
+        // `dir` is dropped after this, removing the state dir.
     }
 }
 
@@ -261,7 +272,50 @@ fn counting_haproxy(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
 /// A plain HTTP/1.1 GET / with `Connection: close`, every step bounded; status and body.
 pub fn http_get(port: u16, host: &str) -> std::io::Result<(u16, String)> {
     let target = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))?;
+    let stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))?;
+    get_on(stream, host)
+}
+
+/// [`http_get`] from another loopback source address (e.g. 127.10.0.1): what a client with
+/// that IP gets from the edge.
+pub fn http_get_from(source: Ipv4Addr, port: u16, host: &str) -> std::io::Result<(u16, String)> {
+    get_on(connect_from(source, port)?, host)
+}
+
+/// A TCP connection to 127.0.0.1:`port` bound to `source` first (std cannot bind before
+/// connecting). Loopback connects complete at once, so the connect needs no timeout.
+fn connect_from(source: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
+    use std::os::unix::io::FromRawFd;
+    let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket owned by the TcpStream at once (closed on every error path);
+    // the sockaddr values live across the calls that read them.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let local = sockaddr(source, 0);
+        if libc::bind(fd, &local as *const _ as *const libc::sockaddr, len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let remote = sockaddr(Ipv4Addr::LOCALHOST, port);
+        if libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+fn get_on(mut stream: TcpStream, host: &str) -> std::io::Result<(u16, String)> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     stream.write_all(

@@ -1,17 +1,26 @@
 //! `hapctl-bench`: benchmarks of hapctl, printed as tables and optionally written as JSON.
 //!
 //! ```text
-//! cargo run -j2 --release -p bench -- [--sizes 10,1000,10000] [--only render,domain-add]
+//! cargo run -j2 --release -p bench -- [--sizes 10,1000,10000] [--only render,domain-add,...]
 //!                                     [--runs K] [--json out.json] [--hapctl PATH]
 //! ```
 //!
 //! Each section is one module with a `run(&Ctx) -> anyhow::Result<Report>` function, listed
-//! once in `SECTIONS`; adding a section is adding a module and a line there.
+//! once in `SECTIONS`; adding a section is adding a module and a line there. Sections marked
+//! `long` run only when named with `--only` (or with `--all`).
 
+mod api;
+mod api_domains;
+mod app_edge;
+mod blocks;
+mod cutovers;
+mod daemon;
+mod deliver;
 mod domain_add;
 mod fixture;
 mod harness;
 mod render;
+mod rss;
 mod stats;
 mod sys;
 
@@ -30,6 +39,8 @@ struct Section {
     name: &'static str,
     about: &'static str,
     run: fn(&Ctx) -> anyhow::Result<Report>,
+    /// Minutes long: left out unless named with `--only` (or `--all` is given).
+    long: bool,
 }
 
 const SECTIONS: &[Section] = &[
@@ -37,27 +48,63 @@ const SECTIONS: &[Section] = &[
         name: "render",
         about: "hapctl::render::render of the full file set (pure, in-process)",
         run: render::run,
+        long: false,
     },
     Section {
         name: "domain-add",
         about: "end-to-end `hapctl domain add` until the new host answers 200 through HAProxy",
         run: domain_add::run,
+        long: false,
+    },
+    Section {
+        name: "deliver",
+        about: "`hapctl deliver` / `rollback` with demo-app until the new version is served, by step",
+        run: deliver::run,
+        long: false,
+    },
+    Section {
+        name: "blocks",
+        about: "`hapctl serve`: block latency to enforced (403), single ops/s, bulk entries/s",
+        run: blocks::run,
+        long: false,
+    },
+    Section {
+        name: "api-domains",
+        about: "`hapctl serve` at 1,000 domains: PUT /v1/domains/{name} to routed, reloads per 100 concurrent PUTs",
+        run: api_domains::run,
+        long: false,
+    },
+    Section {
+        name: "rss",
+        about: "`hapctl serve` memory (VmRSS, VmHWM) at 10,000 domains and 100,000 blocked entries",
+        run: rss::run,
+        long: false,
+    },
+    Section {
+        name: "cutovers",
+        about: "consecutive cutovers proven by `hapctl prove --cycle` under probe load and long streams",
+        run: cutovers::run,
+        long: true,
     },
 ];
 
 #[derive(Parser)]
 #[command(
     name = "hapctl-bench",
-    about = "Benchmarks of hapctl (render, end-to-end domain add against a real HAProxy)",
-    after_help = "Sections: render, domain-add. Results go to stdout as tables; --json writes them as JSON too."
+    about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, and (long, only with --only or --all) cutovers. \
+Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
     /// Numbers of domains to measure at, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10,1000,10000")]
     sizes: Vec<usize>,
-    /// Sections to run, comma-separated (default: all).
+    /// Sections to run, comma-separated (default: all but the long ones).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Run every section, the long ones (cutovers) included.
+    #[arg(long, conflicts_with = "only")]
+    all: bool,
     /// Write every result (with raw samples) to this JSON file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -67,10 +114,19 @@ struct Args {
     /// render: time budget per size in milliseconds (at least 15 iterations are always run).
     #[arg(long, default_value_t = 3000)]
     render_budget_ms: u64,
+    /// deliver: deliver/rollback pairs (each delivery starts a new version).
+    #[arg(long, default_value_t = 10)]
+    deliveries: usize,
+    /// cutovers: `hapctl prove --cycle` runs (each proves 2 cutovers).
+    #[arg(long, default_value_t = 25)]
+    cycles: usize,
     /// The hapctl binary to drive; by default `cargo build --release -p hapctl` is run first
     /// and its binary used, so the numbers are never those of a stale build.
     #[arg(long)]
     hapctl: Option<PathBuf>,
+    /// The demo-app binary (deliver, cutovers); by default built like hapctl.
+    #[arg(long)]
+    demo_app: Option<PathBuf>,
     /// Parallel jobs for that build.
     #[arg(long, default_value_t = 2)]
     jobs: u32,
@@ -81,39 +137,61 @@ pub struct Ctx {
     pub sizes: Vec<usize>,
     pub runs: Option<usize>,
     pub render_budget_ms: u64,
+    pub deliveries: usize,
+    pub cycles: usize,
     hapctl: Option<PathBuf>,
+    demo_app: Option<PathBuf>,
     jobs: u32,
     built: OnceCell<PathBuf>,
+    built_demo: OnceCell<PathBuf>,
 }
 
 impl Ctx {
     /// The release `hapctl` binary: `--hapctl`, or freshly built (once per run).
     pub fn hapctl_bin(&self) -> anyhow::Result<PathBuf> {
-        if let Some(p) = &self.hapctl {
-            if !p.is_file() {
-                bail!("--hapctl {}: no such file", p.display());
-            }
-            return Ok(p.clone());
-        }
-        if let Some(p) = self.built.get() {
-            return Ok(p.clone());
-        }
-        let p = build_hapctl(self.jobs)?;
-        Ok(self.built.get_or_init(|| p).clone())
+        given_or_built(&self.hapctl, "--hapctl", &self.built, || {
+            build_binary("hapctl", self.jobs)
+        })
+    }
+
+    /// The release `demo-app` binary: `--demo-app`, or freshly built (once per run).
+    pub fn demo_app_bin(&self) -> anyhow::Result<PathBuf> {
+        given_or_built(&self.demo_app, "--demo-app", &self.built_demo, || {
+            build_binary("demo-app", self.jobs)
+        })
     }
 }
 
-/// Runs `cargo build --release -p hapctl --bin hapctl` and returns the binary's path, as cargo
+fn given_or_built(
+    given: &Option<PathBuf>,
+    flag: &str,
+    cell: &OnceCell<PathBuf>,
+    build: impl FnOnce() -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<PathBuf> {
+    if let Some(p) = given {
+        if !p.is_file() {
+            bail!("{flag} {}: no such file", p.display());
+        }
+        return Ok(p.clone());
+    }
+    if let Some(p) = cell.get() {
+        return Ok(p.clone());
+    }
+    let p = build()?;
+    Ok(cell.get_or_init(|| p).clone())
+}
+
+/// Runs `cargo build --release -p NAME --bin NAME` and returns the binary's path, as cargo
 /// reports it (so a custom target dir works too).
-fn build_hapctl(jobs: u32) -> anyhow::Result<PathBuf> {
+fn build_binary(name: &str, jobs: u32) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .context("bench/ has no parent folder")?;
-    eprintln!("building the release hapctl binary (cargo build -j{jobs} --release -p hapctl)…");
+    eprintln!("building the release {name} binary (cargo build -j{jobs} --release -p {name})…");
     let mut child = Command::new(&cargo)
         .current_dir(root)
-        .args(["build", "--release", "-p", "hapctl", "--bin", "hapctl"])
+        .args(["build", "--release", "-p", name, "--bin", name])
         .arg(format!("-j{jobs}"))
         .arg("--message-format=json-render-diagnostics")
         .stdin(Stdio::null())
@@ -128,7 +206,7 @@ fn build_hapctl(jobs: u32) -> anyhow::Result<PathBuf> {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "hapctl" {
+        if msg["reason"] == "compiler-artifact" && msg["target"]["name"] == name {
             if let Some(p) = msg["executable"].as_str() {
                 exe = Some(PathBuf::from(p));
             }
@@ -136,9 +214,11 @@ fn build_hapctl(jobs: u32) -> anyhow::Result<PathBuf> {
     }
     let status = child.wait()?;
     if !status.success() {
-        bail!("building hapctl failed ({status}); fix the build or pass --hapctl PATH");
+        bail!("building {name} failed ({status}); fix the build or pass --{name} PATH");
     }
-    exe.context("cargo built hapctl but did not name its executable; pass --hapctl PATH")
+    exe.with_context(|| {
+        format!("cargo built {name} but did not name its executable; pass --{name} PATH")
+    })
 }
 
 /// What a section hands back.
@@ -265,13 +345,20 @@ fn run(args: Args) -> anyhow::Result<bool> {
             );
         }
     }
+    if args.deliveries == 0 || args.cycles == 0 {
+        bail!("--deliveries and --cycles need a positive number");
+    }
     let ctx = Ctx {
         sizes: args.sizes.clone(),
         runs: args.runs,
         render_budget_ms: args.render_budget_ms,
+        deliveries: args.deliveries,
+        cycles: args.cycles,
         hapctl: args.hapctl.clone(),
+        demo_app: args.demo_app.clone(),
         jobs: args.jobs,
         built: OnceCell::new(),
+        built_demo: OnceCell::new(),
     };
     let machine = sys::machine();
     println!("hapctl-bench — {}", machine["date"].as_str().unwrap_or(""));
@@ -287,10 +374,14 @@ fn run(args: Args) -> anyhow::Result<bool> {
     let mut ok = true;
     let mut sections = serde_json::Map::new();
     let mut all_targets = Vec::new();
-    for section in SECTIONS
-        .iter()
-        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.name))
-    {
+    let chosen = |s: &&Section| {
+        if args.only.is_empty() {
+            args.all || !s.long
+        } else {
+            args.only.iter().any(|o| o == s.name)
+        }
+    };
+    for section in SECTIONS.iter().filter(chosen) {
         let load_before = sys::load_average();
         println!(
             "\n=== {} — {} (load average {})",

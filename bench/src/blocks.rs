@@ -1,0 +1,847 @@
+//! blocks: the daemon's block fast path, measured from outside.
+//!
+//! 1. Latency to enforced: sequential single-entry `POST /v1/blocked-ips {"ip": A}`, each timed
+//!    from sending the request to the first request through the edge *from A* (the client
+//!    bound to that 127.x.y.z source) answered 403.
+//! 2. Single-entry throughput: 32 concurrent clients posting single entries for ~5 s, on
+//!    kept-alive connections and with a new connection per request.
+//! 3. Bulk: lists of 10,000 entries until the map holds at least 100,000, entries/s.
+//! 4. 1 and 2 again with that 100,000-entry map.
+//!
+//! Reloads (master `show proc`) and `haproxy -c` runs (counting wrapper) are counted around
+//! every phase: the fast path must make none.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hapctl::haproxy::{CliSocket, Master, RuntimeMap};
+use hapctl::model::BlockKey;
+use hapctl::render::FileId;
+use hapctl::store::Store;
+use serde_json::{json, Value};
+
+use crate::api::Api;
+use crate::daemon::Daemon;
+use crate::fixture::{self, Servers};
+use crate::harness::{http_get_from, Edge, HttpBackend};
+use crate::stats::{ms, Summary};
+use crate::{Ctx, Report, Table, Target};
+
+const BODY: &str = "hapctl-bench backend\n";
+const TARGET_P50_MS: f64 = 5.0;
+const TARGET_SINGLE_PER_S: f64 = 2000.0;
+const TARGET_BULK_PER_S: f64 = 50_000.0;
+
+/// Sequential single blocks timed to enforced, on the small map and on the 100k map.
+const LATENCY_OPS: usize = 200;
+const LATENCY_OPS_BIG: usize = 100;
+/// Bound on a latency series.
+const SERIES_BOUND: Duration = Duration::from_secs(120);
+/// Bound on one block reaching enforcement.
+const ENFORCE_BOUND: Duration = Duration::from_secs(10);
+const CLIENTS: usize = 32;
+const THROUGHPUT_FOR: Duration = Duration::from_secs(5);
+const BULK_SIZE: usize = 10_000;
+const BULK_GOAL: usize = 100_000;
+/// Bound on the number of bulk requests.
+const BULK_MAX_POSTS: usize = 15;
+
+/// The `i`-th address of a series: 127.`set`.x.y, never 127.0.0.x (the bench's own traffic).
+fn addr(set: u8, i: usize) -> Ipv4Addr {
+    assert!(set >= 2 && i < 250 * 256);
+    Ipv4Addr::new(127, set, (i / 250) as u8, (i % 250 + 1) as u8)
+}
+
+/// One block timed to enforced.
+struct Latency {
+    /// Send → the API's answer.
+    api_ms: f64,
+    /// Send → first 403 through the edge from the blocked address.
+    enforced_ms: f64,
+    /// The block worker's own duration for the batch (`duration_ms` of the answer).
+    server_ms: f64,
+    /// The first request after the answer already got 403.
+    first_probe_403: bool,
+    enforcement: String,
+}
+
+/// What the edge and HAProxy did during a phase.
+#[derive(Clone, Copy)]
+struct Counts {
+    reloads: u32,
+    checks: usize,
+}
+
+fn counts(edge: &Edge) -> anyhow::Result<Counts> {
+    Ok(Counts {
+        reloads: edge.show_proc()?.master.reloads,
+        checks: edge.check_runs(),
+    })
+}
+
+fn delta(before: Counts, after: Counts) -> (i64, usize) {
+    (
+        after.reloads as i64 - before.reloads as i64,
+        after.checks - before.checks,
+    )
+}
+
+/// An edge with its daemon; the daemon is dropped first (fields drop in order).
+struct Served {
+    daemon: Daemon,
+    edge: Edge,
+}
+
+impl Served {
+    fn start(hapctl: &std::path::Path, backend: &str, label: &str) -> anyhow::Result<Served> {
+        let mut edge = Edge::init(hapctl, label)?;
+        edge.load(&fixture::state(10, Servers::At(backend)))?;
+        edge.start()?;
+        let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
+        Ok(Served { daemon, edge })
+    }
+}
+
+pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    let hapctl = ctx.hapctl_bin()?;
+    let backend = HttpBackend::start(BODY)?;
+    let addr_text = backend.addr();
+    let host = fixture::domain(0).to_string();
+    let mut phases = Vec::new();
+    let mut notes = Vec::new();
+
+    // Edge A: latency and kept-alive throughput at the small map.
+    let a = Served::start(&hapctl, &addr_text, "blocks-a")?;
+    let (edge, api) = (&a.edge, a.daemon.api.clone());
+    eprintln!("blocks: {LATENCY_OPS} sequential blocks timed to 403…");
+    let c0 = counts(edge)?;
+    let small_before = map_size(&api)?;
+    let small = latency_series(&api, edge, &host, 10, LATENCY_OPS)?;
+    let (reloads, checks) = delta(c0, counts(edge)?);
+    phases.push(("latency, small map".to_string(), reloads, checks));
+    let small_entries = map_size(&api)?;
+    let small_pieces = time_pieces(edge)?;
+
+    eprintln!("blocks: {CLIENTS} clients for {THROUGHPUT_FOR:?} on kept-alive connections…");
+    let c0 = counts(edge)?;
+    let mut keep = throughput(&api, CLIENTS, true, 20)?;
+    keep.entries = (small_entries, map_size(&api)?);
+    let (reloads, checks) = delta(c0, counts(edge)?);
+    phases.push((
+        "throughput kept-alive, small map".to_string(),
+        reloads,
+        checks,
+    ));
+    check_enforced(edge, &host, &keep.sample)?;
+    drop(a);
+
+    // Edge B: a fresh small map for new-connection throughput, then bulk to 100k, then the
+    // single-entry measurements again at 100k.
+    let b = Served::start(&hapctl, &addr_text, "blocks-b")?;
+    let (edge, api) = (&b.edge, b.daemon.api.clone());
+    eprintln!("blocks: {CLIENTS} clients for {THROUGHPUT_FOR:?}, a new connection per request…");
+    let c0 = counts(edge)?;
+    let before = map_size(&api)?;
+    let mut fresh = throughput(&api, CLIENTS, false, 60)?;
+    fresh.entries = (before, map_size(&api)?);
+    let (reloads, checks) = delta(c0, counts(edge)?);
+    phases.push((
+        "throughput new connections, small map".to_string(),
+        reloads,
+        checks,
+    ));
+    check_enforced(edge, &host, &fresh.sample)?;
+
+    let before_bulk = map_size(&api)?;
+    eprintln!("blocks: bulk lists of {BULK_SIZE} from {before_bulk} entries to {BULK_GOAL}…");
+    let c0 = counts(edge)?;
+    let mut bulk = Vec::new();
+    let mut size = before_bulk;
+    for k in 0..BULK_MAX_POSTS {
+        if size >= BULK_GOAL {
+            break;
+        }
+        let one = bulk_post(&api, edge, &host, 100 + k as u8)?;
+        eprintln!(
+            "  list {}: {} ms ({:.0} entries/s), server {} ms, last entry enforced at {} ms",
+            k + 1,
+            ms(one.api_ms),
+            one.per_s(),
+            ms(one.server_ms),
+            ms(one.enforced_ms)
+        );
+        size += one.created;
+        bulk.push(one);
+    }
+    let (reloads, checks) = delta(c0, counts(edge)?);
+    phases.push(("bulk".to_string(), reloads, checks));
+    let big_entries = map_size(&api)?;
+    if big_entries < BULK_GOAL {
+        bail!("after the bulk lists the database holds {big_entries} blocks, not {BULK_GOAL}");
+    }
+    let file_entries = std::fs::read_to_string(FileId::BlockedMap.path(&edge.settings.paths))
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+                .count()
+        })
+        .unwrap_or(0);
+
+    eprintln!("blocks: {LATENCY_OPS_BIG} sequential blocks at {big_entries} entries…");
+    let c0 = counts(edge)?;
+    let big = latency_series(&api, edge, &host, 9, LATENCY_OPS_BIG)?;
+    let before = map_size(&api)?;
+    let mut big_keep = throughput(&api, CLIENTS, true, 140)?;
+    big_keep.entries = (before, map_size(&api)?);
+    let (reloads, checks) = delta(c0, counts(edge)?);
+    phases.push((
+        format!("latency + throughput, {big_entries}-entry map"),
+        reloads,
+        checks,
+    ));
+    check_enforced(edge, &host, &big_keep.sample)?;
+
+    // Where a block's time goes at 100k: the pieces the block path runs, in-process.
+    let pieces = time_pieces(edge)?;
+    let memory = b.daemon.memory().ok();
+    drop(b);
+
+    // Tables.
+    let mut lat = Table::new(
+        "blocks: single-entry POST /v1/blocked-ips, send → first 403 through the edge from that address (ms)",
+        &[
+            "map entries",
+            "ops",
+            "enforced p50",
+            "p95",
+            "min",
+            "max",
+            "API answer p50",
+            "server p50",
+            "403 on 1st probe",
+        ],
+    );
+    let mut lat_json = Vec::new();
+    for (entries, series) in [
+        ((small_before, small_entries), &small),
+        ((big_entries, big_entries + big.len()), &big),
+    ] {
+        let e = Summary::of(&series.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
+            .expect("ops > 0");
+        let a = Summary::of(&series.iter().map(|l| l.api_ms).collect::<Vec<_>>()).expect("ops > 0");
+        let s =
+            Summary::of(&series.iter().map(|l| l.server_ms).collect::<Vec<_>>()).expect("ops > 0");
+        let first = series.iter().filter(|l| l.first_probe_403).count();
+        let enforcement: Vec<&str> = series.iter().map(|l| l.enforcement.as_str()).collect();
+        lat.row(vec![
+            format!("{} → {}", entries.0, entries.1),
+            series.len().to_string(),
+            ms(e.median),
+            ms(e.p95),
+            ms(e.min),
+            ms(e.max),
+            ms(a.median),
+            ms(s.median),
+            format!("{first}/{}", series.len()),
+        ]);
+        lat_json.push(json!({
+            "map_entries_before": entries.0,
+            "map_entries_after": entries.1,
+            "enforced_ms": e.to_json(),
+            "api_ms": a.to_json(),
+            "server_ms": s.to_json(),
+            "first_probe_403": first,
+            "enforcement_runtime": enforcement.iter().filter(|x| **x == "runtime").count(),
+            "samples_enforced_ms": series.iter().map(|l| l.enforced_ms).collect::<Vec<_>>(),
+        }));
+    }
+    let mut tput = Table::new(
+        format!(
+            "blocks: single-entry POSTs from {CLIENTS} concurrent clients for {THROUGHPUT_FOR:?}"
+        ),
+        &[
+            "map entries",
+            "connections",
+            "ok",
+            "errors",
+            "ops/s",
+            "latency p50",
+            "p95",
+            "max",
+            "batches",
+            "entries/batch",
+            "server ms/batch (median)",
+        ],
+    );
+    let mut tput_json = Vec::new();
+    for t in [&keep, &fresh, &big_keep] {
+        let label = format!("{} → {}", t.entries.0, t.entries.1);
+        let l = Summary::of(&t.latencies).unwrap_or(Summary::of(&[0.0]).expect("one"));
+        let sb = Summary::of(&t.batch_ms).unwrap_or(Summary::of(&[0.0]).expect("one"));
+        tput.row(vec![
+            label,
+            if t.keep_alive {
+                "kept alive"
+            } else {
+                "new each"
+            }
+            .to_string(),
+            t.ok.to_string(),
+            t.errors.to_string(),
+            format!("{:.0}", t.per_s()),
+            ms(l.median),
+            ms(l.p95),
+            ms(l.max),
+            t.batch_ms.len().to_string(),
+            format!("{:.1}", t.ok as f64 / t.batch_ms.len().max(1) as f64),
+            ms(sb.median),
+        ]);
+        tput_json.push(json!({
+            "map_entries_before": t.entries.0,
+            "map_entries_after": t.entries.1,
+            "keep_alive": t.keep_alive,
+            "ok": t.ok,
+            "errors": t.errors,
+            "first_error": t.first_error,
+            "seconds": t.seconds,
+            "ops_per_s": t.per_s(),
+            "latency_ms": l.to_json(),
+            "batches": t.batch_ms.len(),
+            "server_ms_per_batch": sb.to_json(),
+        }));
+    }
+    let mut bulk_table = Table::new(
+        format!("blocks: bulk POST /v1/blocked-ips of {BULK_SIZE} entries each"),
+        &[
+            "list",
+            "entries before",
+            "API answer ms",
+            "entries/s",
+            "server ms",
+            "enforcement",
+            "last entry 403 at ms",
+        ],
+    );
+    let mut at = before_bulk;
+    for (i, b) in bulk.iter().enumerate() {
+        bulk_table.row(vec![
+            (i + 1).to_string(),
+            at.to_string(),
+            ms(b.api_ms),
+            format!("{:.0}", b.per_s()),
+            ms(b.server_ms),
+            b.enforcement.clone(),
+            ms(b.enforced_ms),
+        ]);
+        at += b.created;
+    }
+    let bulk_rate = Summary::of(&bulk.iter().map(Bulk::per_s).collect::<Vec<_>>())
+        .context("no bulk list was sent")?;
+    let bulk_total_s: f64 = bulk.iter().map(|b| b.api_ms).sum::<f64>() / 1000.0;
+    let bulk_entries: usize = bulk.iter().map(|b| b.created).sum();
+
+    let mut counts_table = Table::new(
+        "blocks: reloads and haproxy -c runs during each phase (expected 0)",
+        &["phase", "reloads", "haproxy -c"],
+    );
+    for (phase, r, c) in &phases {
+        counts_table.row(vec![phase.clone(), r.to_string(), c.to_string()]);
+    }
+    let mut pieces_table = Table::new(
+        "blocks: the block path's pieces, run in-process on the same edge while the daemon is idle (median, ms)",
+        &[
+            "map entries",
+            "Store::blocks (all)",
+            "render::blocked_map",
+            "write_atomic",
+            "show proc",
+            "add+get map (1 key)",
+            "del+get map (1 key)",
+            "replace_all (whole map)",
+            "show map (whole)",
+            "map file",
+        ],
+    );
+    for p in [&small_pieces, &pieces] {
+        pieces_table.row(vec![
+            p.entries.to_string(),
+            ms(p.load.median),
+            ms(p.render.median),
+            ms(p.write.median),
+            ms(p.show_proc.median),
+            ms(p.add_get.median),
+            ms(p.del_get.median),
+            ms(p.replace.median),
+            ms(p.show_map.median),
+            crate::stats::bytes(p.bytes),
+        ]);
+    }
+
+    let small_p50 = Summary::of(&small.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
+        .expect("ops > 0")
+        .median;
+    let big_p50 = Summary::of(&big.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
+        .expect("ops > 0")
+        .median;
+    let no_reloads = phases.iter().all(|(_, r, c)| *r == 0 && *c == 0);
+    let targets = vec![
+        Target {
+            goal: format!(
+                "block p50 under {TARGET_P50_MS} ms, request → enforced (403), on a small map"
+            ),
+            met: Some(small_p50 < TARGET_P50_MS),
+            detail: format!("p50 {} ms at {small_entries} entries", ms(small_p50)),
+        },
+        Target {
+            goal: format!(
+                "block p50 under {TARGET_P50_MS} ms, request → enforced (403), at {BULK_GOAL}+ entries"
+            ),
+            met: Some(big_p50 < TARGET_P50_MS),
+            detail: format!("p50 {} ms at {big_entries} entries", ms(big_p50)),
+        },
+        Target {
+            goal: format!("at least {TARGET_SINGLE_PER_S} single blocks/s over HTTP"),
+            met: Some(keep.per_s().max(fresh.per_s()) >= TARGET_SINGLE_PER_S),
+            detail: format!(
+                "{CLIENTS} clients, small map: {:.0}/s kept-alive, {:.0}/s new connection each; at {big_entries} entries {:.0}/s kept-alive",
+                keep.per_s(),
+                fresh.per_s(),
+                big_keep.per_s()
+            ),
+        },
+        Target {
+            goal: format!("at least {TARGET_BULK_PER_S} bulk entries/s"),
+            met: Some(bulk_entries as f64 / bulk_total_s >= TARGET_BULK_PER_S),
+            detail: format!(
+                "{bulk_entries} entries in {:.2} s of requests = {:.0} entries/s overall; per list of {BULK_SIZE}: \
+                 first {:.0}/s (at {before_bulk} entries), last {:.0}/s (at {} entries), median {:.0}/s",
+                bulk_total_s,
+                bulk_entries as f64 / bulk_total_s,
+                bulk.first().map_or(0.0, Bulk::per_s),
+                bulk.last().map_or(0.0, Bulk::per_s),
+                big_entries - bulk.last().map_or(0, |b| b.created),
+                bulk_rate.median,
+            ),
+        },
+        Target {
+            goal: "no reload and no haproxy -c for any block".into(),
+            met: Some(no_reloads),
+            detail: phases
+                .iter()
+                .map(|(p, r, c)| format!("{p}: {r} reloads, {c} checks"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        },
+    ];
+    notes.push(format!(
+        "edge: `hapctl init`, 10 fixture domains ({} blocks) written to the database, `hapctl haproxy start`, \
+         `hapctl serve --listen 127.0.0.1:<free>`. Blocked addresses are 127.S.x.y (never 127.0.0.x); a probe is \
+         GET / with Host {host} on a fresh connection bound to that source address; before its block it gets 200.",
+        fixture::BLOCKS
+    ));
+    notes.push(
+        "latency: one request per connection; the clock starts before connect() and stops at the first 403. The \
+         API answers only once the runtime change is read back, so the probe starts after the answer; \
+         '403 on 1st probe' counts how often that first probe was already refused."
+            .into(),
+    );
+    notes.push(format!(
+        "throughput: each client posts {{\"ip\": A, \"reason\": \"hapctl-bench\"}} with a new A each time; a batch \
+         is one run of the daemon's block worker (answers sharing one duration_ms); after each run 5 addresses \
+         are checked to get 403. The map file holds {file_entries} entries at the end."
+    ));
+    if let Some(m) = memory {
+        notes.push(format!(
+            "daemon memory at the end: VmRSS {} MiB, VmHWM {} MiB",
+            crate::daemon::mib(m.rss_kb),
+            crate::daemon::mib(m.hwm_kb)
+        ));
+    }
+    let pieces_pair = [&small_pieces, &pieces];
+    Ok(Report {
+        tables: vec![lat, tput, bulk_table, pieces_table, counts_table],
+        targets,
+        notes,
+        json: json!({
+            "latency": lat_json,
+            "throughput": tput_json,
+            "bulk": bulk.iter().map(|b| json!({
+                "entries": BULK_SIZE,
+                "created": b.created,
+                "api_ms": b.api_ms,
+                "entries_per_s": b.per_s(),
+                "server_ms": b.server_ms,
+                "enforcement": b.enforcement,
+                "last_entry_enforced_ms": b.enforced_ms,
+            })).collect::<Vec<_>>(),
+            "bulk_entries_per_s": bulk_rate.to_json(),
+            "map_entries": {"small": small_entries, "big": big_entries, "file": file_entries},
+            "pieces_ms": pieces_pair.iter().map(|p| json!({
+                "map_entries": p.entries,
+                "store_blocks": p.load.to_json(),
+                "render_blocked_map": p.render.to_json(),
+                "write_atomic": p.write.to_json(),
+                "show_proc": p.show_proc.to_json(),
+                "add_and_get_map": p.add_get.to_json(),
+                "del_and_get_map": p.del_get.to_json(),
+                "replace_all": p.replace.to_json(),
+                "show_map": p.show_map.to_json(),
+                "bytes": p.bytes,
+            })).collect::<Vec<_>>(),
+            "phases": phases.iter().map(|(p, r, c)| json!({"phase": p, "reloads": r, "haproxy_c": c})).collect::<Vec<_>>(),
+        }),
+    })
+}
+
+/// Blocks in the database (`GET /v1/blocked-ips`).
+fn map_size(api: &Api) -> anyhow::Result<usize> {
+    let a = api.call("GET", "/v1/blocked-ips", None)?;
+    if a.status != 200 {
+        bail!("GET /v1/blocked-ips: {}", a.describe());
+    }
+    Ok(a.json().as_array().map_or(0, Vec::len))
+}
+
+fn block_body(ip: Ipv4Addr) -> Value {
+    json!({"ip": ip.to_string(), "reason": "hapctl-bench"})
+}
+
+/// GET / through the edge from `ip`: the status.
+fn status_from(edge: &Edge, host: &str, ip: Ipv4Addr) -> anyhow::Result<u16> {
+    Ok(http_get_from(ip, edge.port, host)
+        .with_context(|| format!("GET / from {ip} through the edge"))?
+        .0)
+}
+
+/// Polls from `ip` until 403 (bounded); returns whether the first request already got it.
+fn wait_403(edge: &Edge, host: &str, ip: Ipv4Addr) -> anyhow::Result<bool> {
+    let deadline = Instant::now() + ENFORCE_BOUND;
+    let mut first = true;
+    loop {
+        let status = status_from(edge, host, ip)?;
+        if status == 403 {
+            return Ok(first);
+        }
+        first = false;
+        if Instant::now() > deadline {
+            bail!(
+                "{ip} still got {status}, not 403, {ENFORCE_BOUND:?} after its block was answered"
+            );
+        }
+        thread::sleep(Duration::from_micros(500));
+    }
+}
+
+fn latency_series(
+    api: &Api,
+    edge: &Edge,
+    host: &str,
+    set: u8,
+    n: usize,
+) -> anyhow::Result<Vec<Latency>> {
+    let started = Instant::now();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        if started.elapsed() > SERIES_BOUND {
+            eprintln!("  (stopped after {i} blocks: {SERIES_BOUND:?} bound)");
+            break;
+        }
+        let ip = addr(set, i);
+        let before = status_from(edge, host, ip)?;
+        if before == 403 {
+            bail!("{ip} got 403 before it was blocked");
+        }
+        let body = serde_json::to_vec(&block_body(ip))?;
+        let t0 = Instant::now();
+        let answer = api.call_raw("POST", "/v1/blocked-ips", Some(&body))?;
+        let api_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        if answer.status != 201 && answer.status != 200 {
+            bail!("POST /v1/blocked-ips {ip}: {}", answer.describe());
+        }
+        let first_probe_403 = wait_403(edge, host, ip)?;
+        let enforced_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let j = answer.json();
+        out.push(Latency {
+            api_ms,
+            enforced_ms,
+            server_ms: j["duration_ms"].as_f64().unwrap_or(f64::NAN),
+            first_probe_403,
+            enforcement: j["enforcement"].as_str().unwrap_or("?").to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// What a throughput run measured.
+struct Throughput {
+    keep_alive: bool,
+    /// Blocks in the database before and after the run.
+    entries: (usize, usize),
+    ok: usize,
+    errors: usize,
+    first_error: Option<String>,
+    seconds: f64,
+    latencies: Vec<f64>,
+    /// The block worker's duration of each distinct batch.
+    batch_ms: Vec<f64>,
+    /// A few blocked addresses, checked for 403 afterwards.
+    sample: Vec<Ipv4Addr>,
+}
+
+impl Throughput {
+    fn per_s(&self) -> f64 {
+        self.ok as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// `clients` threads posting single entries for [`THROUGHPUT_FOR`]; client `t` blocks
+/// 127.(`first_set` + t).x.y.
+fn throughput(
+    api: &Api,
+    clients: usize,
+    keep_alive: bool,
+    first_set: u8,
+) -> anyhow::Result<Throughput> {
+    struct ClientResult {
+        ok: usize,
+        errors: usize,
+        first_error: Option<String>,
+        latencies: Vec<f64>,
+        durations: Vec<f64>,
+        last: Option<Ipv4Addr>,
+        ended: Instant,
+    }
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let mut handles = Vec::new();
+    for t in 0..clients {
+        let api = api.clone();
+        let barrier = barrier.clone();
+        let set = first_set + t as u8;
+        handles.push(thread::spawn(move || {
+            let mut r = ClientResult {
+                ok: 0,
+                errors: 0,
+                first_error: None,
+                latencies: Vec::new(),
+                durations: Vec::new(),
+                last: None,
+                ended: Instant::now(),
+            };
+            let mut conn = if keep_alive { api.connect().ok() } else { None };
+            barrier.wait();
+            let start = Instant::now();
+            let mut i = 0;
+            while start.elapsed() < THROUGHPUT_FOR && i < 250 * 256 {
+                let ip = addr(set, i);
+                i += 1;
+                let body = block_body(ip);
+                let t0 = Instant::now();
+                let answer = match conn.as_mut() {
+                    Some(c) => c.json("POST", "/v1/blocked-ips", &body),
+                    None => api.call("POST", "/v1/blocked-ips", Some(&body)),
+                };
+                let elapsed = t0.elapsed().as_secs_f64() * 1000.0;
+                match answer {
+                    Ok(a) if a.status == 200 || a.status == 201 => {
+                        r.ok += 1;
+                        r.latencies.push(elapsed);
+                        r.last = Some(ip);
+                        if let Some(d) = a.json()["duration_ms"].as_f64() {
+                            r.durations.push(d);
+                        }
+                    }
+                    other => {
+                        r.errors += 1;
+                        if r.first_error.is_none() {
+                            r.first_error = Some(match other {
+                                Ok(a) => a.describe(),
+                                Err(e) => format!("{e:#}"),
+                            });
+                        }
+                        if keep_alive {
+                            conn = api.connect().ok();
+                        }
+                    }
+                }
+            }
+            r.ended = Instant::now();
+            r
+        }));
+    }
+    barrier.wait();
+    let start = Instant::now();
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?,
+        );
+    }
+    let end = results.iter().map(|r| r.ended).max().unwrap_or(start);
+    let mut batch_ms: Vec<f64> = results.iter().flat_map(|r| r.durations.clone()).collect();
+    batch_ms.sort_by(f64::total_cmp);
+    // Answers of one batch carry the same duration_ms.
+    batch_ms.dedup();
+    Ok(Throughput {
+        keep_alive,
+        entries: (0, 0),
+        ok: results.iter().map(|r| r.ok).sum(),
+        errors: results.iter().map(|r| r.errors).sum(),
+        first_error: results.iter().find_map(|r| r.first_error.clone()),
+        seconds: (end - start).as_secs_f64(),
+        latencies: results.iter().flat_map(|r| r.latencies.clone()).collect(),
+        batch_ms,
+        sample: results.iter().filter_map(|r| r.last).take(5).collect(),
+    })
+}
+
+fn check_enforced(edge: &Edge, host: &str, sample: &[Ipv4Addr]) -> anyhow::Result<()> {
+    for &ip in sample {
+        let status = status_from(edge, host, ip)?;
+        if status != 403 {
+            bail!("{ip} was blocked (the API said so) but gets {status}");
+        }
+    }
+    Ok(())
+}
+
+struct Bulk {
+    created: usize,
+    api_ms: f64,
+    server_ms: f64,
+    enforcement: String,
+    /// Send → the list's last entry refused with 403.
+    enforced_ms: f64,
+}
+
+impl Bulk {
+    fn per_s(&self) -> f64 {
+        BULK_SIZE as f64 / (self.api_ms / 1000.0)
+    }
+}
+
+/// One list of [`BULK_SIZE`] entries, 127.`set`.x.y.
+fn bulk_post(api: &Api, edge: &Edge, host: &str, set: u8) -> anyhow::Result<Bulk> {
+    let list: Vec<Value> = (0..BULK_SIZE).map(|i| block_body(addr(set, i))).collect();
+    let body = serde_json::to_vec(&list)?;
+    let last = addr(set, BULK_SIZE - 1);
+    let t0 = Instant::now();
+    let answer = api.call_raw("POST", "/v1/blocked-ips", Some(&body))?;
+    let api_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if answer.status != 201 && answer.status != 200 {
+        bail!("bulk POST of {BULK_SIZE}: {}", answer.describe());
+    }
+    wait_403(edge, host, last)?;
+    let enforced_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    check_enforced(edge, host, &[addr(set, 0), addr(set, BULK_SIZE / 2)])?;
+    let j = answer.json();
+    let created = j["results"]
+        .as_array()
+        .map_or(0, |r| r.iter().filter(|x| *x == "created").count());
+    Ok(Bulk {
+        created,
+        api_ms,
+        server_ms: j["duration_ms"].as_f64().unwrap_or(f64::NAN),
+        enforcement: j["enforcement"].as_str().unwrap_or("?").to_string(),
+        enforced_ms,
+    })
+}
+
+struct Pieces {
+    entries: usize,
+    load: Summary,
+    render: Summary,
+    write: Summary,
+    show_proc: Summary,
+    add_get: Summary,
+    del_get: Summary,
+    replace: Summary,
+    show_map: Summary,
+    bytes: usize,
+}
+
+/// Runs of each piece.
+const PIECE_RUNS: usize = 5;
+/// A key no series uses, added and removed again by [`time_pieces`].
+const SCRATCH_KEY: &str = "127.250.250.250";
+
+/// Times, in-process, what the block path does on a change, on this edge while the daemon is
+/// idle: load every block from the database, render the map, write it atomically (to a scratch
+/// file), ask the master for `show proc`, one key's runtime add (or del) + read-back through the
+/// master socket (a scratch key, removed again), and the whole-map runtime replacement with the
+/// same entries, with its `show map` check.
+fn time_pieces(edge: &Edge) -> anyhow::Result<Pieces> {
+    let paths = &edge.settings.paths;
+    let store = Store::open(&paths.database, &paths.blocks_database)?;
+    let scratch = edge.work_dir().join("blocked.map.bench");
+    let socket = CliSocket::new(&paths.master_socket, Duration::from_secs(30));
+    let runtime = RuntimeMap::new(
+        socket.clone(),
+        FileId::BlockedMap.path(paths).display().to_string(),
+    );
+    let master = Master::new(socket);
+    let mut t: [Vec<f64>; 8] = Default::default();
+    let mut bytes = 0;
+    let mut entries = 0;
+    let time = |v: &mut Vec<f64>, t0: Instant| v.push(t0.elapsed().as_secs_f64() * 1000.0);
+    for _ in 0..PIECE_RUNS {
+        let t0 = Instant::now();
+        let all = store.blocks()?;
+        time(&mut t[0], t0);
+        entries = all.len();
+        let t0 = Instant::now();
+        let keys: Vec<&BlockKey> = all.iter().map(|b| &b.key).collect();
+        let map = hapctl::render::blocked_map(keys.iter().copied());
+        time(&mut t[1], t0);
+        bytes = map.len();
+        let t0 = Instant::now();
+        hapctl::fsutil::write_atomic(&scratch, &map, 0o644)?;
+        time(&mut t[2], t0);
+        let t0 = Instant::now();
+        master.show_proc()?;
+        time(&mut t[3], t0);
+        let t0 = Instant::now();
+        runtime.add(SCRATCH_KEY, hapctl::render::BLOCKED_VALUE)?;
+        runtime.lookup(SCRATCH_KEY)?;
+        time(&mut t[4], t0);
+        let t0 = Instant::now();
+        runtime.remove(SCRATCH_KEY)?;
+        runtime.lookup(SCRATCH_KEY)?;
+        time(&mut t[5], t0);
+        let texts: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let t0 = Instant::now();
+        runtime.replace_all(
+            texts
+                .iter()
+                .map(|k| (k.as_str(), hapctl::render::BLOCKED_VALUE)),
+        )?;
+        time(&mut t[6], t0);
+        let t0 = Instant::now();
+        let held = runtime.keys()?;
+        time(&mut t[7], t0);
+        if held.len() != texts.len() {
+            bail!(
+                "the runtime map holds {} keys, the database {}",
+                held.len(),
+                texts.len()
+            );
+        }
+    }
+    let _ = std::fs::remove_file(&scratch);
+    let s = |v: &[f64]| Summary::of(v).expect("PIECE_RUNS > 0");
+    Ok(Pieces {
+        entries,
+        load: s(&t[0]),
+        render: s(&t[1]),
+        write: s(&t[2]),
+        show_proc: s(&t[3]),
+        add_get: s(&t[4]),
+        del_get: s(&t[5]),
+        replace: s(&t[6]),
+        show_map: s(&t[7]),
+        bytes,
+    })
+}

@@ -1,0 +1,447 @@
+//! deliver: `hapctl deliver V` and `hapctl rollback`, alternating, on an edge with demo-app
+//! (exec runner, ready delay 0). Each operation is timed from spawning the command to the first
+//! request through HAProxy answered by the new version, and split by the command's own steps
+//! (`--json`: start, ready, apply, retire, with the apply's render/snapshot/write/check/reload).
+//!
+//! Every delivery brings a new version (1.1.1, 1.1.2, …), so it starts a new process, waits
+//! for it, and removes the one replaced by the delivery before; every rollback goes back to
+//! 1.0.0, which still runs (the retention rule), so it starts nothing.
+
+use std::process::{ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use crate::app_edge::{AppEdge, HOST};
+use crate::stats::{ms, Summary};
+use crate::sys;
+use crate::{Ctx, Report, Table, Target};
+
+const FIRST: &str = "1.0.0";
+const TARGET_TOTAL_MS: f64 = 1000.0;
+const TARGET_OWN_MS: f64 = 50.0;
+/// Pause between two probe requests.
+const POLL_EVERY: Duration = Duration::from_millis(2);
+/// Bound on one operation, from spawn to the new version served.
+const OP_TIMEOUT: Duration = Duration::from_secs(60);
+/// HAProxy alone on the final live set, for the floor.
+const RAW_RUNS: usize = 5;
+/// The delivery steps and the apply steps, in the order they run.
+const STEPS: [&str; 4] = ["start", "ready", "apply", "retire"];
+const APPLY_STEPS: [&str; 5] = ["render", "snapshot", "write", "check", "reload"];
+
+/// One measured command.
+struct Op {
+    kind: &'static str,
+    to: String,
+    /// Spawn → first `GET /` through the edge answered by the new version.
+    served_ms: f64,
+    /// Spawn → exit.
+    exit_ms: f64,
+    /// The report's own total (from after the delivery lock to the end of the last step).
+    total_ms: f64,
+    steps: Vec<(String, f64)>,
+    apply_steps: Vec<(String, f64)>,
+    /// The apply's `duration` (render → reload confirmed; commit and promotion come after).
+    apply_ms: f64,
+    checks: usize,
+    reloads: i64,
+    probes: u32,
+}
+
+impl Op {
+    fn step(&self, name: &str) -> f64 {
+        self.steps
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0.0, |(_, d)| *d)
+    }
+
+    fn apply_step(&self, name: &str) -> f64 {
+        self.apply_steps
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0.0, |(_, d)| *d)
+    }
+
+    /// Everything but waiting: exit − readiness wait − `haproxy -c` − reload.
+    fn own_ms(&self) -> f64 {
+        self.exit_ms - self.step("ready") - self.apply_step("check") - self.apply_step("reload")
+    }
+
+    /// The command outside its report: process start, settings, database, lock, JSON, exit.
+    fn outside_ms(&self) -> f64 {
+        self.exit_ms - self.total_ms
+    }
+
+    /// Inside the apply step but outside the apply's own clock: lock, the change itself,
+    /// database commit, history row, known-good promotion.
+    fn apply_other_ms(&self) -> f64 {
+        self.step("apply") - self.apply_ms
+    }
+}
+
+pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    let hapctl = ctx.hapctl_bin()?;
+    let demo = ctx.demo_app_bin()?;
+    let pairs = ctx.deliveries;
+    eprintln!("deliver: {pairs} deliver/rollback pairs…");
+    let app = AppEdge::start(&hapctl, &demo, "deliver", FIRST)?;
+
+    let mut ops = Vec::with_capacity(pairs * 2);
+    for i in 1..=pairs {
+        for kind in ["deliver", "rollback"] {
+            if !app.wait_old_workers_gone(Duration::from_secs(10))? {
+                eprintln!("  (old workers still draining after 10 s; measuring anyway)");
+            }
+            let version = if kind == "deliver" {
+                format!("1.1.{i}")
+            } else {
+                FIRST.to_string()
+            };
+            let op = once(&app, kind, &version)?;
+            eprintln!(
+                "  {kind} {version}: served after {} ms, exit {} ms (ready {}, check {}, reload {}, own {})",
+                ms(op.served_ms),
+                ms(op.exit_ms),
+                ms(op.step("ready")),
+                ms(op.apply_step("check")),
+                ms(op.apply_step("reload")),
+                ms(op.own_ms()),
+            );
+            ops.push(op);
+        }
+    }
+
+    // HAProxy alone on the same live set: the floor of any cutover through the safe apply.
+    let mut raw_check = Vec::new();
+    let mut raw_reload = Vec::new();
+    for _ in 0..RAW_RUNS {
+        raw_check.push(app.time_haproxy_check()?);
+        app.wait_old_workers_gone(Duration::from_secs(10))?;
+        let t = Instant::now();
+        app.master()
+            .reload(Duration::from_secs(60))
+            .context("reload through the master socket")?;
+        raw_reload.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let raw_check = Summary::of(&raw_check).expect("RAW_RUNS > 0");
+    let raw_reload = Summary::of(&raw_reload).expect("RAW_RUNS > 0");
+    let generations_left = app.generation_pids().len();
+    drop(app);
+
+    let groups: [(&str, Vec<&Op>); 3] = [
+        (
+            "deliver",
+            ops.iter().filter(|o| o.kind == "deliver").collect(),
+        ),
+        (
+            "rollback",
+            ops.iter().filter(|o| o.kind == "rollback").collect(),
+        ),
+        ("all", ops.iter().collect()),
+    ];
+    let summary = |set: &[&Op], f: &dyn Fn(&Op) -> f64| {
+        Summary::of(&set.iter().map(|o| f(o)).collect::<Vec<_>>()).expect("non-empty")
+    };
+
+    let mut latency = Table::new(
+        "deliver: spawn of the command → first request through HAProxy answered by the new version, ms",
+        &[
+            "command",
+            "ops",
+            "median",
+            "min",
+            "max",
+            "p95",
+            "cmd exit (median)",
+            "own work (median)",
+            "own work (max)",
+            "haproxy -c/op",
+            "reloads/op",
+        ],
+    );
+    let mut split = Table::new(
+        "deliver: where the time goes (medians, ms; steps from `--json`; own = exit − ready − check − reload)",
+        &[
+            "command",
+            "outside report",
+            "start",
+            "ready",
+            "render",
+            "snapshot",
+            "write",
+            "check",
+            "reload",
+            "apply other",
+            "retire",
+            "cmd exit",
+            "own work",
+        ],
+    );
+    let mut groups_json = serde_json::Map::new();
+    for (name, set) in &groups {
+        let served = summary(set, &|o| o.served_ms);
+        let exit = summary(set, &|o| o.exit_ms);
+        let own = summary(set, &|o| o.own_ms());
+        let checks = set.iter().map(|o| o.checks).sum::<usize>() as f64 / set.len() as f64;
+        let reloads = set.iter().map(|o| o.reloads).sum::<i64>() as f64 / set.len() as f64;
+        latency.row(vec![
+            name.to_string(),
+            set.len().to_string(),
+            ms(served.median),
+            ms(served.min),
+            ms(served.max),
+            ms(served.p95),
+            ms(exit.median),
+            ms(own.median),
+            ms(own.max),
+            format!("{checks:.2}"),
+            format!("{reloads:.2}"),
+        ]);
+        let med = |f: &dyn Fn(&Op) -> f64| summary(set, f).median;
+        split.row(vec![
+            name.to_string(),
+            ms(med(&|o| o.outside_ms())),
+            ms(med(&|o| o.step("start"))),
+            ms(med(&|o| o.step("ready"))),
+            ms(med(&|o| o.apply_step("render"))),
+            ms(med(&|o| o.apply_step("snapshot"))),
+            ms(med(&|o| o.apply_step("write"))),
+            ms(med(&|o| o.apply_step("check"))),
+            ms(med(&|o| o.apply_step("reload"))),
+            ms(med(&|o| o.apply_other_ms())),
+            ms(med(&|o| o.step("retire"))),
+            ms(exit.median),
+            ms(own.median),
+        ]);
+        let mut steps_json = serde_json::Map::new();
+        for s in STEPS {
+            steps_json.insert(s.into(), summary(set, &|o| o.step(s)).to_json());
+        }
+        for s in APPLY_STEPS {
+            steps_json.insert(
+                format!("apply.{s}"),
+                summary(set, &|o| o.apply_step(s)).to_json(),
+            );
+        }
+        steps_json.insert(
+            "outside_report".into(),
+            summary(set, &|o| o.outside_ms()).to_json(),
+        );
+        steps_json.insert(
+            "apply_other".into(),
+            summary(set, &|o| o.apply_other_ms()).to_json(),
+        );
+        groups_json.insert(
+            name.to_string(),
+            json!({
+                "ops": set.len(),
+                "served_ms": served.to_json(),
+                "exit_ms": exit.to_json(),
+                "own_work_ms": own.to_json(),
+                "steps_ms": steps_json,
+                "haproxy_c_per_op": checks,
+                "reloads_per_op": reloads,
+            }),
+        );
+    }
+    let mut raw = Table::new(
+        format!("deliver: HAProxy alone on the same live set, no hapctl around it (median of {RAW_RUNS}, ms)"),
+        &["haproxy -c", "reload (master socket, confirmed)", "sum"],
+    );
+    raw.row(vec![
+        ms(raw_check.median),
+        ms(raw_reload.median),
+        ms(raw_check.median + raw_reload.median),
+    ]);
+
+    let all = &groups[2].1;
+    let served = summary(all, &|o| o.served_ms);
+    let own = summary(all, &|o| o.own_ms());
+    let deliver_served = summary(&groups[0].1, &|o| o.served_ms);
+    let targets = vec![
+        Target {
+            goal: format!("deliver/rollback under {TARGET_TOTAL_MS} ms, spawn → new version served (median)"),
+            met: Some(served.median < TARGET_TOTAL_MS),
+            detail: format!(
+                "all {} ops: median {} ms, min {}, max {}; deliveries alone (new process) median {} ms, max {}",
+                all.len(),
+                ms(served.median),
+                ms(served.min),
+                ms(served.max),
+                ms(deliver_served.median),
+                ms(deliver_served.max)
+            ),
+        },
+        Target {
+            goal: format!("hapctl's own work under {TARGET_OWN_MS} ms (median; exit − ready − haproxy -c − reload)"),
+            met: Some(own.median < TARGET_OWN_MS),
+            detail: format!(
+                "median {} ms, min {}, max {}",
+                ms(own.median),
+                ms(own.min),
+                ms(own.max)
+            ),
+        },
+    ];
+    let counts_ok = ops.iter().all(|o| o.checks == 1 && o.reloads == 1);
+    let mut notes = vec![
+        format!(
+            "edge: `hapctl init`, an [[app]] `shop` (exec runner `run-app.sh {{version}} {{port}}` → the release demo-app \
+             with --ready-delay-ms 0; readiness /ready, 3 consecutive answers (the default), version check /version), \
+             `hapctl haproxy start`, `domain add {HOST} --app shop`, `deliver {FIRST}`. Then {pairs} times: \
+             `hapctl deliver 1.1.I --json` (a new process), `hapctl rollback --json` (back to {FIRST}, still running)."
+        ),
+        "probe: GET / with Host shop.example.com on a fresh connection every ~2 ms from spawn until the body is the \
+         new version. Before each command the bench waits until the master has no old worker left."
+            .into(),
+        "outside report = cmd exit − the report's total_ms (process start, settings, database open, the delivery \
+         lock, the delivery's history row — written after total_ms is taken —, printing, exit); apply other = the \
+         apply step − the apply's own duration (apply lock, the change, commit, apply history row, known-good \
+         promotion)."
+            .into(),
+        format!("generation processes running at the end (before the bench killed them): {generations_left}"),
+    ];
+    if !counts_ok {
+        notes.push(format!(
+            "haproxy -c / reload counts per op (expected 1 / 1): {:?}",
+            ops.iter()
+                .map(|o| (o.kind, o.to.clone(), o.checks, o.reloads))
+                .collect::<Vec<_>>()
+        ));
+    }
+    Ok(Report {
+        tables: vec![latency, split, raw],
+        targets,
+        notes,
+        json: json!({
+            "pairs": pairs,
+            "groups": groups_json,
+            "haproxy_alone": {"check_ms": raw_check.to_json(), "reload_ms": raw_reload.to_json()},
+            "ops": ops.iter().map(|o| json!({
+                "kind": o.kind,
+                "to": o.to,
+                "served_ms": o.served_ms,
+                "exit_ms": o.exit_ms,
+                "total_ms": o.total_ms,
+                "own_work_ms": o.own_ms(),
+                "steps_ms": o.steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
+                "apply_steps_ms": o.apply_steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
+                "apply_ms": o.apply_ms,
+                "haproxy_c": o.checks,
+                "reloads": o.reloads,
+                "probes": o.probes,
+            })).collect::<Vec<_>>(),
+        }),
+    })
+}
+
+/// Runs `hapctl deliver VERSION --json` or `hapctl rollback --json` and probes the edge until
+/// it serves `version`.
+fn once(app: &AppEdge, kind: &'static str, version: &str) -> anyhow::Result<Op> {
+    let checks_before = app.check_runs();
+    let reloads_before = app.show_proc()?.master.reloads;
+    let args: Vec<&str> = if kind == "deliver" {
+        vec!["deliver", version, "--json"]
+    } else {
+        vec!["rollback", "--json"]
+    };
+    let mut cmd = app.command(&args);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().context("cannot spawn hapctl")?;
+    let stdout = sys::read_in_background(child.stdout.take());
+    let stderr = sys::read_in_background(child.stderr.take());
+
+    let mut exited: Option<(Duration, ExitStatus)> = None;
+    let mut served = None;
+    let mut probes = 0u32;
+    let mut next = t0;
+    while served.is_none() {
+        if exited.is_none() {
+            if let Some(status) = child.try_wait()? {
+                exited = Some((t0.elapsed(), status));
+                if !status.success() {
+                    break;
+                }
+            }
+        }
+        probes += 1;
+        if app.served().as_deref() == Some(version) {
+            served = Some(t0.elapsed());
+            break;
+        }
+        if t0.elapsed() > OP_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{version} was not served within {OP_TIMEOUT:?} of `hapctl {kind}`");
+        }
+        next += POLL_EVERY;
+        let now = Instant::now();
+        if next > now {
+            thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+    }
+    let (exit, status) = match exited {
+        Some(e) => e,
+        None => loop {
+            if let Some(status) = child.try_wait()? {
+                break (t0.elapsed(), status);
+            }
+            if t0.elapsed() > OP_TIMEOUT * 2 {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("`hapctl {kind}` served {version} but did not exit");
+            }
+            thread::sleep(Duration::from_micros(500));
+        },
+    };
+    let stdout = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
+    let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+    if !status.success() {
+        bail!(
+            "`hapctl {}` failed ({status}): {} {}; generation log: {}",
+            args.join(" "),
+            stdout.trim(),
+            stderr.trim(),
+            app.generation_log(version)
+        );
+    }
+    let served = served.context("no new version and no failure: unreachable")?;
+    let report: Value = serde_json::from_str(&stdout)
+        .with_context(|| format!("`hapctl {kind} --json` printed no JSON report: {stdout}"))?;
+    if report["outcome"] != "delivered" {
+        bail!("`hapctl {kind}`: outcome {}: {stdout}", report["outcome"]);
+    }
+    let pairs = |list: &Value, value: &str| -> Vec<(String, f64)> {
+        list.as_array()
+            .map(|steps| {
+                steps
+                    .iter()
+                    .filter_map(|s| Some((s["name"].as_str()?.to_string(), s[value].as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let reloads_after = app.show_proc()?.master.reloads;
+    Ok(Op {
+        kind,
+        to: version.to_string(),
+        served_ms: served.as_secs_f64() * 1000.0,
+        exit_ms: exit.as_secs_f64() * 1000.0,
+        total_ms: report["total_ms"].as_f64().unwrap_or(f64::NAN),
+        steps: pairs(&report["steps"], "ms"),
+        apply_steps: pairs(&report["apply"]["steps"], "duration"),
+        apply_ms: report["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
+        checks: app.check_runs() - checks_before,
+        reloads: reloads_after as i64 - reloads_before as i64,
+        probes,
+    })
+}

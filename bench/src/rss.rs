@@ -1,0 +1,357 @@
+//! rss: the daemon's memory with 10,000 domains and 100,000 blocked entries, after a few
+//! requests, read from `/proc/PID/status` (VmRSS now, VmHWM the peak, RssAnon / RssFile).
+//! The same steps on a small edge (10 domains, 300 blocks) give the baseline.
+
+use std::net::Ipv4Addr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hapctl::model::{Block, Note};
+use serde_json::{json, Value};
+
+use crate::daemon::{mib, Daemon, Memory};
+use crate::fixture::{self, Servers};
+use crate::harness::{Edge, HttpBackend};
+use crate::{Ctx, Report, Table, Target};
+
+const BODY: &str = "hapctl-bench backend\n";
+const DOMAINS: usize = 10_000;
+const BLOCKS: usize = 100_000;
+const TARGET_MIB: f64 = 50.0;
+
+/// Fields drop in order: the daemon before the edge.
+struct Served {
+    daemon: Daemon,
+    // Kept alive (HAProxy stopped on drop) until the daemon is gone.
+    _edge: Edge,
+}
+
+/// The `i`-th extra blocked address: 10.0.0.0 + i.
+fn block(i: usize) -> Block {
+    let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 0)) + i as u32);
+    Block {
+        key: ip.to_string().parse().expect("a valid address"),
+        reason: Note::parse("reason", "hapctl-bench rss").expect("valid note"),
+        author: Note::parse("author", "hapctl-bench").expect("valid note"),
+        created_at: 1_700_000_000,
+        expires_at: None,
+    }
+}
+
+/// One reading after a step.
+struct Reading {
+    step: String,
+    ms: f64,
+    /// Size of the answer's body.
+    bytes: usize,
+    memory: Memory,
+}
+
+/// The step after which the brief's requests (GET /v1/domains, a PUT, a block) are done.
+const BRIEF_LAST_STEP: &str = "POST /v1/blocked-ips (one)";
+
+/// Extra environment variables of the daemon.
+type Env = &'static [(&'static str, &'static str)];
+
+/// One daemon measured.
+struct Run {
+    label: &'static str,
+    env: Env,
+    domains: usize,
+    entries: usize,
+    haproxy_start_ms: f64,
+    startup: Duration,
+    readings: Vec<Reading>,
+}
+
+pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    let hapctl = ctx.hapctl_bin()?;
+    let backend = HttpBackend::start(BODY)?;
+    let addr = backend.addr();
+
+    let mut runs: Vec<Run> = Vec::new();
+    let mut sizes = None;
+    // The big edge twice: as shipped, and with glibc malloc limited to one arena, to tell the
+    // memory the daemon holds from the memory the allocator keeps after it was freed.
+    let variants: [(&str, usize, usize, Env); 3] = [
+        ("baseline", 10, 0, &[]),
+        ("as shipped", DOMAINS, BLOCKS, &[]),
+        (
+            "MALLOC_ARENA_MAX=1",
+            DOMAINS,
+            BLOCKS,
+            &[("MALLOC_ARENA_MAX", "1")],
+        ),
+    ];
+    for (label, domains, blocks, env) in variants {
+        eprintln!(
+            "rss: {domains} domains, {} blocked entries ({label})…",
+            blocks + fixture::BLOCKS
+        );
+        let mut edge = Edge::init(&hapctl, "rss")?;
+        let mut state = fixture::state(domains, Servers::At(&addr));
+        for i in 0..blocks {
+            let b = block(i);
+            state.blocks.insert(b.key, b);
+        }
+        let entries = state.blocks.len();
+        edge.load(&state)?;
+        drop(state);
+        if label == "as shipped" {
+            sizes = Some(live_sizes(&edge)?);
+        }
+        let t = Instant::now();
+        edge.start()?;
+        let haproxy_start_ms = t.elapsed().as_secs_f64() * 1000.0;
+        let daemon = Daemon::start_with_env(&edge, Duration::from_secs(300), env)?;
+        let s = Served {
+            daemon,
+            _edge: edge,
+        };
+        let readings = exercise(&s, &addr)?;
+        runs.push(Run {
+            label,
+            env,
+            domains,
+            entries,
+            haproxy_start_ms,
+            startup: s.daemon.startup,
+            readings,
+        });
+        drop(s);
+    }
+
+    let mut table = Table::new(
+        "rss: `hapctl serve` memory after each step (MiB, from /proc/PID/status)",
+        &[
+            "daemon",
+            "step",
+            "request ms",
+            "answer",
+            "VmRSS",
+            "VmHWM (peak)",
+            "RssAnon",
+            "RssFile",
+            "threads",
+        ],
+    );
+    let mut json_runs = Vec::new();
+    for run in &runs {
+        for r in &run.readings {
+            table.row(vec![
+                format!(
+                    "{} domains, {} blocks, {}",
+                    run.domains, run.entries, run.label
+                ),
+                r.step.clone(),
+                if r.ms > 0.0 {
+                    crate::stats::ms(r.ms)
+                } else {
+                    "-".into()
+                },
+                if r.bytes > 0 {
+                    crate::stats::bytes(r.bytes)
+                } else {
+                    "-".into()
+                },
+                mib(r.memory.rss_kb),
+                mib(r.memory.hwm_kb),
+                mib(r.memory.anon_kb),
+                mib(r.memory.file_kb),
+                r.memory.threads.to_string(),
+            ]);
+        }
+        json_runs.push(json!({
+            "label": run.label,
+            "env": run.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            "domains": run.domains,
+            "blocked_entries": run.entries,
+            "haproxy_start_ms": run.haproxy_start_ms,
+            "daemon_startup_ms": run.startup.as_secs_f64() * 1000.0,
+            "readings": run.readings.iter().map(|r| json!({
+                "step": r.step,
+                "request_ms": r.ms,
+                "answer_bytes": r.bytes,
+                "memory": r.memory.to_json(),
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    let big = &runs[1].readings;
+    let peak_hwm = big.iter().map(|r| r.memory.hwm_kb).max().unwrap_or(0);
+    let last = big.last().map(|r| r.memory).unwrap_or_default();
+    let brief = big
+        .iter()
+        .find(|r| r.step == BRIEF_LAST_STEP)
+        .map_or(0, |r| r.memory.hwm_kb);
+    let one_arena = runs[2]
+        .readings
+        .iter()
+        .map(|r| r.memory.hwm_kb)
+        .max()
+        .unwrap_or(0);
+    let limit_kb = (TARGET_MIB * 1024.0) as u64;
+    let targets = vec![Target {
+        goal: format!("daemon RSS under {TARGET_MIB} MiB at {DOMAINS} domains and {BLOCKS} blocked entries"),
+        met: Some(brief < limit_kb && last.rss_kb < limit_kb),
+        detail: format!(
+            "peak (VmHWM) {} MiB after the brief's steps (start, GET /v1/domains, a PUT, a block), {} MiB over \
+             every step; VmRSS at the end {} MiB (anon {}, file {}); with MALLOC_ARENA_MAX=1 the peak is {} MiB",
+            mib(brief),
+            mib(peak_hwm),
+            mib(last.rss_kb),
+            mib(last.anon_kb),
+            mib(last.file_kb),
+            mib(one_arena)
+        ),
+    }];
+    let mut sizes_table = Table::new(
+        format!("rss: heap bytes in use while the bench itself holds what the daemon loads, at {DOMAINS} domains and {} blocks (glibc mallinfo2, MiB)", BLOCKS + fixture::BLOCKS),
+        &["Store::load_state (domains + blocks)", "Store::blocks (blocks only)", "GET /v1/domains answer as serde_json::Value"],
+    );
+    let sizes = sizes.context("the big edge was not measured")?;
+    sizes_table.row(vec![
+        mib(sizes.state / 1024),
+        mib(sizes.blocks / 1024),
+        mib(sizes.domains_json / 1024),
+    ]);
+    let notes = vec![
+        format!(
+            "edges: `hapctl init`; N fixture domains (servers at one in-process backend, checks off) and the \
+             blocks written to the database directly (the fixture's {} plus 10.0.0.0 + i for the big edge); \
+             `hapctl haproxy start`; `hapctl serve`. Readings come from /proc/<daemon pid>/status after each \
+             request has been answered; VmHWM never goes down.",
+            fixture::BLOCKS
+        ),
+        format!(
+            "startup: HAProxy start {} ms (big edge), daemon spawn → /health 200 {} ms",
+            crate::stats::ms(runs[1].haproxy_start_ms),
+            crate::stats::ms(runs[1].startup.as_secs_f64() * 1000.0)
+        ),
+    ];
+    Ok(Report {
+        tables: vec![table, sizes_table],
+        targets,
+        notes,
+        json: json!({
+            "runs": json_runs,
+            "target_mib": TARGET_MIB,
+            "in_use_bytes": {
+                "load_state": sizes.state,
+                "blocks": sizes.blocks,
+                "domains_json_value": sizes.domains_json,
+            },
+        }),
+    })
+}
+
+/// The brief's requests (GET /v1/domains, a PUT, a block), then a few more, reading the memory
+/// after each.
+fn exercise(s: &Served, addr: &str) -> anyhow::Result<Vec<Reading>> {
+    let api = &s.daemon.api;
+    let mut out = vec![Reading {
+        step: "started (/health 200)".into(),
+        ms: 0.0,
+        bytes: 0,
+        memory: s.daemon.memory()?,
+    }];
+    let steps: Vec<(&str, &str, String, Option<Value>)> = vec![
+        ("GET /v1/domains", "GET", "/v1/domains".into(), None),
+        (
+            "PUT /v1/domains/rss-new.example.com",
+            "PUT",
+            "/v1/domains/rss-new.example.com".into(),
+            Some(json!({"servers": [{"address": addr}]})),
+        ),
+        (
+            BRIEF_LAST_STEP,
+            "POST",
+            "/v1/blocked-ips".into(),
+            Some(json!({"ip": "192.0.2.77", "reason": "hapctl-bench rss"})),
+        ),
+        (
+            "GET /v1/domains/app-0.example.com (one)",
+            "GET",
+            "/v1/domains/app-0.example.com".into(),
+            None,
+        ),
+        ("GET /v1/status", "GET", "/v1/status".into(), None),
+        ("GET /metrics", "GET", "/metrics".into(), None),
+        ("GET /v1/domains (again)", "GET", "/v1/domains".into(), None),
+        (
+            "GET /v1/blocked-ips (blocked-ips list)",
+            "GET",
+            "/v1/blocked-ips".into(),
+            None,
+        ),
+    ];
+    for (label, method, path, body) in steps {
+        let t = Instant::now();
+        let answer = api.call(method, &path, body.as_ref())?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        if !(200..300).contains(&answer.status) {
+            bail!("{method} {path}: {}", answer.describe());
+        }
+        out.push(Reading {
+            step: label.into(),
+            ms,
+            bytes: answer.body.len(),
+            memory: s.daemon.memory()?,
+        });
+    }
+    thread::sleep(Duration::from_secs(2));
+    out.push(Reading {
+        step: "idle 2 s".into(),
+        ms: 0.0,
+        bytes: 0,
+        memory: s.daemon.memory()?,
+    });
+    Ok(out)
+}
+
+/// Heap bytes in use (every glibc arena).
+fn heap_in_use() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    unsafe { libc::mallinfo2() }.uordblks as u64
+}
+
+/// Heap bytes held by what the daemon loads, measured on the bench's own heap.
+struct Sizes {
+    state: u64,
+    blocks: u64,
+    domains_json: u64,
+}
+
+fn live_sizes(edge: &Edge) -> anyhow::Result<Sizes> {
+    let paths = &edge.settings.paths;
+    let store = hapctl::store::Store::open(&paths.database, &paths.blocks_database)?;
+    let base = heap_in_use();
+    let state = store.load_state(0)?;
+    let state_bytes = heap_in_use().saturating_sub(base);
+    // What GET /v1/domains builds before serialising: one JSON object per domain.
+    let base = heap_in_use();
+    let list: Vec<Value> = state
+        .domains
+        .iter()
+        .map(|(d, b)| {
+            json!({
+                "domain": d,
+                "backend": d.backend_name(),
+                "profile": b.profile(),
+                "servers": b.servers(),
+            })
+        })
+        .collect();
+    let json_bytes = heap_in_use().saturating_sub(base);
+    drop(list);
+    drop(state);
+    let base = heap_in_use();
+    let blocks = store.blocks()?;
+    let blocks_bytes = heap_in_use().saturating_sub(base);
+    drop(blocks);
+    Ok(Sizes {
+        state: state_bytes,
+        blocks: blocks_bytes,
+        domains_json: json_bytes,
+    })
+}
