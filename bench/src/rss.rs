@@ -90,13 +90,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             blocks + fixture::BLOCKS
         );
         let mut edge = Edge::init(&hapctl, "rss")?;
-        let mut state = fixture::state(domains, Servers::At(&addr));
-        for i in 0..blocks {
-            let b = block(i);
-            state.blocks.insert(b.key, b);
-        }
-        let entries = state.blocks.len();
+        let state = fixture::state(domains, Servers::At(&addr));
         edge.load(&state)?;
+        let extra: Vec<_> = (0..blocks).map(block).collect();
+        edge.add_blocks(&extra)?;
+        let entries = fixture::BLOCKS + blocks;
         drop(state);
         if label == "as shipped" {
             sizes = Some(live_sizes(&edge)?);
@@ -326,7 +324,7 @@ fn live_sizes(edge: &Edge) -> anyhow::Result<Sizes> {
     let paths = &edge.settings.paths;
     let store = hapctl::store::Store::open(&paths.database, &paths.blocks_database)?;
     let base = heap_in_use();
-    let state = store.load_state(0)?;
+    let state = store.load_state()?;
     let state_bytes = heap_in_use().saturating_sub(base);
     // What GET /v1/domains builds before serialising: one JSON object per domain.
     let base = heap_in_use();

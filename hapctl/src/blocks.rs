@@ -150,7 +150,7 @@ impl<'a> Blocks<'a> {
         }
         tx.commit()?;
 
-        let all = store.blocks()?;
+        let all = store.block_keys(unix_now())?;
         // Seen before the file is written: a reload that starts later reads the new file.
         let reloads_before = self.master_reloads();
         let changed_file = self.write_file(&all)?;
@@ -195,7 +195,7 @@ impl<'a> Blocks<'a> {
     /// count moved during the change, the change is made again on the new worker.
     fn enforce(
         &self,
-        all: &[Block],
+        all: &[BlockKey],
         touched: &[(BlockKey, Want)],
         whole: bool,
         reloads_before: Option<u32>,
@@ -249,10 +249,10 @@ impl<'a> Blocks<'a> {
     }
 
     /// Rewrites the map file from the database if it differs; returns whether it did.
-    fn write_file(&self, all: &[Block]) -> Result<bool, BlockError> {
+    fn write_file(&self, all: &[BlockKey]) -> Result<bool, BlockError> {
         let path = self.map_path();
-        let now = unix_now();
-        let want = render::blocked_map(all.iter().filter(|b| !b.is_expired(now)).map(|b| &b.key));
+
+        let want = render::blocked_map(all);
         let write_err = |source| BlockError::Write {
             path: path.display().to_string(),
             source,
@@ -272,7 +272,7 @@ impl<'a> Blocks<'a> {
     /// meanwhile is either seen here or written after this by its own change.
     pub fn reconcile(
         &self,
-        load: impl FnOnce() -> Result<Vec<Block>, StoreError>,
+        load: impl FnOnce() -> Result<Vec<BlockKey>, StoreError>,
         force_runtime: bool,
     ) -> Result<(), BlockError> {
         let _lock = self.lock()?;
@@ -330,7 +330,7 @@ impl<'a> Blocks<'a> {
     /// was reading its files), the new worker may lack it: replace its map whole.
     pub fn after_reload(
         &self,
-        load: impl FnOnce() -> Result<Vec<Block>, StoreError>,
+        load: impl FnOnce() -> Result<Vec<BlockKey>, StoreError>,
         before: &[u8],
     ) -> Result<(), BlockError> {
         if self.file_now() != before {
@@ -422,13 +422,8 @@ fn apply_each(runtime: &RuntimeMap, touched: &[(BlockKey, Want)]) -> Result<(), 
     Ok(())
 }
 
-fn replace_whole(runtime: &RuntimeMap, all: &[Block]) -> Result<(), RuntimeFailure> {
-    let now = unix_now();
-    let keys: Vec<String> = all
-        .iter()
-        .filter(|b| !b.is_expired(now))
-        .map(|b| b.key.to_string())
-        .collect();
+fn replace_whole(runtime: &RuntimeMap, all: &[BlockKey]) -> Result<(), RuntimeFailure> {
+    let keys: Vec<String> = all.iter().map(BlockKey::to_string).collect();
     runtime
         .replace_all(keys.iter().map(|k| (k.as_str(), BLOCKED_VALUE)))
         .map_err(RuntimeFailure::from)?;

@@ -298,7 +298,11 @@ impl Edge {
     /// Rebuilds the blocked map file and the running worker's map from the database, whole
     /// and atomically (`prepare map` / `commit map`).
     pub fn sync_blocks(&mut self) -> Result<(), EdgeError> {
-        Ok(Blocks::new(&self.settings).reconcile(|| self.store.blocks(), true)?)
+        Ok(Blocks::new(&self.settings).reconcile(|| self.store.block_keys(unix_now()), true)?)
+    }
+
+    pub fn block_count(&self) -> Result<usize, EdgeError> {
+        Ok(self.store.block_count()?)
     }
 
     pub fn has_expired_blocks(&self, now: i64) -> Result<bool, EdgeError> {
@@ -439,7 +443,7 @@ impl Edge {
 
     /// The committed desired state (expired blocks left out).
     pub fn state(&self) -> Result<EdgeState, EdgeError> {
-        Ok(self.store.load_state(unix_now())?)
+        Ok(self.store.load_state()?)
     }
 
     pub fn blocks(&self) -> Result<Vec<Block>, EdgeError> {
@@ -487,7 +491,7 @@ impl Edge {
             render::render(&state, &staged, &self.templates).map_err(ApplyError::from)?;
         let blocked_map = (
             crate::render::FileId::BlockedMap.path(&staged.paths),
-            render::blocked_map(state.blocks.keys()),
+            render::blocked_map(&self.store.block_keys(unix_now())?),
         );
         let files = staged_set
             .files()

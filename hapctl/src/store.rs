@@ -215,13 +215,26 @@ impl Store {
     }
 
     /// The committed desired state, leaving out blocks expired at `now`.
-    pub fn load_state(&self, now: i64) -> Result<EdgeState, StoreError> {
-        load_state(&self.conn, &self.blocks, now)
+    pub fn load_state(&self) -> Result<EdgeState, StoreError> {
+        load_state(&self.conn)
     }
 
     /// Every block, expired ones included.
     pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
         load_blocks(&self.blocks)
+    }
+
+    /// The keys of the blocks in force at `now`: what the map holds (cheaper than `blocks`).
+    pub fn block_keys(&self, now: i64) -> Result<Vec<BlockKey>, StoreError> {
+        load_block_keys(&self.blocks, now)
+    }
+
+    /// How many blocks there are, expired ones included.
+    pub fn block_count(&self) -> Result<usize, StoreError> {
+        Ok(self
+            .blocks
+            .query_row("SELECT COUNT(*) FROM blocks", [], |r| r.get::<_, i64>(0))?
+            as usize)
     }
 
     /// Whether some block's expiry has passed at `now` (cheap: the daemon asks every second).
@@ -494,13 +507,13 @@ impl Tx<'_> {
         )? > 0)
     }
 
-    pub fn load_state(&self, now: i64) -> Result<EdgeState, StoreError> {
-        load_state(&self.tx, self.blocks, now)
+    pub fn load_state(&self) -> Result<EdgeState, StoreError> {
+        load_state(&self.tx)
     }
 
-    /// Every block, expired ones included (committed ones: blocks change outside this tx).
-    pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
-        load_blocks(self.blocks)
+    /// The keys of the blocks in force at `now` (committed ones: blocks change outside this tx).
+    pub fn block_keys(&self, now: i64) -> Result<Vec<BlockKey>, StoreError> {
+        load_block_keys(self.blocks, now)
     }
 
     pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
@@ -534,7 +547,7 @@ fn corrupt<'k>(table: &'static str, key: &'k str) -> impl FnOnce(Invalid) -> Sto
     }
 }
 
-fn load_state(conn: &Connection, blocks: &Connection, now: i64) -> Result<EdgeState, StoreError> {
+fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
     let mut state = EdgeState::default();
 
     let mut servers: std::collections::BTreeMap<String, Vec<Server>> = Default::default();
@@ -578,12 +591,6 @@ fn load_state(conn: &Connection, blocks: &Connection, now: i64) -> Result<EdgeSt
         )
         .map_err(corrupt("domains", &name))?;
         state.domains.insert(domain, backend);
-    }
-
-    for block in load_blocks(blocks)? {
-        if !block.is_expired(now) {
-            state.blocks.insert(block.key, block);
-        }
     }
 
     let mut stmt = conn.prepare(
@@ -644,6 +651,19 @@ fn app_state(conn: &Connection, app: &AppName) -> Result<AppState, StoreError> {
         current: parse(current)?,
         previous: parse(previous)?,
     })
+}
+
+fn load_block_keys(conn: &Connection, now: i64) -> Result<Vec<BlockKey>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT key FROM blocks WHERE expires_at IS NULL OR expires_at > ?1 ORDER BY key",
+    )?;
+    let mut rows = stmt.query([now])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let key: String = r.get(0)?;
+        out.push(key.parse().map_err(corrupt("blocks", &key))?);
+    }
+    Ok(out)
 }
 
 fn load_blocks(conn: &Connection) -> Result<Vec<Block>, StoreError> {
@@ -712,9 +732,13 @@ mod tests {
         drop(tx); // rolled back
 
         let store = Store::open(&path, &blocks).unwrap();
-        let state = store.load_state(100).unwrap();
+        let state = store.load_state().unwrap();
         assert_eq!(state.domains[&d], backend("10.0.0.2:80"));
-        assert_eq!(state.blocks.len(), 1, "expired block left out");
+        assert_eq!(
+            store.block_keys(100).unwrap().len(),
+            1,
+            "expired block left out"
+        );
         assert_eq!(store.blocks().unwrap().len(), 2);
     }
 
@@ -730,7 +754,7 @@ mod tests {
                 [],
             )
             .unwrap();
-        let e = store.load_state(0).unwrap_err().to_string();
+        let e = store.block_keys(0).unwrap_err().to_string();
         assert!(e.contains("blocks/10.0.0.1"), "{e}");
     }
 

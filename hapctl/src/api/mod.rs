@@ -167,6 +167,12 @@ pub struct ServeOptions {
 /// Runs the daemon until SIGTERM or SIGINT. HAProxy is started if it is not running, and left
 /// running when the daemon stops.
 pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> {
+    // glibc gives each thread that ever allocated a lot its own arena and keeps it: with a
+    // dozen threads, one large request each would multiply the daemon's memory.
+    // SAFETY: mallopt only tunes the allocator; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let mut edge = Edge::open(state_dir)?;
     let listen = options.listen.unwrap_or(edge.settings.api.listen);
     let token = if options.no_auth {

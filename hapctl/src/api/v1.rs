@@ -57,7 +57,7 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
             "generations": edge.generations()?,
             "counts": {
                 "domains": state.domains.len() + state.app_domains.len(),
-                "blocked": state.blocks.len(),
+                "blocked": edge.block_count()?,
                 "trusted_proxies": state.trusted_proxies.len(),
             },
         })))
@@ -65,32 +65,53 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
     .await
 }
 
-/// One domain as the API shows it.
-fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
-    if let Some(backend) = state.domains.get(domain) {
-        return Some(json!({
-            "domain": domain,
-            "backend": domain.backend_name(),
-            "profile": backend.profile(),
-            "servers": backend.servers(),
-        }));
-    }
-    state
-        .app_domains
-        .get(domain)
-        .map(|app| json!({"domain": domain, "app": app}))
+/// One domain as the API shows it (borrowed: a list of 10,000 is serialised straight out).
+#[derive(serde::Serialize)]
+struct DomainView<'a> {
+    domain: &'a Domain,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<&'a Profile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    servers: Option<&'a [Server]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app: Option<&'a AppName>,
 }
 
-pub async fn list_domains(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainView<'a>> {
+    if let Some(backend) = state.domains.get(domain) {
+        return Some(DomainView {
+            domain,
+            backend: Some(domain.backend_name()),
+            profile: Some(backend.profile()),
+            servers: Some(backend.servers()),
+            app: None,
+        });
+    }
+    state.app_domains.get(domain).map(|app| DomainView {
+        domain,
+        backend: None,
+        profile: None,
+        servers: None,
+        app: Some(app),
+    })
+}
+
+fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
+    domain_view(state, domain).map(|v| serde_json::to_value(v).unwrap_or_default())
+}
+
+pub async fn list_domains(State(app): State<AppState>) -> Result<Response, ApiError> {
     app.read(|edge| {
         let state = edge.state()?;
-        let all: Vec<Value> = state
+        let all: Vec<DomainView> = state
             .domains
             .keys()
             .chain(state.app_domains.keys())
-            .filter_map(|d| domain_json(&state, d))
+            .filter_map(|d| domain_view(&state, d))
             .collect();
-        Ok(Json(Value::Array(all)))
+        Ok(Json(all).into_response())
     })
     .await
 }
@@ -420,7 +441,7 @@ pub async fn list_applies(State(app): State<AppState>) -> Result<Json<Value>, Ap
 }
 
 pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let blocked = app.read(|edge| Ok(edge.blocks()?.len())).await?;
+    let blocked = app.read(|edge| edge.block_count()).await?;
     let text = app.0.metrics.render(blocked);
     Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }

@@ -105,6 +105,11 @@ fn block_worker(mut edge: Edge, rx: mpsc::Receiver<BlockJob>, metrics: Arc<Metri
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
                 lift_expired(&mut edge);
+                // Idle: hand memory freed by large requests back to the system.
+                // SAFETY: malloc_trim only releases free heap pages.
+                unsafe {
+                    libc::malloc_trim(0);
+                }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => return,

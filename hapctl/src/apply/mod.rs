@@ -233,7 +233,7 @@ pub fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-fn unix_millis() -> i64 {
+pub fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -273,7 +273,7 @@ impl<'a> Applier<'a> {
         // The blocked map is the block path's: bring it in line with the database first, so
         // the set validated below carries the current blocks.
         let blocks = Blocks::new(self.settings);
-        blocks.reconcile(|| store.blocks(), false)?;
+        blocks.reconcile(|| store.block_keys(unix_now()), false)?;
         let tx = store.begin()?;
         let value = change(&tx)?;
         let (report, loaded) = self.converge(&tx, &blocks)?;
@@ -310,7 +310,7 @@ impl<'a> Applier<'a> {
         blocks: &Blocks,
     ) -> Result<(ApplyReport, Option<Snapshot>), ApplyError> {
         let mut p = Progress::new();
-        let state = tx.load_state(unix_now())?;
+        let state = tx.load_state()?;
         let new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
         p.step("render");
         let paths = &self.settings.paths;
@@ -402,7 +402,7 @@ impl<'a> Applier<'a> {
             }
             fault::point("after-reload");
             // A block that landed while the new worker read its files may be missing there.
-            blocks.after_reload(|| tx.blocks(), &map_before)?;
+            blocks.after_reload(|| tx.block_keys(unix_now()), &map_before)?;
         }
 
         fault::point("before-commit");

@@ -236,7 +236,7 @@ impl<'a> Deliveries<'a> {
     ) -> Result<DeliveryReport, DeliverError> {
         let app = self.app(app_name)?;
         let _lock = self.lock(app_name)?;
-        let started_at_ms = unix_now() * 1000;
+        let started_at_ms = crate::apply::unix_millis();
         let now = Instant::now();
         let mut steps = Steps {
             started: now,
@@ -484,7 +484,7 @@ impl<'a> Deliveries<'a> {
             on_step,
         };
         let mut problems = Vec::new();
-        let state = store.load_state(unix_now())?;
+        let state = store.load_state()?;
         for app in &self.settings.apps {
             let Some(generation) = state.live_generations.get(&app.name) else {
                 steps.done("app", format!("{}: no generation delivered yet", app.name));

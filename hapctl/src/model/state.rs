@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::app::{AppName, Generation};
-use super::block::{Block, BlockKey, ProxyNet};
+use super::block::ProxyNet;
 use super::error::Invalid;
 use super::name::Domain;
 use super::profile::Profile;
@@ -57,7 +57,8 @@ impl Backend {
     }
 }
 
-/// Everything the edge should be, ordered so rendering is deterministic.
+/// Everything the edge should be that the apply renders, ordered so rendering is
+/// deterministic. Blocks are not here: the block path owns the blocked map (`crate::blocks`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EdgeState {
     pub domains: BTreeMap<Domain, Backend>,
@@ -65,6 +66,5 @@ pub struct EdgeState {
     pub app_domains: BTreeMap<Domain, AppName>,
     /// The generation in service for each delivered application.
     pub live_generations: BTreeMap<AppName, Generation>,
-    pub blocks: BTreeMap<BlockKey, Block>,
     pub trusted_proxies: BTreeSet<ProxyNet>,
 }
