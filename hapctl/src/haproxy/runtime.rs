@@ -8,6 +8,8 @@ use super::socket::{CliSocket, SocketError};
 
 /// Largest bulk payload sent in one command: HAProxy 2.6 answers nothing above ~17.5 KB.
 const MAX_PAYLOAD: usize = 15_000;
+/// Commands sent on one connection, `;`-separated (one line, well under the CLI's buffer).
+const PIPELINE: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -63,33 +65,93 @@ impl RuntimeMap {
     /// Adds an entry; a key already present gets a duplicate (harmless for matching, and
     /// `remove` takes every copy): look it up first when it may be there.
     pub fn add(&self, key: &str, value: &str) -> Result<(), RuntimeError> {
-        self.quiet(&format!("add map {} {key} {value}", self.map))
+        self.add_many(&[key.to_string()], value)
     }
 
     /// Removes every entry with exactly this key; absent is fine.
     pub fn remove(&self, key: &str) -> Result<(), RuntimeError> {
-        let command = format!("del map {} {key}", self.map);
-        let answer = self.command(&command)?;
-        match answer.trim() {
-            "" | "Key not found." => Ok(()),
-            other => Err(RuntimeError::Refused {
-                command,
-                answer: other.to_string(),
-            }),
-        }
+        self.remove_many(&[key.to_string()])
     }
 
     /// Looks an address (or network key) up as a request would be matched.
     pub fn lookup(&self, key: &str) -> Result<Lookup, RuntimeError> {
-        let command = format!("get map {} {key}", self.map);
-        let answer = self.command(&command)?;
-        if answer.trim().is_empty() {
+        let mut found = self.lookup_many(&[key.to_string()])?;
+        Ok(found.pop().unwrap_or(Lookup::NotFound))
+    }
+
+    /// Runs the same command for each key, `PIPELINE` at a time on one connection; returns the
+    /// answer's non-empty lines (commands that succeed silently give none).
+    fn pipelined(
+        &self,
+        verb: &str,
+        keys: &[String],
+        suffix: &str,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let mut lines = Vec::new();
+        for chunk in keys.chunks(PIPELINE) {
+            let line = chunk
+                .iter()
+                .map(|k| format!("@1 {verb} {} {k}{suffix}", self.map))
+                .collect::<Vec<_>>()
+                .join(";");
+            let answer = self.socket.command(&line)?;
+            lines.extend(
+                answer
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(String::from),
+            );
+        }
+        Ok(lines)
+    }
+
+    /// Adds every key with `value` (duplicates as `add`), pipelined.
+    pub fn add_many(&self, keys: &[String], value: &str) -> Result<(), RuntimeError> {
+        match self
+            .pipelined("add map", keys, &format!(" {value}"))?
+            .into_iter()
+            .next()
+        {
+            None => Ok(()),
+            Some(answer) => Err(RuntimeError::Refused {
+                command: format!("add map {} (pipelined)", self.map),
+                answer,
+            }),
+        }
+    }
+
+    /// Removes every copy of every key, pipelined; absent keys are fine.
+    pub fn remove_many(&self, keys: &[String]) -> Result<(), RuntimeError> {
+        match self
+            .pipelined("del map", keys, "")?
+            .into_iter()
+            .find(|l| l.trim() != "Key not found.")
+        {
+            None => Ok(()),
+            Some(answer) => Err(RuntimeError::Refused {
+                command: format!("del map {} (pipelined)", self.map),
+                answer,
+            }),
+        }
+    }
+
+    /// Looks every address up, pipelined; one answer per key, in order.
+    pub fn lookup_many(&self, keys: &[String]) -> Result<Vec<Lookup>, RuntimeError> {
+        let command = format!("get map {} (pipelined)", self.map);
+        let lines = self.pipelined("get map", keys, "")?;
+        if lines.len() != keys.len() {
+            // A master re-executing drops the connection: fewer answers than questions.
             return Err(RuntimeError::NoAnswer { command });
         }
-        parse_lookup(&answer).ok_or_else(|| RuntimeError::Refused {
-            command,
-            answer: answer.trim().to_string(),
-        })
+        lines
+            .iter()
+            .map(|l| {
+                parse_lookup(l).ok_or_else(|| RuntimeError::Refused {
+                    command: command.clone(),
+                    answer: l.clone(),
+                })
+            })
+            .collect()
     }
 
     /// Replaces the whole map atomically (`prepare map` / `add map @V` / `commit map`): requests
@@ -108,19 +170,38 @@ impl RuntimeMap {
                 answer: answer.trim().to_string(),
             })?
             .to_string();
+        self.add_payloads(&format!("@{version} "), entries)?;
+        self.quiet(&format!("commit map @{version} {}", self.map))
+    }
+
+    /// Adds entries to the live version in bulk payloads (many entries per command): the way
+    /// to add thousands at once. Keys already present get duplicates.
+    pub fn add_bulk<'e>(
+        &self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Result<(), RuntimeError> {
+        self.add_payloads("", entries)
+    }
+
+    /// `add map [@V ]M <<` payloads of at most `MAX_PAYLOAD` bytes.
+    fn add_payloads<'e>(
+        &self,
+        version: &str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Result<(), RuntimeError> {
         let mut payload = String::new();
         for (key, value) in entries {
             let line = format!("{key} {value}\n");
             if payload.len() + line.len() > MAX_PAYLOAD {
-                self.quiet(&format!("add map @{version} {} <<\n{payload}", self.map))?;
+                self.quiet(&format!("add map {version}{} <<\n{payload}", self.map))?;
                 payload.clear();
             }
             payload.push_str(&line);
         }
         if !payload.is_empty() {
-            self.quiet(&format!("add map @{version} {} <<\n{payload}", self.map))?;
+            self.quiet(&format!("add map {version}{} <<\n{payload}", self.map))?;
         }
-        self.quiet(&format!("commit map @{version} {}", self.map))
+        Ok(())
     }
 
     /// Every key the current worker holds, in its order.
