@@ -644,7 +644,7 @@ fn finish_streams(
         let log = s
             .finish(left + Duration::from_secs(10))
             .unwrap_or_else(|why| {
-                let mut l = empty_stream(id, config);
+                let mut l = StreamLog::new(id, config, 0.0);
                 l.version = Some(version);
                 l.error = Some(why);
                 l
@@ -779,27 +779,6 @@ fn probe_events(log: &probe::ProbeLog, summary: &ProbeSummary, timeline: &mut Ve
         }
     }
     flush(streak, timeline);
-}
-
-fn empty_stream(id: usize, config: &stream::StreamConfig) -> StreamLog {
-    StreamLog {
-        id,
-        target: config.target(),
-        version: None,
-        header_version: None,
-        announced: config.lines,
-        received: 0,
-        final_chunk: false,
-        error: None,
-        foreign_lines: 0,
-        out_of_sequence: 0,
-        problems: Vec::new(),
-        opened_ms: 0.0,
-        first_line_ms: None,
-        last_line_ms: None,
-        ended_ms: None,
-        max_gap_ms: 0.0,
-    }
 }
 
 fn phase(t_ms: f64, run: &CommandRun) -> &'static str {

@@ -73,6 +73,30 @@ pub struct StreamLog {
 }
 
 impl StreamLog {
+    /// A stream not heard from yet, opened at `opened_ms`.
+    pub fn new(id: usize, config: &StreamConfig, opened_ms: f64) -> StreamLog {
+        StreamLog {
+            id,
+            target: config.target(),
+            version: None,
+            header_version: None,
+            announced: config.lines,
+            received: 0,
+            final_chunk: false,
+            error: None,
+            foreign_lines: 0,
+            out_of_sequence: 0,
+            problems: Vec::new(),
+            opened_ms,
+            first_line_ms: None,
+            last_line_ms: None,
+            ended_ms: None,
+            max_gap_ms: 0.0,
+        }
+    }
+}
+
+impl StreamLog {
     /// Ran to its announced end, without error, every line in sequence and from its generation.
     pub fn intact(&self) -> bool {
         self.error.is_none()
@@ -168,24 +192,7 @@ fn read_stream(
     clock: Instant,
     mut on_first: impl FnMut(&str, f64),
 ) -> StreamLog {
-    let mut log = StreamLog {
-        id,
-        target: config.target(),
-        version: None,
-        header_version: None,
-        announced: config.lines,
-        received: 0,
-        final_chunk: false,
-        error: None,
-        foreign_lines: 0,
-        out_of_sequence: 0,
-        problems: Vec::new(),
-        opened_ms: ms_since(clock),
-        first_line_ms: None,
-        last_line_ms: None,
-        ended_ms: None,
-        max_gap_ms: 0.0,
-    };
+    let mut log = StreamLog::new(id, config, ms_since(clock));
     let timeouts = Timeouts {
         connect: config.connect_timeout,
         read: config.read_timeout(),
