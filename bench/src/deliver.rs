@@ -7,8 +7,6 @@
 //! for it, and removes the one replaced by the delivery before; every rollback goes back to
 //! 1.0.0, which still runs (the retention rule), so it starts nothing.
 
-use std::process::{ExitStatus, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -349,72 +347,24 @@ fn once(app: &AppEdge, kind: &'static str, version: &str) -> anyhow::Result<Op> 
     } else {
         vec!["rollback", "--json"]
     };
-    let mut cmd = app.command(&args);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let t0 = Instant::now();
-    let mut child = cmd.spawn().context("cannot spawn hapctl")?;
-    let stdout = sys::read_in_background(child.stdout.take());
-    let stderr = sys::read_in_background(child.stderr.take());
-
-    let mut exited: Option<(Duration, ExitStatus)> = None;
-    let mut served = None;
-    let mut probes = 0u32;
-    let mut next = t0;
-    while served.is_none() {
-        if exited.is_none() {
-            if let Some(status) = child.try_wait()? {
-                exited = Some((t0.elapsed(), status));
-                if !status.success() {
-                    break;
-                }
-            }
-        }
-        probes += 1;
-        if app.served().as_deref() == Some(version) {
-            served = Some(t0.elapsed());
-            break;
-        }
-        if t0.elapsed() > OP_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{version} was not served within {OP_TIMEOUT:?} of `hapctl {kind}`");
-        }
-        next += POLL_EVERY;
-        let now = Instant::now();
-        if next > now {
-            thread::sleep(next - now);
-        } else {
-            next = now;
-        }
-    }
-    let (exit, status) = match exited {
-        Some(e) => e,
-        None => loop {
-            if let Some(status) = child.try_wait()? {
-                break (t0.elapsed(), status);
-            }
-            if t0.elapsed() > OP_TIMEOUT * 2 {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("`hapctl {kind}` served {version} but did not exit");
-            }
-            thread::sleep(Duration::from_micros(500));
-        },
-    };
-    let stdout = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
-    if !status.success() {
+    let what = format!("`hapctl {kind}` serving {version}");
+    let run = sys::spawn_and_observe(app.command(&args), POLL_EVERY, OP_TIMEOUT, &what, || {
+        app.served().as_deref() == Some(version)
+    })?;
+    let (exit, stdout) = (run.exit, run.stdout);
+    if !run.status.success() {
         bail!(
-            "`hapctl {}` failed ({status}): {} {}; generation log: {}",
+            "`hapctl {}` failed ({}): {} {}; generation log: {}",
             args.join(" "),
+            run.status,
             stdout.trim(),
-            stderr.trim(),
+            run.stderr.trim(),
             app.generation_log(version)
         );
     }
-    let served = served.context("no new version and no failure: unreachable")?;
+    let served = run
+        .seen
+        .context("no new version and no failure: unreachable")?;
     let report: Value = serde_json::from_str(&stdout)
         .with_context(|| format!("`hapctl {kind} --json` printed no JSON report: {stdout}"))?;
     if report["outcome"] != "delivered" {
@@ -442,6 +392,6 @@ fn once(app: &AppEdge, kind: &'static str, version: &str) -> anyhow::Result<Op> 
         apply_ms: report["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
         checks: app.check_runs() - checks_before,
         reloads: reloads_after as i64 - reloads_before as i64,
-        probes,
+        probes: run.probes,
     })
 }

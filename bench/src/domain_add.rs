@@ -2,7 +2,6 @@
 //! with the new Host answering 200 from the backend through HAProxy, on an edge that already
 //! has N domains.
 
-use std::process::{ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,8 +23,6 @@ const BODY: &str = "hapctl-bench backend\n";
 const POLL_EVERY: Duration = Duration::from_millis(2);
 /// Bound on one operation, from spawn to the first 200.
 const OP_TIMEOUT: Duration = Duration::from_secs(60);
-/// Bound on the command's exit once the host answers.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs of `haproxy -c` and of a bare master reload, per size, for the HAProxy-alone table.
 const RAW_RUNS: usize = 3;
 /// The apply steps reported by `--json`, in order.
@@ -399,73 +396,26 @@ fn add_once(edge: &Edge, host: &str, backend: &str) -> anyhow::Result<Op> {
     let checks_before = edge.check_runs();
     let reloads_before = edge.show_proc()?.master.reloads;
 
-    let mut cmd = edge.command(&["domain", "add", host, "--server", backend, "--json"]);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let cmd = edge.command(&["domain", "add", host, "--server", backend, "--json"]);
     let spawned_unix_ms = unix_ms();
-    let t0 = Instant::now();
-    let mut child = cmd.spawn().context("cannot spawn hapctl")?;
-    let stdout = sys::read_in_background(child.stdout.take());
-    let stderr = sys::read_in_background(child.stderr.take());
-
-    let mut exited: Option<(Duration, ExitStatus)> = None;
-    let mut first_ok = None;
-    let mut probes = 0u32;
-    let mut next = t0;
-    while first_ok.is_none() {
-        if exited.is_none() {
-            if let Some(status) = child.try_wait()? {
-                exited = Some((t0.elapsed(), status));
-                if !status.success() {
-                    break;
-                }
-            }
-        }
-        probes += 1;
-        if let Ok((200, body)) = edge.get(host) {
-            if body == BODY {
-                first_ok = Some(t0.elapsed());
-                break;
-            }
-        }
-        if t0.elapsed() > OP_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{host} did not answer 200 within {OP_TIMEOUT:?} of `hapctl domain add`");
-        }
-        next += POLL_EVERY;
-        let now = Instant::now();
-        if next > now {
-            thread::sleep(next - now);
-        } else {
-            next = now;
-        }
-    }
-    let (exit, status) = match exited {
-        Some(e) => e,
-        None => loop {
-            if let Some(status) = child.try_wait()? {
-                break (t0.elapsed(), status);
-            }
-            if t0.elapsed() > OP_TIMEOUT + EXIT_TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("`hapctl domain add {host}` served but did not exit within {EXIT_TIMEOUT:?}");
-            }
-            thread::sleep(Duration::from_micros(500));
-        },
-    };
-    let stdout = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
-    if !status.success() {
+    let what = format!("`hapctl domain add {host}` answering 200");
+    let run = sys::spawn_and_observe(
+        cmd,
+        POLL_EVERY,
+        OP_TIMEOUT,
+        &what,
+        || matches!(edge.get(host), Ok((200, body)) if body == BODY),
+    )?;
+    let (exit, stdout) = (run.exit, run.stdout);
+    if !run.status.success() {
         bail!(
-            "`hapctl domain add {host}` failed ({status}): {} {}",
+            "`hapctl domain add {host}` failed ({}): {} {}",
+            run.status,
             stdout.trim(),
-            stderr.trim()
+            run.stderr.trim()
         );
     }
-    let first_ok = first_ok.context("no 200 and no failure: unreachable")?;
+    let first_ok = run.seen.context("no 200 and no failure: unreachable")?;
     let report: Value = serde_json::from_str(&stdout)
         .with_context(|| format!("`hapctl domain add --json` printed no JSON report: {stdout}"))?;
     if report["outcome"] != "applied" {
@@ -499,7 +449,7 @@ fn add_once(edge: &Edge, host: &str, backend: &str) -> anyhow::Result<Op> {
         reloads: reloads_after as i64 - reloads_before as i64,
         report_checks: report["checks"].as_i64().unwrap_or(-1),
         report_reloads: report["reloads"].as_i64().unwrap_or(-1),
-        probes,
+        probes: run.probes,
     })
 }
 

@@ -170,3 +170,88 @@ pub fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr).trim()
     )
 }
+
+/// A command timed against an observation made from outside while it runs.
+pub struct Observed {
+    /// From spawn to the first time `observe` held (`None` when the command failed first).
+    pub seen: Option<Duration>,
+    /// From spawn to exit.
+    pub exit: Duration,
+    pub status: std::process::ExitStatus,
+    /// How many times `observe` ran.
+    pub probes: u32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Spawns `cmd` and calls `observe` every `every` until it holds (or the command fails, or
+/// `timeout` passes: an error naming `what`), then waits for the exit (bounded by `timeout`
+/// again).
+pub fn spawn_and_observe(
+    mut cmd: Command,
+    every: Duration,
+    timeout: Duration,
+    what: &str,
+    mut observe: impl FnMut() -> bool,
+) -> anyhow::Result<Observed> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().context("cannot spawn hapctl")?;
+    let stdout = read_in_background(child.stdout.take());
+    let stderr = read_in_background(child.stderr.take());
+    let mut exited = None;
+    let mut seen = None;
+    let mut probes = 0;
+    let mut next = t0;
+    while seen.is_none() {
+        if exited.is_none() {
+            if let Some(status) = child.try_wait()? {
+                exited = Some((t0.elapsed(), status));
+                if !status.success() {
+                    break;
+                }
+            }
+        }
+        probes += 1;
+        if observe() {
+            seen = Some(t0.elapsed());
+            break;
+        }
+        if t0.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what}: not observed within {timeout:?}");
+        }
+        next += every;
+        let now = Instant::now();
+        if next > now {
+            thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+    }
+    let (exit, status) = match exited {
+        Some(e) => e,
+        None => loop {
+            if let Some(status) = child.try_wait()? {
+                break (t0.elapsed(), status);
+            }
+            if t0.elapsed() > timeout * 2 {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("{what}: observed, but the command did not exit");
+            }
+            thread::sleep(Duration::from_micros(500));
+        },
+    };
+    Ok(Observed {
+        seen,
+        exit,
+        status,
+        probes,
+        stdout: String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned(),
+    })
+}
