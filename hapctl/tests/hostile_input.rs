@@ -451,16 +451,26 @@ fn truncate(s: &str) -> String {
     }
 }
 
-#[test]
-fn hostile_input_is_refused_and_changes_nothing() {
-    let started = Instant::now();
-    // Every finding listed below is fixed: a mismatch fails. HAPCTL_STRICT_FINDINGS=0 turns
-    // marked cases back into reports (to land a corpus of a newly found defect before its fix).
-    let strict = std::env::var_os("HAPCTL_STRICT_FINDINGS").is_none_or(|v| v != "0");
+/// Every finding listed below is fixed: a mismatch fails. HAPCTL_STRICT_FINDINGS=0 turns
+/// marked cases back into reports (to land a corpus of a newly found defect before its fix).
+fn strict_findings() -> bool {
+    !std::env::var_os("HAPCTL_STRICT_FINDINGS").is_some_and(|v| v == "0")
+}
+
+/// A started edge routing the control domain, with one control block.
+fn control_edge() -> (Edge, Backend) {
     let edge = Edge::started();
     let app = Backend::start("control");
     edge.ok(&["domain", "add", CONTROL_DOMAIN, "--server", &app.addr()]);
     edge.ok(&["block", "add", "203.0.113.1", "--reason", "control block"]);
+    (edge, app)
+}
+
+#[test]
+fn hostile_input_is_refused_and_changes_nothing() {
+    let started = Instant::now();
+    let strict = strict_findings();
+    let (edge, _app) = control_edge();
     edge.ok(&["proxy", "add", "127.0.0.9"]);
     let master = edge.master_pid();
     let before = world(&edge);
@@ -1701,13 +1711,8 @@ fn api_world(edge: &Edge, api: &ApiClient) -> ApiWorld {
 #[test]
 fn hostile_input_through_the_api_is_refused_and_changes_nothing() {
     let started = Instant::now();
-    // Every finding listed below is fixed: a mismatch fails. HAPCTL_STRICT_FINDINGS=0 turns
-    // marked cases back into reports (to land a corpus of a newly found defect before its fix).
-    let strict = std::env::var_os("HAPCTL_STRICT_FINDINGS").is_none_or(|v| v != "0");
-    let edge = Edge::started();
-    let app = Backend::start("control");
-    edge.ok(&["domain", "add", CONTROL_DOMAIN, "--server", &app.addr()]);
-    edge.ok(&["block", "add", "203.0.113.1", "--reason", "control block"]);
+    let strict = strict_findings();
+    let (edge, _app) = control_edge();
     let api = Daemon::start(&edge);
     let client = api.client();
     let master = edge.master_pid();

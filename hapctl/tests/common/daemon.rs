@@ -151,49 +151,9 @@ pub fn http_request(
         let _ = stream.shutdown(Shutdown::Both);
         let _ = w.join();
     }
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
-    let Some(end) = split else {
-        return Err(match read_error {
-            Some(e) => format!("read the answer: {e} (after {} bytes)", raw.len()),
-            None => format!("no complete answer: {:?}", String::from_utf8_lossy(&raw)),
-        });
-    };
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status line in {head:?}"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let find = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
-    let mut body = raw[end + 4..].to_vec();
-    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        body = dechunk(&body);
-    } else if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        if body.len() < len {
-            return Err(format!(
-                "answer cut: {} of {len} body bytes ({read_error:?})",
-                body.len()
-            ));
-        }
-        body.truncate(len);
-    }
-    let text = String::from_utf8_lossy(&body).into_owned();
-    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Ok(ApiResponse {
-        status,
-        headers,
-        text,
-        json,
+    parse_http_response(&raw).map_err(|e| match read_error {
+        Some(r) => format!("{e} (read: {r})"),
+        None => e,
     })
 }
 
