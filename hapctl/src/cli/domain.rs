@@ -1,0 +1,87 @@
+//! `hapctl domain add|rm|ls`: domains and their servers.
+
+use std::path::Path;
+
+use clap::Subcommand;
+
+use hapctl::model::{AppName, Backend, Domain, Profile, Server, ServerName};
+
+use super::{open, output, Failure, JsonFlag, JsonOut};
+
+#[derive(Subcommand)]
+pub enum DomainCommand {
+    /// Add a domain, or replace it if it exists.
+    Add {
+        /// `shop.example.com` or `*.example.com`.
+        name: String,
+        /// HOST:PORT[,weight=N][,maxconn=N][,check|nocheck]; repeat for more servers.
+        #[arg(
+            long = "server",
+            required_unless_present = "app",
+            conflicts_with = "app"
+        )]
+        servers: Vec<String>,
+        /// Route the domain to a delivered application instead of servers.
+        #[arg(long)]
+        app: Option<String>,
+        /// default, websocket, sse, http-check or http-check:/path.
+        #[arg(long, default_value = "default")]
+        profile: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Remove a domain.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List domains.
+    Ls(JsonOut),
+}
+
+pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
+    match cmd {
+        DomainCommand::Add {
+            name,
+            app: Some(app),
+            out,
+            ..
+        } => {
+            let (name, app): (Domain, AppName) = (name.parse()?, app.parse()?);
+            let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Add {
+            name,
+            servers,
+            profile,
+            out,
+            app: None,
+        } => {
+            let (name, profile): (Domain, Profile) = (name.parse()?, profile.parse()?);
+            let servers = servers
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| Server::parse_spec(spec, ServerName::nth(i + 1)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let backend = Backend::new(servers, profile)?;
+            let (report, created) = open(dir)?.put_domain(&name, &backend)?;
+            if let Some(created) = created {
+                eprintln!(
+                    "domain {name} {}",
+                    if created { "added" } else { "replaced" }
+                );
+            }
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Rm { name, out } => {
+            let report = open(dir)?.remove_domain(&name.parse()?)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Ls(out) => {
+            output::print_domains(&open(dir)?.state()?, out.json);
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! `hapctl haproxy start|stop|status|reload`: the HAProxy master.
+
+use std::path::Path;
+
+use clap::Subcommand;
+
+use hapctl::edge;
+
+use super::{open, output, Failure, JsonOut};
+
+#[derive(Subcommand)]
+pub enum HaproxyCommand {
+    /// Apply the desired state, then start the master (never a second one).
+    Start,
+    /// Stop the master and its workers.
+    Stop,
+    /// Master PID, workers, version.
+    Status(JsonOut),
+    /// Reload through the master (never a restart) and confirm the new worker.
+    Reload,
+}
+
+pub fn run(dir: &Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
+    let mut edge = open(dir)?;
+    let timeout = edge.settings.haproxy.start_timeout;
+    match cmd {
+        HaproxyCommand::Start => {
+            let report = edge.apply("haproxy start")?;
+            if !report.outcome.is_success() {
+                return Ok(output::print_report(&report, false));
+            }
+            let started = edge.supervisor().start(timeout)?;
+            println!("HAProxy master running, PID {}", started.master_pid);
+            Ok(0)
+        }
+        HaproxyCommand::Stop => {
+            edge.supervisor().stop(edge::STOP_TIMEOUT)?;
+            println!("HAProxy stopped");
+            Ok(0)
+        }
+        HaproxyCommand::Status(out) => {
+            output::print_haproxy_status(&edge.supervisor().status(), out.json);
+            Ok(0)
+        }
+        HaproxyCommand::Reload => {
+            let master = hapctl::haproxy::Master::from_settings(&edge.settings);
+            let r = master.reload(edge.settings.haproxy.reload_timeout)?;
+            println!(
+                "reloaded in {:.0} ms: master PID {} unchanged, new worker(s) {:?}, old worker(s) {:?}",
+                r.duration.as_secs_f64() * 1000.0,
+                r.master_pid,
+                r.new_workers,
+                r.old_workers
+            );
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! `hapctl serve`: the HTTP API daemon.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use clap::Args;
+
+use hapctl::api::{self, ServeOptions};
+
+use super::Failure;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Listen address (default: [api] listen, 127.0.0.1:9090).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Serve without a bearer token (only allowed on a loopback address).
+    #[arg(long)]
+    no_auth: bool,
+}
+
+pub fn run(dir: &Path, args: ServeArgs) -> Result<u8, Failure> {
+    api::serve(
+        dir,
+        ServeOptions {
+            listen: args.listen,
+            no_auth: args.no_auth,
+        },
+    )?;
+    Ok(0)
+}
