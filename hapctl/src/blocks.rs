@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::apply::unix_now;
+use crate::clock::unix_now;
 use crate::fsutil::{self, LockError, LockFile, DEFAULT_MODE};
 use crate::haproxy::{Lookup, Master, RuntimeError, RuntimeMap, Supervisor};
 use crate::model::{Block, BlockKey};

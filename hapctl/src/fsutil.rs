@@ -55,6 +55,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<()> 
     result
 }
 
+/// Creates `dir` (and its parents) and makes it 0700: it holds secrets.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Writes a secret (a private key, a PEM bundle with its key) atomically, mode 0600 in a 0700
+/// folder, whatever mode an older copy had.
+pub fn write_secret(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    private_dir(parent(path))?;
+    if let Ok(m) = fs::metadata(path) {
+        if m.permissions().mode() & 0o077 != 0 {
+            fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    write_atomic(path, bytes, 0o600)
+}
+
 /// Removes a file and makes the removal durable; absent is fine.
 pub fn remove_durable(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {

@@ -6,8 +6,10 @@
 pub mod api;
 pub mod apply;
 pub mod blocks;
+pub mod clock;
 pub mod deliver;
 pub mod edge;
+pub mod fault;
 pub mod fsutil;
 pub mod haproxy;
 pub mod model;
@@ -16,6 +18,7 @@ pub mod prove;
 pub mod render;
 pub mod settings;
 pub mod store;
+pub mod tls;
 
 /// Entry points for the fuzz targets in `fuzz/` (built with `--cfg fuzzing` by cargo-fuzz):
 /// every parser of text that comes from outside.

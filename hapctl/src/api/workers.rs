@@ -14,8 +14,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::metrics::Metrics;
-use crate::apply::{unix_now, ApplyReport};
+use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
+use crate::clock::unix_now;
 use crate::edge::{DomainChange, DomainResult, Edge};
 
 /// `None` change: re-render and apply the committed state (`POST /v1/apply`).

@@ -7,20 +7,22 @@
 //! Any failure restores the known-good set (and reloads back if the live config changed) and
 //! rolls the desired-state change back, and the outcome says exactly what happened.
 
-pub mod fault;
 mod snapshot;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::blocks::Blocks;
+use crate::clock::{unix_millis, unix_now};
+use crate::fault;
 use crate::fsutil::{self, LockFile};
-use crate::haproxy::{CliSocket, Master, ReloadError, Supervisor, Validator, Verdict};
+use crate::haproxy::{CliSocket, Master, ReloadError, RuntimeMap, Supervisor, Validator, Verdict};
 use crate::render::{self, FileId, RenderError, Templates};
 use crate::settings::Settings;
 use crate::store::{ApplyRecord, Store, StoreError, Tx};
+use crate::tls::Certs;
 
 pub use snapshot::{KnownGood, Snapshot};
 
@@ -120,6 +122,8 @@ pub enum ApplyError {
     Render(#[from] RenderError),
     #[error(transparent)]
     Blocks(#[from] crate::blocks::BlockError),
+    #[error(transparent)]
+    Certs(#[from] crate::tls::CertError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -226,20 +230,6 @@ enum Phase {
     Reloading,
 }
 
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-pub fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl<'a> Applier<'a> {
     pub fn new(settings: &'a Settings, templates: &'a Templates) -> Applier<'a> {
         Applier {
@@ -266,6 +256,8 @@ impl<'a> Applier<'a> {
         trigger: &str,
         change: impl FnOnce(&Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), ApplyError> {
+        // Before the apply lock: the certificate path takes the apply lock under its own.
+        Certs::new(self.settings).ensure_files(store)?;
         let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
         if let Some(report) = self.recover()? {
             store.record_apply(&record(&report, "recovery of an interrupted apply"))?;
@@ -336,6 +328,30 @@ impl<'a> Applier<'a> {
         fault::point("before-snapshot");
         let target = self.rollback_target(&live, &mut p)?;
         p.step("snapshot");
+
+        if p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
+            && self.master.show_proc().is_ok()
+        {
+            // Recovery reloads after a crash here, so the worker cannot keep maps the files lost.
+            self.write_marker(Phase::Reloading)?;
+            new.write_live(paths, &live, |_| {})
+                .map_err(io_context("cannot write the changed maps"))?;
+            fault::point("runtime-maps:after-write");
+            match self.push_maps(&new, &p.changed) {
+                Ok(()) => {
+                    p.step("runtime");
+                    let names: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
+                    let message = format!(
+                        "{} changed through the runtime API (read back), no reload",
+                        names.join(", ")
+                    );
+                    return Ok((p.report(Outcome::Applied, message, vec![]), Some(new)));
+                }
+                Err(e) => tracing::warn!(
+                    "runtime map change failed ({e}); checking and reloading instead"
+                ),
+            }
+        }
 
         self.write_marker(Phase::Writing)?;
         let written = new.write_live(paths, &live, |n| {
@@ -416,6 +432,40 @@ impl<'a> Applier<'a> {
             )
         };
         Ok((p.report(Outcome::Applied, message, vec![]), Some(new)))
+    }
+
+    /// Replaces each changed map in the running worker and reads it back. The maps are
+    /// rendered from typed values, so they are valid by construction.
+    fn push_maps(
+        &self,
+        new: &Snapshot,
+        changed: &[FileId],
+    ) -> Result<(), crate::haproxy::RuntimeError> {
+        for id in changed {
+            let text = String::from_utf8_lossy(new.get(*id).unwrap_or_default()).into_owned();
+            let entries: Vec<(&str, &str)> = text
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| l.split_once(' '))
+                .collect();
+            let map = RuntimeMap::new(
+                self.master.socket().clone(),
+                id.path(&self.settings.paths).display().to_string(),
+            );
+            map.replace_all(entries.iter().copied())?;
+            let back = map.entries()?;
+            let want: Vec<(String, String)> = entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            if back != want {
+                return Err(crate::haproxy::RuntimeError::Refused {
+                    command: format!("show map {}", id.name()),
+                    answer: format!("{} entries read back, {} written", back.len(), want.len()),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The set to put back if this apply fails: the known-good snapshot; on a host without

@@ -1,10 +1,12 @@
-//! `hapctl domain add|rm|ls`: domains and their servers.
+//! `hapctl domain add|rm|ls|https`: domains, their servers and their HTTPS policy.
 
 use std::path::Path;
 
 use clap::Subcommand;
 
-use hapctl::model::{AppName, Backend, Domain, Profile, Server, ServerName};
+use hapctl::model::{
+    AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, Profile, Redirect, Server, ServerName,
+};
 
 use super::{open, output, Failure, JsonFlag, JsonOut};
 
@@ -38,6 +40,24 @@ pub enum DomainCommand {
     },
     /// List domains.
     Ls(JsonOut),
+    /// A domain's HTTPS policy: redirect HTTP to HTTPS, HSTS (a map change: no reload).
+    Https {
+        name: String,
+        /// off, 301 or 308 (308 keeps the method and body).
+        #[arg(long, default_value = "off")]
+        redirect: String,
+        /// Send Strict-Transport-Security with this max-age (seconds) on HTTPS answers.
+        #[arg(long, value_name = "SECONDS", conflicts_with = "no_hsts")]
+        hsts: Option<u32>,
+        /// Add includeSubDomains to the HSTS header.
+        #[arg(long, requires = "hsts")]
+        hsts_subdomains: bool,
+        /// No HSTS header (the default).
+        #[arg(long)]
+        no_hsts: bool,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
 }
 
 pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
@@ -77,6 +97,29 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
         }
         DomainCommand::Rm { name, out } => {
             let report = open(dir)?.remove_domain(&name.parse()?)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Https {
+            name,
+            redirect,
+            hsts,
+            hsts_subdomains,
+            no_hsts: _,
+            out,
+        } => {
+            let redirect = match redirect.as_str() {
+                "off" => Redirect::Off,
+                "301" => Redirect::Permanent301,
+                "308" => Redirect::Permanent308,
+                other => {
+                    return Err(Invalid::new("redirect", other, "must be off, 301 or 308").into())
+                }
+            };
+            let hsts = hsts
+                .map(|age| Hsts::new(age, hsts_subdomains))
+                .transpose()?;
+            let report =
+                open(dir)?.set_https_policy(&name.parse()?, HttpsPolicy { redirect, hsts })?;
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Ls(out) => {

@@ -10,6 +10,7 @@ use hapctl::edge::{self, Edge};
 
 mod apply;
 mod block;
+mod cert;
 mod deliver;
 mod domain;
 mod haproxy;
@@ -28,7 +29,8 @@ Exit codes:
   4  validator unavailable: haproxy -c could not run; nothing changed
   5  reload failed, rolled back: the known-good set was restored and reloaded
   6  ROLLBACK FAILED: the edge needs a person now
-  7  not found: the domain, block, app or previous generation does not exist; nothing changed
+  7  not found: the domain, block, app, certificate or previous generation does not exist;
+     nothing changed
   8  not ready: the new generation never became ready; delivery aborted, nothing changed
   9  prove: the measurement ran and at least one check failed (see the table and the journal)";
 
@@ -64,6 +66,9 @@ enum Command {
     /// Blocked IP addresses and networks.
     #[command(subcommand)]
     Block(block::BlockCommand),
+    /// TLS certificates: ACME, uploads, renewal (installed without a reload).
+    #[command(subcommand)]
+    Cert(cert::CertCommand),
     /// Trusted proxies: peers whose X-Forwarded-For names the real client.
     #[command(subcommand)]
     Proxy(proxy::ProxyCommand),
@@ -123,6 +128,11 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
         let code = match error.downcast_ref::<edge::EdgeError>() {
             Some(edge::EdgeError::Apply(hapctl::apply::ApplyError::NotFound(_))) => 7,
             Some(edge::EdgeError::Deliver(d)) if d.is_not_found() => 7,
+            Some(edge::EdgeError::Certs(c)) => match c {
+                hapctl::tls::CertError::NotFound(_) => 7,
+                hapctl::tls::CertError::Bundle(_) | hapctl::tls::CertError::Refused(_) => 2,
+                _ => 1,
+            },
             _ if error.downcast_ref::<hapctl::model::Invalid>().is_some() => 2,
             _ => 1,
         };
@@ -150,6 +160,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Haproxy(cmd) => haproxy::run(dir, cmd),
         Command::Domain(cmd) => domain::run(dir, cmd),
         Command::Block(cmd) => block::run(dir, cmd),
+        Command::Cert(cmd) => cert::run(dir, cmd),
         Command::Proxy(cmd) => proxy::run(dir, cmd),
         Command::Apply(args) => apply::run(dir, args),
         Command::Status(out) => apply::status(dir, out),

@@ -21,7 +21,7 @@ pub fn init_logging(json: bool) {
     }
 }
 
-fn print_json<T: serde::Serialize>(value: &T) {
+pub fn print_json<T: serde::Serialize>(value: &T) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).expect("serialising to a string cannot fail")
@@ -110,7 +110,7 @@ pub fn print_blocks(blocks: &[Block], json: bool) {
     }
 }
 
-fn rfc3339(unix: i64) -> String {
+pub fn rfc3339(unix: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }

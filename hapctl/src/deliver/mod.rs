@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::apply::{unix_now, Applier, ApplyError, ApplyReport};
+use crate::apply::{Applier, ApplyError, ApplyReport};
+use crate::clock::unix_now;
 use crate::fsutil::{LockError, LockFile};
 use crate::model::{AppName, Generation, Port, Version};
 use crate::render::Templates;
@@ -236,7 +237,7 @@ impl<'a> Deliveries<'a> {
     ) -> Result<DeliveryReport, DeliverError> {
         let app = self.app(app_name)?;
         let _lock = self.lock(app_name)?;
-        let started_at_ms = crate::apply::unix_millis();
+        let started_at_ms = crate::clock::unix_millis();
         let now = Instant::now();
         let mut steps = Steps {
             started: now,

@@ -6,6 +6,7 @@ pub(crate) mod messages;
 mod proc_list;
 pub(crate) mod runtime;
 mod socket;
+mod ssl;
 mod supervisor;
 pub(crate) mod validator;
 
@@ -16,5 +17,6 @@ pub use master::{Master, MasterError, ReloadError, ReloadReport};
 pub use proc_list::{MasterProc, ParseError, ProcList, WorkerProc};
 pub use runtime::{Lookup, RuntimeError, RuntimeMap};
 pub use socket::{CliSocket, SocketError};
+pub use ssl::{LoadedCert, RuntimeCerts};
 pub use supervisor::{StartReport, Status, StopReport, Supervisor, SupervisorError};
 pub use validator::{Validator, Verdict, VersionError};

@@ -174,6 +174,29 @@ impl RuntimeMap {
         self.quiet(&format!("commit map @{version} {}", self.map))
     }
 
+    /// Every entry of the live version (`show map`), in order: for read-backs of small maps.
+    pub fn entries(&self) -> Result<Vec<(String, String)>, RuntimeError> {
+        let command = format!("show map {}", self.map);
+        let answer = self.command(&command)?;
+        let mut out = Vec::new();
+        for line in answer.lines().filter(|l| !l.trim().is_empty()) {
+            // `0x55d0c8a3c2f0 key value`
+            let mut words = line.splitn(3, ' ');
+            match (words.next(), words.next(), words.next()) {
+                (Some(id), Some(key), Some(value)) if id.starts_with("0x") => {
+                    out.push((key.to_string(), value.to_string()))
+                }
+                _ => {
+                    return Err(RuntimeError::Refused {
+                        command,
+                        answer: answer.trim().to_string(),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Adds entries to the live version in bulk payloads (many entries per command): the way
     /// to add thousands at once. Keys already present get duplicates.
     pub fn add_bulk<'e>(

@@ -8,6 +8,7 @@ mod name;
 mod profile;
 mod server;
 mod state;
+mod tls;
 
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
@@ -16,3 +17,4 @@ pub use name::{Domain, DomainName};
 pub use profile::{HttpPath, Profile};
 pub use server::{Port, Server, ServerAddr, ServerHost, ServerName, ServerOptions};
 pub use state::{Backend, EdgeState, MAX_SERVERS};
+pub use tls::{CertName, CertSource, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};

@@ -8,6 +8,7 @@ use super::error::Invalid;
 use super::name::Domain;
 use super::profile::Profile;
 use super::server::Server;
+use super::tls::HttpsPolicy;
 
 /// Most servers one domain may have; a bound, not a HAProxy limit.
 pub const MAX_SERVERS: usize = 64;
@@ -67,4 +68,6 @@ pub struct EdgeState {
     /// The generation in service for each delivered application.
     pub live_generations: BTreeMap<AppName, Generation>,
     pub trusted_proxies: BTreeSet<ProxyNet>,
+    /// Domains whose HTTPS policy is not the default (serve both, no HSTS).
+    pub https: BTreeMap<Domain, HttpsPolicy>,
 }

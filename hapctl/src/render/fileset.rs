@@ -15,10 +15,14 @@ pub enum FileId {
     TrustedProxies,
     UnknownHostPage,
     BlockedPage,
+    HttpsMap,
+    HttpsWildcardsMap,
+    AcmeMap,
+    CrtList,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 8] = [
+    pub const ALL: [FileId; 12] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -27,12 +31,17 @@ impl FileId {
         FileId::TrustedProxies,
         FileId::UnknownHostPage,
         FileId::BlockedPage,
+        FileId::HttpsMap,
+        FileId::HttpsWildcardsMap,
+        FileId::AcmeMap,
+        FileId::CrtList,
     ];
 
-    /// The files the apply renders, compares, snapshots and restores: all but the blocked
-    /// map, which the block path owns (see `crate::blocks`): it is rewritten from the database
-    /// on every block change, never restored to an older copy.
-    pub const RENDERED: [FileId; 7] = [
+    /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
+    /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
+    /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
+    /// database by its owner, never restored to an older copy.
+    pub const RENDERED: [FileId; 9] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -40,7 +49,13 @@ impl FileId {
         FileId::TrustedProxies,
         FileId::UnknownHostPage,
         FileId::BlockedPage,
+        FileId::HttpsMap,
+        FileId::HttpsWildcardsMap,
     ];
+
+    /// Rendered maps that the running worker can take through the runtime API: an apply that
+    /// changes only these needs no reload.
+    pub const RUNTIME_MAPS: [FileId; 2] = [FileId::HttpsMap, FileId::HttpsWildcardsMap];
 
     /// Stable relative name, used for the snapshot layout and in messages.
     pub fn name(self) -> &'static str {
@@ -53,6 +68,10 @@ impl FileId {
             FileId::TrustedProxies => "maps/trusted-proxies.acl",
             FileId::UnknownHostPage => "pages/unknown-host.html",
             FileId::BlockedPage => "pages/blocked.html",
+            FileId::HttpsMap => "maps/https.map",
+            FileId::HttpsWildcardsMap => "maps/https-wildcards.map",
+            FileId::AcmeMap => "maps/acme-challenges.map",
+            FileId::CrtList => "certs/crt-list",
         }
     }
 
@@ -67,6 +86,10 @@ impl FileId {
             FileId::TrustedProxies => paths.maps_dir.join("trusted-proxies.acl"),
             FileId::UnknownHostPage => paths.pages_dir.join("unknown-host.html"),
             FileId::BlockedPage => paths.pages_dir.join("blocked.html"),
+            FileId::HttpsMap => paths.maps_dir.join("https.map"),
+            FileId::HttpsWildcardsMap => paths.maps_dir.join("https-wildcards.map"),
+            FileId::AcmeMap => paths.maps_dir.join("acme-challenges.map"),
+            FileId::CrtList => paths.certs_dir.join("crt-list"),
         }
     }
 
@@ -80,7 +103,11 @@ impl FileId {
             FileId::HostsMap
             | FileId::WildcardsMap
             | FileId::BlockedMap
-            | FileId::TrustedProxies => None,
+            | FileId::TrustedProxies
+            | FileId::HttpsMap
+            | FileId::HttpsWildcardsMap
+            | FileId::AcmeMap
+            | FileId::CrtList => None,
         }
     }
 }

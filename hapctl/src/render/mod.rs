@@ -84,6 +84,18 @@ pub fn render(
         trusted_proxies_file => at(FileId::TrustedProxies),
         unknown_host_page => at(FileId::UnknownHostPage),
         blocked_page => at(FileId::BlockedPage),
+        https_bind => settings.edge.https_bind.map(|a| a.to_string()),
+        https_port_suffix => settings.edge.https_bind.map(|a| match a.port() {
+            443 => String::new(),
+            port => format!(":{port}"),
+        }),
+        crt_list => at(FileId::CrtList),
+        tls_min_version => settings.tls.min_version.haproxy_name(),
+        tls_ciphers => &settings.tls.ciphers,
+        tls_ciphersuites => &settings.tls.ciphersuites,
+        acme_map => at(FileId::AcmeMap),
+        https_map => at(FileId::HttpsMap),
+        https_wildcards_map => at(FileId::HttpsWildcardsMap),
         backends => backends,
         apps => apps,
         hard_stop_after => hard_stop_after,
@@ -154,6 +166,23 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
         FileId::TrustedProxies => {
             for net in &state.trusted_proxies {
                 let _ = writeln!(out, "{net}");
+            }
+        }
+        // Looked up like the routes: exact names, then the longest wildcard suffix.
+        FileId::HttpsMap => {
+            for (domain, policy) in state.https.iter().filter(|(d, _)| !d.is_wildcard()) {
+                let _ = writeln!(out, "{domain} {}", policy.map_value());
+            }
+        }
+        FileId::HttpsWildcardsMap => {
+            let mut wild: Vec<_> = state
+                .https
+                .iter()
+                .filter(|(d, _)| d.is_wildcard())
+                .collect();
+            wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
+            for (domain, policy) in wild {
+                let _ = writeln!(out, ".{} {}", domain.name(), policy.map_value());
             }
         }
         _ => unreachable!("{id:?} is rendered from a template"),

@@ -14,8 +14,10 @@ use serde::Deserialize;
 use crate::model::bounded;
 
 mod apps;
+mod tls;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
+pub use tls::{AcmeSettings, TlsSettings, TlsVersion, KEY_TYPES, LETS_ENCRYPT};
 
 /// Name of the settings file inside the state directory.
 pub const SETTINGS_FILE: &str = "hapctl.toml";
@@ -60,6 +62,8 @@ pub struct Settings {
     /// Applications delivered as generations (`[[app]]`).
     pub apps: Vec<AppSettings>,
     pub api: ApiSettings,
+    pub tls: TlsSettings,
+    pub acme: AcmeSettings,
 }
 
 /// The HTTP API daemon (`hapctl serve`).
@@ -74,6 +78,8 @@ pub struct ApiSettings {
 pub struct EdgeSettings {
     /// Address of the public HTTP listener.
     pub http_bind: SocketAddr,
+    /// Address of the public HTTPS listener; `None` when disabled.
+    pub https_bind: Option<SocketAddr>,
     /// App whose backend serves requests for unknown hosts (instead of the 404 page): for an
     /// edge in front of a single application.
     pub default_app: Option<crate::model::AppName>,
@@ -113,6 +119,11 @@ pub struct Paths {
     pub pidfile: PathBuf,
     /// Where the master's stderr goes in `direct` mode.
     pub haproxy_log: PathBuf,
+    /// Certificate files HAProxy loads (one PEM per certificate: chain then key), and the
+    /// crt-list naming them. Mode 0700: the files hold private keys.
+    pub certs_dir: PathBuf,
+    /// The ACME account key and state. Mode 0700.
+    pub acme_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -160,6 +171,10 @@ struct RawSettings {
     app: Vec<apps::RawApp>,
     #[serde(default)]
     api: RawApi,
+    #[serde(default)]
+    tls: tls::RawTls,
+    #[serde(default)]
+    acme: tls::RawAcme,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,6 +188,7 @@ struct RawApi {
 #[serde(deny_unknown_fields)]
 struct RawEdge {
     http_bind: Option<String>,
+    https_bind: Option<String>,
     default_app: Option<String>,
 }
 
@@ -203,6 +219,8 @@ struct RawPaths {
     admin_socket: Option<PathBuf>,
     pidfile: Option<PathBuf>,
     haproxy_log: Option<PathBuf>,
+    certs_dir: Option<PathBuf>,
+    acme_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -217,6 +235,9 @@ pub const DEFAULT_SETTINGS_TOML: &str = r#"# hapctl settings. Relative paths are
 [edge]
 # Public HTTP listener of the edge.
 http_bind = "127.0.0.1:8080"
+# Public HTTPS listener ("" disables it). SNI picks the certificate; unknown names get the
+# default certificate made by `hapctl init` (replace it with `hapctl cert import default`).
+https_bind = "127.0.0.1:8443"
 # App serving requests for unknown hosts, instead of the 404 page (an edge for one app).
 # default_app = "shop"
 
@@ -245,11 +266,32 @@ master_socket = "run/master.sock"
 admin_socket = "run/admin.sock"
 pidfile = "run/haproxy.pid"
 haproxy_log = "haproxy.log"
+certs_dir = "live/certs"
+acme_dir = "acme"
 
 [api]
 # `hapctl serve` listens here; every route but /health needs the bearer token in token_file.
 listen = "127.0.0.1:9090"
 token_file = "api-token"
+
+[tls]
+# Oldest TLS version of the HTTPS bind: "1.2" or "1.3".
+min_version = "1.2"
+# ciphers = "ECDHE-ECDSA-AES128-GCM-SHA256:..."   # TLS 1.2 cipher list (default: ECDHE + AEAD only)
+# ciphersuites = "TLS_AES_128_GCM_SHA256:..."      # TLS 1.3 suites
+
+[acme]
+# The CA (default: Let's Encrypt production).
+directory = "https://acme-v02.api.letsencrypt.org/directory"
+# contact = "ops@example.com"
+# ca_root = "/etc/hapctl/private-ca.pem"   # trust this root for the directory (private/test CA)
+# Key of new certificates: ecdsa-p256, ecdsa-p384, rsa2048, rsa3072 or rsa4096.
+key_type = "ecdsa-p256"
+# DNS-01 (wildcards): run as `HOOK set _acme-challenge.example.com VALUE`, then `HOOK clear ...`.
+# dns_hook = "/usr/local/bin/acme-dns-hook"
+dns_propagation = "10s"
+hook_timeout = "60s"
+order_timeout = "180s"
 
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
@@ -371,6 +413,8 @@ impl Settings {
             admin_socket: resolve(p.admin_socket, "run/admin.sock"),
             pidfile: resolve(p.pidfile, "run/haproxy.pid"),
             haproxy_log: resolve(p.haproxy_log, "haproxy.log"),
+            certs_dir: resolve(p.certs_dir, "live/certs"),
+            acme_dir: resolve(p.acme_dir, "acme"),
         };
         // Paths end up inside haproxy.cfg: refuse anything that could break out of a token.
         for (key, path) in [
@@ -381,6 +425,7 @@ impl Settings {
             ("paths.admin_socket", &paths.admin_socket),
             ("paths.master_socket", &paths.master_socket),
             ("paths.pidfile", &paths.pidfile),
+            ("paths.certs_dir", &paths.certs_dir),
         ] {
             check_config_path(path).map_err(|m| value_error(key, m))?;
         }
@@ -420,6 +465,17 @@ impl Settings {
                 )
             })?,
         };
+        let https_bind = tls::parse_https_bind(raw.edge.https_bind.as_deref())
+            .map_err(|(key, message)| value_error(&key, message))?;
+        if https_bind.is_some_and(|a| a == http_bind) {
+            return Err(value_error(
+                "edge.https_bind",
+                "must differ from edge.http_bind".into(),
+            ));
+        }
+        let tls = tls::resolve_tls(raw.tls).map_err(|(key, message)| value_error(&key, message))?;
+        let acme = tls::resolve_acme(raw.acme, |p| resolve(Some(p), ""))
+            .map_err(|(key, message)| value_error(&key, message))?;
         let api = ApiSettings {
             listen,
             token_file: resolve(raw.api.token_file, "api-token"),
@@ -429,8 +485,11 @@ impl Settings {
             state_dir,
             edge: EdgeSettings {
                 http_bind,
+                https_bind,
                 default_app,
             },
+            tls,
+            acme,
             haproxy,
             paths,
             render,

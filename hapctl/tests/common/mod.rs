@@ -43,6 +43,8 @@ pub fn free_port() -> u16 {
 pub struct Edge {
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// The `[edge] https_bind` port (127.0.0.1), free when the edge was made.
+    pub https_port: u16,
     env: Vec<(String, String)>,
 }
 
@@ -50,8 +52,16 @@ impl Edge {
     /// A fresh state dir (`hapctl init`), HAProxy not started.
     pub fn new() -> Edge {
         let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let https_port = loop {
+            let p = free_port();
+            if p != port {
+                break p;
+            }
+        };
         let edge = Edge {
-            port: free_port(),
+            port,
+            https_port,
             dir,
             env: vec![(
                 "HAPCTL_HAPROXY_BIN".into(),
@@ -60,6 +70,11 @@ impl Edge {
         };
         let bind = format!("127.0.0.1:{}", edge.port);
         edge.ok(&["init", "--http-bind", &bind]);
+        // Never the built-in 127.0.0.1:8443: suites run in parallel.
+        edge.set_setting_keys(
+            "edge",
+            &[("https_bind", format!("127.0.0.1:{}", edge.https_port))],
+        );
         edge
     }
 
@@ -133,6 +148,66 @@ impl Edge {
 
     pub fn write_settings(&self, text: &str) {
         std::fs::write(self.path("hapctl.toml"), text).unwrap();
+    }
+
+    /// Sets `key = "value"` (TOML strings) in `[section]` of hapctl.toml, replacing the keys
+    /// already there (commented-out lines are left alone); appends the section if missing.
+    pub fn set_setting_keys(&self, section: &str, keys: &[(&str, String)]) {
+        let text = self.settings_text();
+        let header = format!("[{section}]");
+        let key_of = |line: &str| line.split('=').next().unwrap_or("").trim().to_string();
+        let mut out = Vec::new();
+        let mut in_section = false;
+        let mut found = false;
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with('[') {
+                in_section = trimmed == header;
+                out.push(line.to_string());
+                if in_section {
+                    found = true;
+                    for (k, v) in keys {
+                        out.push(format!("{k} = {}", toml::Value::String(v.clone())));
+                    }
+                }
+                continue;
+            }
+            if in_section
+                && !trimmed.starts_with('#')
+                && keys.iter().any(|(k, _)| key_of(trimmed) == *k)
+            {
+                continue;
+            }
+            out.push(line.to_string());
+        }
+        if !found {
+            out.push(header);
+            for (k, v) in keys {
+                out.push(format!("{k} = {}", toml::Value::String(v.clone())));
+            }
+        }
+        self.write_settings(&(out.join("\n") + "\n"));
+    }
+
+    /// `[acme]` for a test CA: its directory, the root its HTTPS endpoint is signed by, an
+    /// optional DNS-01 hook, no propagation wait, and an order bounded well below the
+    /// harness's 120 s command limit.
+    pub fn set_acme(&self, directory: &str, ca_root: &Path, dns_hook: Option<&Path>) {
+        let mut keys = vec![
+            ("directory", directory.to_string()),
+            ("ca_root", ca_root.display().to_string()),
+            ("dns_propagation", "0s".to_string()),
+            ("order_timeout", "30s".to_string()),
+        ];
+        if let Some(hook) = dns_hook {
+            keys.push(("dns_hook", hook.display().to_string()));
+        }
+        self.set_setting_keys("acme", &keys);
+    }
+
+    /// The HTTPS bind's address.
+    pub fn https_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.https_port))
     }
 
     pub fn master(&self) -> Master {
@@ -439,14 +514,17 @@ fn serve(conn: &mut TcpStream, body: &str) {
     }
     let head = String::from_utf8_lossy(&buf).to_lowercase();
     // Echo what the edge told us about the client, so tests can check the real-IP logic.
-    let real_ip = head
-        .lines()
-        .find_map(|l| l.strip_prefix("x-real-ip: "))
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    let seen = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let real_ip = seen("x-real-ip: ");
+    let (proto, port) = (seen("x-forwarded-proto: "), seen("x-forwarded-port: "));
     let resp = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-real-ip: {real_ip}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = conn.write_all(resp.as_bytes());

@@ -11,9 +11,13 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::model::{
-    AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, Invalid, Note, Port,
-    ProxyNet, Server, ServerOptions, Version,
+    AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, HttpsPolicy, Invalid, Note,
+    Port, ProxyNet, Server, ServerOptions, Version,
 };
+
+mod certs;
+
+pub use certs::CertRecord;
 
 /// How long a writer waits for another one (an apply can hold the database for a reload).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -96,6 +100,28 @@ CREATE TABLE deliveries (
     started_at_ms INTEGER NOT NULL,
     duration_ms INTEGER NOT NULL,
     steps TEXT NOT NULL
+);
+"#,
+    r#"
+CREATE TABLE https_policies (
+    domain TEXT PRIMARY KEY,
+    policy TEXT NOT NULL
+);
+CREATE TABLE certificates (
+    name TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    names TEXT NOT NULL,
+    chain_pem TEXT NOT NULL,
+    not_before INTEGER NOT NULL,
+    not_after INTEGER NOT NULL,
+    serial TEXT NOT NULL,
+    issuer TEXT NOT NULL,
+    next_renewal INTEGER,
+    last_error TEXT,
+    failures INTEGER NOT NULL DEFAULT 0,
+    retry_at INTEGER,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
 );
 "#,
 ];
@@ -491,6 +517,25 @@ impl Tx<'_> {
             > 0)
     }
 
+    /// Sets a domain's HTTPS policy (the default one removes its row).
+    pub fn set_https_policy(
+        &self,
+        domain: &Domain,
+        policy: &HttpsPolicy,
+    ) -> Result<(), StoreError> {
+        self.tx.execute(
+            "DELETE FROM https_policies WHERE domain = ?1",
+            [domain.to_string()],
+        )?;
+        if !policy.is_default() {
+            self.tx.execute(
+                "INSERT INTO https_policies (domain, policy) VALUES (?1, ?2)",
+                params![domain.to_string(), policy.map_value()],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Trusts a proxy network; returns false when it was already trusted.
     pub fn add_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
         Ok(self.tx.execute(
@@ -603,6 +648,17 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
         let app: AppName = app.parse().map_err(corrupt("app_state", &app))?;
         let generation = generation_row(app.as_str(), r.get(1)?, r.get(2)?)?;
         state.live_generations.insert(app, generation);
+    }
+
+    let mut stmt = conn.prepare("SELECT domain, policy FROM https_policies")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let domain: String = r.get(0)?;
+        let policy: String = r.get(1)?;
+        let policy =
+            HttpsPolicy::from_map_value(&policy).map_err(corrupt("https_policies", &domain))?;
+        let domain: Domain = domain.parse().map_err(corrupt("https_policies", &domain))?;
+        state.https.insert(domain, policy);
     }
 
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;

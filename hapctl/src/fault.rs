@@ -1,4 +1,4 @@
-//! Test-only crash points on the apply path.
+//! Test-only crash points on the apply, block and certificate paths.
 //!
 //! When `HAPCTL_FAULT` names a point (`after-write`, or `write:2` for "after the second file
 //! written"), the process kills itself with SIGKILL there: no destructor, no flush, exactly

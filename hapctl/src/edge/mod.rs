@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::apply::{unix_now, Applier, ApplyError, ApplyReport, Snapshot};
+use crate::apply::{Applier, ApplyError, ApplyReport, Snapshot};
 use crate::blocks::{BlockChange, BlockReport, Blocks};
+use crate::clock::unix_now;
 use crate::deliver::{DeliverError, Deliveries, DeliveryReport, DeliveryStep, GenerationStatus};
 use crate::haproxy::{Supervisor, Validator, Verdict};
 use crate::model::{
@@ -30,6 +31,8 @@ pub enum EdgeError {
     #[error(transparent)]
     Blocks(#[from] crate::blocks::BlockError),
     #[error(transparent)]
+    Certs(#[from] crate::tls::CertError),
+    #[error(transparent)]
     Supervisor(#[from] crate::haproxy::SupervisorError),
     #[error(
         "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
@@ -41,6 +44,10 @@ pub enum EdgeError {
         source: std::io::Error,
     },
 }
+
+mod certs;
+
+pub use certs::{CertView, RenewOutcome};
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EdgeError {
     let context = context.into();
@@ -84,7 +91,8 @@ pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<Pa
     for dir in [&settings.paths.run_dir, &settings.paths.journal_dir] {
         std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
     }
-    Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
+    let mut store = Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
+    crate::tls::Certs::new(&settings).ensure_files(&mut store)?;
     write_new_token(&settings.api.token_file)?;
     crate::fsutil::write_atomic(&settings_path, text.as_bytes(), 0o644)
         .map_err(io_err(format!("cannot write {}", settings_path.display())))?;
@@ -147,7 +155,10 @@ impl DomainChange {
         Ok(match self {
             DomainChange::Put(d, backend) => created(tx.put_domain(d, backend, unix_now())?),
             DomainChange::PutApp(d, app) => created(tx.put_app_domain(d, app, unix_now())?),
-            DomainChange::Remove(d) if tx.remove_domain(d)? => DomainResult::Removed,
+            DomainChange::Remove(d) if tx.remove_domain(d)? => {
+                tx.set_https_policy(d, &crate::model::HttpsPolicy::default())?;
+                DomainResult::Removed
+            }
             DomainChange::Remove(_) => DomainResult::NotFound,
         })
     }

@@ -1,0 +1,228 @@
+//! `hapctl cert request|import|ls|show|renew|rm`: TLS certificates.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+
+use hapctl::edge::{CertView, RenewOutcome};
+use hapctl::model::{CertName, Domain};
+use hapctl::tls::InstallReport;
+
+use super::{open, output, Failure, JsonFlag, JsonOut};
+
+/// Largest PEM file read (the bundle parser refuses less than this anyway).
+const MAX_PEM_FILE: u64 = 1024 * 1024;
+
+#[derive(Subcommand)]
+pub enum CertCommand {
+    /// Order a certificate from the ACME CA and serve it (no reload).
+    Request {
+        /// The certificate's name, e.g. `shop.example.com` or `wildcard.example.com`.
+        name: String,
+        /// A host name it must cover; repeat for more (default: the host NAME stands for).
+        #[arg(long = "name", value_name = "HOST")]
+        names: Vec<String>,
+        /// Prove control through DNS (needed for wildcards): runs `[acme] dns_hook`.
+        #[arg(long)]
+        dns_01: bool,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Install a PEM bundle (leaf, chain, key) and serve it (no reload).
+    Import {
+        /// The certificate's name; `default` replaces the certificate for unknown names.
+        name: String,
+        /// The PEM file (`-` reads standard input).
+        #[arg(long)]
+        pem: PathBuf,
+        /// A host name it must cover; repeat for more (default: the host NAME stands for).
+        #[arg(long = "name", value_name = "HOST")]
+        names: Vec<String>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List certificates: names, expiry, next renewal, last error, what each serves.
+    Ls(JsonOut),
+    /// One certificate.
+    Show {
+        name: String,
+        #[command(flatten)]
+        out: JsonOut,
+    },
+    /// Renew ACME certificates now: NAME, or every due one (all with --force).
+    Renew {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        name: Option<String>,
+        #[arg(long)]
+        all: bool,
+        /// Renew even when not due.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Stop serving a certificate and delete it (its names fall back to other certificates or
+    /// the default one).
+    Rm {
+        name: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+}
+
+fn names(values: &[String]) -> Result<Vec<Domain>, Failure> {
+    Ok(values
+        .iter()
+        .map(|v| v.parse())
+        .collect::<Result<Vec<Domain>, _>>()?)
+}
+
+fn read_pem(path: &Path) -> Result<Vec<u8>, Failure> {
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin().take(MAX_PEM_FILE).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(MAX_PEM_FILE).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| Failure::input(anyhow::anyhow!("cannot read {}: {e}", path.display())))?;
+    Ok(bytes)
+}
+
+pub fn run(dir: &Path, cmd: CertCommand) -> Result<u8, Failure> {
+    match cmd {
+        CertCommand::Request {
+            name,
+            names: hosts,
+            dns_01,
+            out,
+        } => {
+            let (name, hosts): (CertName, _) = (name.parse()?, names(&hosts)?);
+            let report = open(dir)?.request_certificate(&name, &hosts, dns_01)?;
+            Ok(print_install(&report, out.json))
+        }
+        CertCommand::Import {
+            name,
+            pem,
+            names: hosts,
+            out,
+        } => {
+            let (name, hosts): (CertName, _) = (name.parse()?, names(&hosts)?);
+            let bytes = read_pem(&pem)?;
+            let report = open(dir)?.import_certificate(&name, &bytes, &hosts)?;
+            Ok(print_install(&report, out.json))
+        }
+        CertCommand::Ls(out) => {
+            print_certs(&open(dir)?.certificates()?, out.json);
+            Ok(0)
+        }
+        CertCommand::Show { name, out } => {
+            let view = open(dir)?.certificate(&name.parse()?)?;
+            print_certs(std::slice::from_ref(&view), out.json);
+            Ok(0)
+        }
+        CertCommand::Renew {
+            name,
+            all: _,
+            force,
+            out,
+        } => {
+            let mut edge = open(dir)?;
+            let outcomes = match name {
+                Some(n) => vec![edge.renew_certificate(&n.parse()?)?],
+                None => edge.renew_due(force)?,
+            };
+            Ok(print_renewals(&outcomes, out.json))
+        }
+        CertCommand::Rm { name, out } => {
+            let report = open(dir)?.remove_certificate(&name.parse()?)?;
+            Ok(print_install(&report, out.json))
+        }
+    }
+}
+
+fn print_install(report: &InstallReport, json: bool) -> u8 {
+    if json {
+        output::print_json(report);
+        return 0;
+    }
+    let how = match report.installed {
+        hapctl::tls::Installed::Runtime => "through the runtime API, no reload".to_string(),
+        hapctl::tls::Installed::Reload => format!(
+            "with a checked reload (the runtime path failed: {})",
+            report.runtime_error.as_deref().unwrap_or("?")
+        ),
+        hapctl::tls::Installed::NotRunning => "files written; HAProxy loads them at start".into(),
+    };
+    match &report.serial {
+        Some(serial) => println!(
+            "certificate {} (serial {serial}) installed {how}",
+            report.name
+        ),
+        None => println!("certificate {} removed {how}", report.name),
+    }
+    if let Some(sni) = &report.handshake_sni {
+        println!("  confirmed by a TLS handshake with SNI {sni}");
+    }
+    println!(
+        "  {:.1} ms, {} haproxy -c, {} reload(s)",
+        report.duration_ms, report.checks, report.reloads
+    );
+    0
+}
+
+fn print_certs(certs: &[CertView], json: bool) {
+    if json {
+        output::print_json(&serde_json::json!({ "certificates": certs }));
+        return;
+    }
+    let now = hapctl::clock::unix_now();
+    for c in certs {
+        let r = &c.record;
+        let days = (r.not_after - now) / 86_400;
+        let serves = if r.name.is_default() {
+            "every other name".to_string()
+        } else if c.serves.is_empty() {
+            "nothing (its names are served by other certificates)".to_string()
+        } else {
+            c.serves.join(" ")
+        };
+        println!(
+            "{}\t{}\texpires {} ({days} days)\tserves {serves}",
+            r.name,
+            r.source,
+            output::rfc3339(r.not_after)
+        );
+        if let Some(next) = r.next_renewal {
+            println!("  next renewal {}", output::rfc3339(next));
+        }
+        if let Some(e) = &r.last_error {
+            println!("  LAST RENEWAL FAILED ({} in a row): {e}", r.failures);
+        }
+    }
+}
+
+fn print_renewals(outcomes: &[RenewOutcome], json: bool) -> u8 {
+    let failed = outcomes.iter().any(|o| o.error.is_some());
+    if json {
+        output::print_json(&serde_json::json!({ "renewals": outcomes }));
+    } else if outcomes.is_empty() {
+        println!("no certificate is due");
+    } else {
+        for o in outcomes {
+            match (&o.report, &o.error) {
+                (Some(r), _) => println!(
+                    "{}: renewed, serial {}",
+                    o.name,
+                    r.serial.as_deref().unwrap_or("?")
+                ),
+                (None, Some(e)) => eprintln!(
+                    "{}: renewal FAILED, still serving the current certificate: {e}",
+                    o.name
+                ),
+                (None, None) => {}
+            }
+        }
+    }
+    u8::from(failed)
+}

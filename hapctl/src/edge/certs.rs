@@ -1,0 +1,353 @@
+//! The certificate services: import, ACME request, renewal, removal, listing, and each
+//! domain's HTTPS policy.
+
+use serde::Serialize;
+
+use super::{Edge, EdgeError};
+use crate::apply::ApplyReport;
+use crate::clock::unix_now;
+use crate::model::{CertName, CertSource, Domain, HttpsPolicy};
+use crate::store::CertRecord;
+use crate::tls::acme::{Acme, Method, PendingOrder};
+use crate::tls::certs::new_record;
+use crate::tls::crtlist::{self, Candidate};
+use crate::tls::{bundle, renew, BundleCheck, CertError, Certs, InstallReport, KeyType};
+
+/// A certificate as `cert ls` shows it: the row plus the names it answers for now.
+#[derive(Debug, Clone, Serialize)]
+pub struct CertView {
+    #[serde(flatten)]
+    pub record: CertRecord,
+    /// The host names whose handshakes get this certificate (after the exact-beats-wildcard
+    /// and one-owner-per-name rules); empty for the default, which answers everything else.
+    pub serves: Vec<String>,
+}
+
+/// What one renewal attempt did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RenewOutcome {
+    pub name: CertName,
+    /// The install, when it renewed.
+    pub report: Option<InstallReport>,
+    /// Why it failed (the old certificate keeps serving).
+    pub error: Option<String>,
+}
+
+/// Runs an ACME future from sync code: on the daemon's runtime when there is one (the
+/// services run on its blocking threads), else on a small runtime of its own.
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, EdgeError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => Ok(handle.block_on(f)),
+        Err(_) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| EdgeError::Io {
+                    context: "cannot start the ACME client's runtime".into(),
+                    source,
+                })?;
+            Ok(rt.block_on(f))
+        }
+    }
+}
+
+impl Edge {
+    fn certs(&self) -> Certs<'_> {
+        Certs::new(&self.settings)
+    }
+
+    pub fn certificates(&self) -> Result<Vec<CertView>, EdgeError> {
+        let records = self.store.certificates()?;
+        let served = crtlist::assign(
+            &records
+                .iter()
+                .map(|r| Candidate {
+                    name: &r.name,
+                    names: &r.names,
+                    not_after: r.not_after,
+                })
+                .collect::<Vec<_>>(),
+        );
+        Ok(records
+            .into_iter()
+            .map(|record| CertView {
+                serves: served
+                    .iter()
+                    .find(|s| s.cert == record.name)
+                    .map(|s| s.filters.clone())
+                    .unwrap_or_default(),
+                record,
+            })
+            .collect())
+    }
+
+    pub fn certificate(&self, name: &CertName) -> Result<CertView, EdgeError> {
+        self.certificates()?
+            .into_iter()
+            .find(|c| &c.record.name == name)
+            .ok_or_else(|| not_found(name))
+    }
+
+    /// Installs an uploaded PEM bundle (leaf, chain, key) as `name`. It must cover `names`, or
+    /// `name` itself when it is a host name and no names are given.
+    pub fn import_certificate(
+        &mut self,
+        name: &CertName,
+        pem: &[u8],
+        names: &[Domain],
+    ) -> Result<InstallReport, EdgeError> {
+        let must_cover: Vec<String> = if !names.is_empty() {
+            names.iter().map(Domain::to_string).collect()
+        } else if name.is_default() {
+            vec![]
+        } else {
+            host_of(name)
+                .map(|d| vec![d.to_string()])
+                .unwrap_or_default()
+        };
+        let bundle = bundle::parse_bundle(
+            pem,
+            &BundleCheck {
+                now: unix_now(),
+                must_cover: &must_cover,
+            },
+        )
+        .map_err(CertError::from)?;
+        // It answers for every host name it carries, not only those asked for.
+        let sans: Vec<Domain> = bundle
+            .info
+            .names
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let record = new_record(
+            name.clone(),
+            CertSource::Upload,
+            if name.is_default() { vec![] } else { sans },
+        );
+        Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?)
+    }
+
+    /// Orders a certificate for `names` (default: the host `name` stands for) from the ACME CA
+    /// and installs it.
+    pub fn request_certificate(
+        &mut self,
+        name: &CertName,
+        names: &[Domain],
+        dns01: bool,
+    ) -> Result<InstallReport, EdgeError> {
+        let names = requested_names(name, names)?;
+        let method = if dns01 {
+            Method::Dns01Hook
+        } else {
+            Method::Http01
+        };
+        let source = if dns01 {
+            CertSource::AcmeDns01
+        } else {
+            CertSource::AcmeHttp01
+        };
+        self.order_and_install(name, &names, method, source)
+    }
+
+    fn key_type(&self) -> Result<KeyType, EdgeError> {
+        Ok(self
+            .settings
+            .acme
+            .key_type
+            .parse::<KeyType>()
+            .map_err(|e| CertError::Acme(e.to_string()))?)
+    }
+
+    fn order_and_install(
+        &mut self,
+        name: &CertName,
+        names: &[Domain],
+        method: Method,
+        source: CertSource,
+    ) -> Result<InstallReport, EdgeError> {
+        let key_type = self.key_type()?;
+        let settings = self.settings.clone();
+        let issued = block_on(async {
+            let acme = Acme::connect(&settings).await?;
+            acme.issue(names, method, key_type).await
+        })??;
+        self.install_issued(name, names, source, &issued.chain_pem, &issued.key)
+    }
+
+    fn install_issued(
+        &mut self,
+        name: &CertName,
+        names: &[Domain],
+        source: CertSource,
+        chain_pem: &str,
+        key: &rcgen::KeyPair,
+    ) -> Result<InstallReport, EdgeError> {
+        let must_cover: Vec<String> = names.iter().map(Domain::to_string).collect();
+        let bundle = bundle::from_issued(
+            chain_pem,
+            key,
+            &BundleCheck {
+                now: unix_now(),
+                must_cover: &must_cover,
+            },
+        )
+        .map_err(CertError::from)?;
+        let record = new_record(name.clone(), source, names.to_vec());
+        Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?)
+    }
+
+    /// The first half of the two-call DNS-01 flow: the order and the TXT records the caller
+    /// must publish before `finish_dns_order`.
+    pub fn begin_dns_order(&self, names: &[Domain]) -> Result<PendingOrder, EdgeError> {
+        let settings = self.settings.clone();
+        Ok(block_on(async {
+            let acme = Acme::connect(&settings).await?;
+            acme.begin(names, Method::Dns01Manual).await
+        })??)
+    }
+
+    /// The second half: the CA checks the records, the certificate is installed.
+    pub fn finish_dns_order(
+        &mut self,
+        name: &CertName,
+        pending: PendingOrder,
+    ) -> Result<InstallReport, EdgeError> {
+        let key_type = self.key_type()?;
+        let names = pending.names().to_vec();
+        let settings = self.settings.clone();
+        let issued = block_on(async {
+            let acme = Acme::connect(&settings).await?;
+            acme.complete(pending, key_type).await
+        })??;
+        self.install_issued(
+            name,
+            &names,
+            CertSource::AcmeDns01,
+            &issued.chain_pem,
+            &issued.key,
+        )
+    }
+
+    /// Renews `name` now (ACME certificates only). A failure is recorded on the row and the
+    /// current certificate keeps serving.
+    pub fn renew_certificate(&mut self, name: &CertName) -> Result<RenewOutcome, EdgeError> {
+        let record = self
+            .store
+            .certificate(name)?
+            .ok_or_else(|| not_found(name))?;
+        let method = match record.source {
+            CertSource::AcmeHttp01 => Method::Http01,
+            CertSource::AcmeDns01 => Method::Dns01Hook,
+            other => {
+                return Err(CertError::Refused(format!(
+                    "certificate {name} is {other}, not from ACME: import its replacement instead"
+                ))
+                .into())
+            }
+        };
+        match self.order_and_install(name, &record.names, method, record.source) {
+            Ok(report) => Ok(RenewOutcome {
+                name: name.clone(),
+                report: Some(report),
+                error: None,
+            }),
+            Err(e) => {
+                let now = unix_now();
+                let message = e.to_string();
+                let retry = renew::retry_at(record.failures + 1, now);
+                self.store.certificate_failed(name, &message, retry, now)?;
+                tracing::warn!(certificate = %name, error = %message, "renewal failed; the current certificate keeps serving");
+                Ok(RenewOutcome {
+                    name: name.clone(),
+                    report: None,
+                    error: Some(message),
+                })
+            }
+        }
+    }
+
+    /// Renews every ACME certificate that is due (all of them with `force`), one order at a
+    /// time.
+    pub fn renew_due(&mut self, force: bool) -> Result<Vec<RenewOutcome>, EdgeError> {
+        let records = self.store.certificates()?;
+        let now = unix_now();
+        let names: Vec<CertName> = if force {
+            records
+                .iter()
+                .filter(|r| r.source.is_acme())
+                .map(|r| r.name.clone())
+                .collect()
+        } else {
+            renew::due(&records, now)
+                .into_iter()
+                .map(|r| r.name.clone())
+                .collect()
+        };
+        names.iter().map(|n| self.renew_certificate(n)).collect()
+    }
+
+    pub fn remove_certificate(&mut self, name: &CertName) -> Result<InstallReport, EdgeError> {
+        Ok(Certs::new(&self.settings).remove(&mut self.store, name)?)
+    }
+
+    /// Finishes an interrupted certificate change and aligns the worker with the files.
+    pub fn reconcile_certificates(&mut self) -> Result<Vec<String>, EdgeError> {
+        Ok(Certs::new(&self.settings).reconcile(&mut self.store)?)
+    }
+
+    /// The private key of `name` (for the download routes made for it).
+    pub fn certificate_key(&self, name: &CertName) -> Result<String, EdgeError> {
+        self.store
+            .certificate(name)?
+            .ok_or_else(|| not_found(name))?;
+        Ok(self.certs().key_pem(name)?)
+    }
+
+    /// Sets a domain's HTTPS policy: a map change, applied at runtime with no reload.
+    pub fn set_https_policy(
+        &mut self,
+        domain: &Domain,
+        policy: HttpsPolicy,
+    ) -> Result<ApplyReport, EdgeError> {
+        let d = domain.clone();
+        let (report, _) = self.applier_run(&format!("domain https {domain}"), move |tx| {
+            let state = tx.load_state()?;
+            if !state.domains.contains_key(&d) && !state.app_domains.contains_key(&d) {
+                return Err(crate::apply::ApplyError::NotFound(format!(
+                    "domain {d} does not exist; `hapctl domain ls` lists them"
+                )));
+            }
+            Ok(tx.set_https_policy(&d, &policy)?)
+        })?;
+        Ok(report)
+    }
+}
+
+fn not_found(name: &CertName) -> EdgeError {
+    CertError::NotFound(format!(
+        "certificate {name} does not exist; `hapctl cert ls` lists them"
+    ))
+    .into()
+}
+
+/// The host a certificate name stands for: `shop.example.com`, or `*.example.com` for
+/// `wildcard.example.com`.
+fn host_of(name: &CertName) -> Option<Domain> {
+    match name.as_str().strip_prefix("wildcard.") {
+        Some(base) => format!("*.{base}").parse().ok(),
+        None => name.as_str().parse().ok(),
+    }
+}
+
+fn requested_names(name: &CertName, names: &[Domain]) -> Result<Vec<Domain>, EdgeError> {
+    if !names.is_empty() {
+        return Ok(names.to_vec());
+    }
+    host_of(name).map(|d| vec![d]).ok_or_else(|| {
+        CertError::Refused(format!(
+            "certificate {name} is not named after a host: give the names with --name"
+        ))
+        .into()
+    })
+}

@@ -1,0 +1,343 @@
+//! Orders with an ACME CA (RFC 8555) through `instant-acme`.
+//!
+//! HTTP-01 tokens are answered by HAProxy from its token map (`challenge`), so issuance works
+//! for every name the edge routes, with no listener of our own. DNS-01 (needed for wildcards)
+//! runs the operator's hook, or hands the TXT records to the caller (the old manager's
+//! two-call flow) and completes when told. The account key is made once per directory and kept
+//! 0600 in the 0700 `acme_dir`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, Order, OrderStatus, RetryPolicy,
+};
+
+use super::certs::CertError;
+use super::challenge::{Challenges, Token};
+use super::key::KeyType;
+use crate::fsutil;
+use crate::model::Domain;
+use crate::settings::Settings;
+
+/// How the CA is shown that we control the names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// HAProxy answers `/.well-known/acme-challenge/` from the token map.
+    Http01,
+    /// The `[acme] dns_hook` publishes the TXT records.
+    Dns01Hook,
+    /// The caller publishes the TXT records (`dns_records`) and then calls `complete`.
+    Dns01Manual,
+}
+
+/// A certificate as the CA issued it, and its new key.
+pub struct Issued {
+    pub chain_pem: String,
+    pub key: rcgen::KeyPair,
+}
+
+/// An order between its creation and its certificate.
+pub struct PendingOrder {
+    order: Order,
+    names: Vec<Domain>,
+    method: Method,
+    tokens: Vec<Token>,
+    /// `(record name, TXT value)` for DNS-01.
+    records: Vec<(String, String)>,
+}
+
+impl PendingOrder {
+    pub fn dns_records(&self) -> &[(String, String)] {
+        &self.records
+    }
+
+    pub fn names(&self) -> &[Domain] {
+        &self.names
+    }
+}
+
+fn acme_err(what: &str) -> impl FnOnce(instant_acme::Error) -> CertError + '_ {
+    move |e| CertError::Acme(format!("{what}: {e}"))
+}
+
+/// An account with the configured CA.
+pub struct Acme<'a> {
+    settings: &'a Settings,
+    account: Account,
+}
+
+impl<'a> Acme<'a> {
+    /// The account for `[acme] directory`, created (and its key stored) on first use.
+    pub async fn connect(settings: &'a Settings) -> Result<Acme<'a>, CertError> {
+        let acme = &settings.acme;
+        let path = account_path(settings);
+        let builder = || match &acme.ca_root {
+            Some(root) => Account::builder_with_root(root),
+            None => Account::builder(),
+        };
+        let builder = builder().map_err(acme_err("cannot set up the ACME client"))?;
+        if let Some(text) = fsutil::read_optional(&path).map_err(|source| CertError::Io {
+            context: format!("cannot read {}", path.display()),
+            source,
+        })? {
+            let credentials: AccountCredentials =
+                serde_json::from_slice(&text).map_err(|e| {
+                    CertError::Acme(format!(
+                        "the ACME account file {} is damaged ({e}); move it away to register a new account",
+                        path.display()
+                    ))
+                })?;
+            let account = builder
+                .from_credentials(credentials)
+                .await
+                .map_err(acme_err("cannot reach the ACME directory"))?;
+            return Ok(Acme { settings, account });
+        }
+        let contact: Vec<&str> = acme.contact.iter().map(String::as_str).collect();
+        let (account, credentials) = builder
+            .create(
+                &NewAccount {
+                    contact: &contact,
+                    terms_of_service_agreed: true,
+                    only_return_existing: false,
+                },
+                acme.directory.clone(),
+                None,
+            )
+            .await
+            .map_err(acme_err("cannot register an ACME account"))?;
+        let json = serde_json::to_vec(&credentials).expect("credentials serialise");
+        fsutil::write_secret(&path, &json).map_err(|source| CertError::Io {
+            context: format!("cannot store the ACME account key in {}", path.display()),
+            source,
+        })?;
+        Ok(Acme { settings, account })
+    }
+
+    /// Orders a certificate for `names` and collects its challenges (nothing published yet).
+    pub async fn begin(&self, names: &[Domain], method: Method) -> Result<PendingOrder, CertError> {
+        let identifiers: Vec<Identifier> = names
+            .iter()
+            .map(|n| Identifier::Dns(n.to_string()))
+            .collect();
+        let mut order = self
+            .account
+            .new_order(&NewOrder::new(&identifiers))
+            .await
+            .map_err(acme_err("the CA refused the order"))?;
+        let kind = match method {
+            Method::Http01 => ChallengeType::Http01,
+            Method::Dns01Hook | Method::Dns01Manual => ChallengeType::Dns01,
+        };
+        let (mut tokens, mut records) = (Vec::new(), Vec::new());
+        let mut authorizations = order.authorizations();
+        while let Some(authz) = authorizations.next().await {
+            let mut authz = authz.map_err(acme_err("cannot read an authorization"))?;
+            // Authorizations are reused: a name proven recently needs nothing now.
+            if authz.status == AuthorizationStatus::Valid {
+                continue;
+            }
+            let host = authz.identifier().to_string();
+            let Some(challenge) = authz.challenge(kind.clone()) else {
+                return Err(CertError::Acme(format!(
+                    "the CA offers no {kind:?} challenge for {host}{}",
+                    if kind == ChallengeType::Http01 && host.starts_with("*.") {
+                        " (wildcards need DNS-01: pass --dns-01)"
+                    } else {
+                        ""
+                    }
+                )));
+            };
+            let key_auth = challenge.key_authorization();
+            match kind {
+                ChallengeType::Http01 => {
+                    tokens.push(Token::new(&challenge.token, key_auth.as_str())?)
+                }
+                _ => {
+                    let base = host.strip_prefix("*.").unwrap_or(&host);
+                    records.push((format!("_acme-challenge.{base}"), key_auth.dns_value()));
+                }
+            }
+        }
+        Ok(PendingOrder {
+            order,
+            names: names.to_vec(),
+            method,
+            tokens,
+            records,
+        })
+    }
+
+    /// Publishes the challenges (token map or hook), tells the CA to look, and downloads the
+    /// certificate. Every published token or record is withdrawn, whatever happens.
+    pub async fn complete(
+        &self,
+        mut pending: PendingOrder,
+        key_type: KeyType,
+    ) -> Result<Issued, CertError> {
+        let timeout = self.settings.acme.order_timeout;
+        let result = match self.present(&pending).await {
+            Ok(()) => tokio::time::timeout(timeout, self.finish(&mut pending, key_type))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(CertError::Acme(format!(
+                        "the order did not complete within {timeout:?} ([acme] order_timeout)"
+                    )))
+                }),
+            Err(e) => Err(e),
+        };
+        self.withdraw(&pending);
+        result
+    }
+
+    /// `begin` and `complete` in one go.
+    pub async fn issue(
+        &self,
+        names: &[Domain],
+        method: Method,
+        key_type: KeyType,
+    ) -> Result<Issued, CertError> {
+        let pending = self.begin(names, method).await?;
+        self.complete(pending, key_type).await
+    }
+
+    async fn present(&self, pending: &PendingOrder) -> Result<(), CertError> {
+        let challenges = Challenges::new(self.settings);
+        for token in &pending.tokens {
+            challenges.publish(token)?;
+        }
+        if pending.method == Method::Dns01Hook && !pending.records.is_empty() {
+            for (record, value) in &pending.records {
+                self.hook("set", record, value)?;
+            }
+            tokio::time::sleep(self.settings.acme.dns_propagation).await;
+        }
+        Ok(())
+    }
+
+    fn withdraw(&self, pending: &PendingOrder) {
+        let challenges = Challenges::new(self.settings);
+        for token in &pending.tokens {
+            if let Err(e) = challenges.withdraw(token) {
+                tracing::warn!("{e}");
+            }
+        }
+        if pending.method == Method::Dns01Hook {
+            for (record, value) in &pending.records {
+                if let Err(e) = self.hook("clear", record, value) {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+    }
+
+    async fn finish(
+        &self,
+        pending: &mut PendingOrder,
+        key_type: KeyType,
+    ) -> Result<Issued, CertError> {
+        let order = &mut pending.order;
+        let mut authorizations = order.authorizations();
+        while let Some(authz) = authorizations.next().await {
+            let mut authz = authz.map_err(acme_err("cannot read an authorization"))?;
+            if authz.status != AuthorizationStatus::Pending {
+                continue;
+            }
+            let kind = match pending.method {
+                Method::Http01 => ChallengeType::Http01,
+                _ => ChallengeType::Dns01,
+            };
+            if let Some(mut challenge) = authz.challenge(kind) {
+                challenge
+                    .set_ready()
+                    .await
+                    .map_err(acme_err("the CA refused the challenge"))?;
+            }
+        }
+        let retries = RetryPolicy::new()
+            .initial_delay(Duration::from_millis(100))
+            .timeout(self.settings.acme.order_timeout);
+        let status = order
+            .poll_ready(&retries)
+            .await
+            .map_err(acme_err("the CA did not validate the challenges"))?;
+        if status != OrderStatus::Ready {
+            return Err(CertError::Acme(format!(
+                "the CA did not validate the challenges (order {status:?}); check that the names resolve to this edge (HTTP-01) or the hook's records (DNS-01)"
+            )));
+        }
+        let key = key_type
+            .generate()
+            .map_err(|e| CertError::Acme(format!("cannot make the certificate key: {e}")))?;
+        let mut params = rcgen::CertificateParams::new(
+            pending
+                .names
+                .iter()
+                .map(Domain::to_string)
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| CertError::Acme(format!("cannot make the CSR: {e}")))?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let csr = params
+            .serialize_request(&key)
+            .map_err(|e| CertError::Acme(format!("cannot make the CSR: {e}")))?;
+        order
+            .finalize_csr(csr.der())
+            .await
+            .map_err(acme_err("the CA refused to finalize the order"))?;
+        let chain_pem = order
+            .poll_certificate(&retries)
+            .await
+            .map_err(acme_err("the CA did not deliver the certificate"))?;
+        Ok(Issued { chain_pem, key })
+    }
+
+    /// The renewal window the CA suggests for `leaf` (RFC 9773), when it offers one.
+    pub async fn suggested_window(&self, aki: &[u8], serial: &[u8]) -> Option<(i64, i64)> {
+        use rustls::pki_types::Der;
+        let id =
+            instant_acme::CertificateIdentifier::new(Der::from_slice(aki), Der::from_slice(serial));
+        let (info, _) = self.account.renewal_info(&id).await.ok()?;
+        let window = info.suggested_window;
+        Some((window.start.unix_timestamp(), window.end.unix_timestamp()))
+    }
+
+    /// Runs the DNS hook: `HOOK set|clear RECORD VALUE`, bounded by `[acme] hook_timeout`.
+    fn hook(&self, verb: &str, record: &str, value: &str) -> Result<(), CertError> {
+        let Some(argv) = &self.settings.acme.dns_hook else {
+            return Err(CertError::Acme(
+                "DNS-01 needs a hook: set [acme] dns_hook (called as HOOK set|clear RECORD VALUE)"
+                    .into(),
+            ));
+        };
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).args([verb, record, value]);
+        let out = crate::process::run_with_timeout(&mut cmd, self.settings.acme.hook_timeout)
+            .map_err(|e| CertError::Acme(format!("the DNS hook {} failed: {e}", argv[0])))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(CertError::Acme(format!(
+                "the DNS hook `{} {verb} {record}` exited with {}: {}",
+                argv[0],
+                out.status,
+                crate::model::bounded(String::from_utf8_lossy(&out.stderr).trim())
+            )))
+        }
+    }
+}
+
+/// One account per directory: changing `[acme] directory` registers a new one.
+fn account_path(settings: &Settings) -> PathBuf {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in settings.acme.directory.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    settings
+        .paths
+        .acme_dir
+        .join(format!("account-{h:016x}.json"))
+}

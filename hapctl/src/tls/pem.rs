@@ -1,0 +1,727 @@
+//! Splits an uploaded bundle into PEM blocks, strictly.
+//!
+//! OpenSSL (and so HAProxy) skips anything between blocks; we refuse it instead, because text
+//! outside blocks is how a wrong paste shows itself (a cut block, `Bag Attributes` lines, a
+//! key without its BEGIN line). Messages never quote the input: a stray line may be key
+//! material, so they give line numbers and labels (sanitised and cut short) only.
+
+use std::fmt;
+
+/// Refuse anything larger: a chain of ten certificates with a 4096-bit key is under 20 KiB.
+pub const MAX_BUNDLE_BYTES: usize = 256 * 1024;
+/// Ten certificates, one key and room for a mistake to be reported by the bundle check.
+pub const MAX_BLOCKS: usize = 16;
+
+/// The labels a bundle may contain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label {
+    Certificate,
+    /// PKCS#8 `PrivateKeyInfo`.
+    PrivateKey,
+    /// PKCS#8 `EncryptedPrivateKeyInfo`: recognised only so that it can be refused clearly.
+    EncryptedPrivateKey,
+    /// SEC1 `ECPrivateKey`.
+    EcPrivateKey,
+    /// PKCS#1 `RSAPrivateKey`.
+    RsaPrivateKey,
+}
+
+impl Label {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Label::Certificate => "CERTIFICATE",
+            Label::PrivateKey => "PRIVATE KEY",
+            Label::EncryptedPrivateKey => "ENCRYPTED PRIVATE KEY",
+            Label::EcPrivateKey => "EC PRIVATE KEY",
+            Label::RsaPrivateKey => "RSA PRIVATE KEY",
+        }
+    }
+
+    pub fn is_key(self) -> bool {
+        self != Label::Certificate
+    }
+
+    fn parse(label: &str) -> Result<Label, &'static str> {
+        Ok(match label {
+            "CERTIFICATE" => Label::Certificate,
+            "PRIVATE KEY" => Label::PrivateKey,
+            "ENCRYPTED PRIVATE KEY" => Label::EncryptedPrivateKey,
+            "EC PRIVATE KEY" => Label::EcPrivateKey,
+            "RSA PRIVATE KEY" => Label::RsaPrivateKey,
+            // The hints name the usual way such a block gets into a bundle.
+            "X509 CRL" => return Err("a revocation list, not part of a certificate chain"),
+            "CERTIFICATE REQUEST" | "NEW CERTIFICATE REQUEST" => {
+                return Err("a signing request (CSR), not a certificate: send the certificate the CA issued for it")
+            }
+            "DH PARAMETERS" | "X9.42 DH PARAMETERS" => {
+                return Err("Diffie-Hellman parameters; hapctl configures those itself")
+            }
+            "EC PARAMETERS" => {
+                return Err("curve parameters that `openssl ecparam -genkey` prints; the EC PRIVATE KEY block alone is enough")
+            }
+            "TRUSTED CERTIFICATE" => {
+                return Err("OpenSSL's trusted form; convert it with `openssl x509 -in cert.pem -out plain.pem`")
+            }
+            "PUBLIC KEY" | "RSA PUBLIC KEY" => {
+                return Err("a public key; the bundle needs the private key")
+            }
+            "OPENSSH PRIVATE KEY" => {
+                return Err("an OpenSSH key; convert it with `ssh-keygen -p -m PKCS8 -f key`")
+            }
+            "DSA PRIVATE KEY" => {
+                return Err("a DSA key; use an ECDSA P-256/P-384 or RSA 2048/3072/4096 key")
+            }
+            "PKCS7" | "CMS" => {
+                return Err("a PKCS#7 container; extract the certificates with `openssl pkcs7 -print_certs -in chain.p7b`")
+            }
+            _ => return Err("not a certificate or a private key"),
+        })
+    }
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One decoded block. `Debug` shows the size only: `der` may be a private key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Block {
+    pub label: Label,
+    pub der: Vec<u8>,
+    /// 1-based line of the BEGIN line, for messages.
+    pub line: usize,
+    /// The block had the legacy `Proc-Type: 4,ENCRYPTED` header (OpenSSL's old key encryption).
+    pub encrypted: bool,
+}
+
+impl fmt::Debug for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Block")
+            .field("label", &self.label)
+            .field("der_len", &self.der.len())
+            .field("line", &self.line)
+            .field("encrypted", &self.encrypted)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PemError {
+    #[error("the input is empty: send the certificate chain and its private key as PEM text (-----BEGIN CERTIFICATE----- … -----END CERTIFICATE-----, then the key)")]
+    Empty,
+    #[error("the input is {size} bytes, more than the {max} allowed: a certificate chain with its key is a few kilobytes, so check that this is the right file", max = MAX_BUNDLE_BYTES)]
+    TooLarge { size: usize },
+    #[error("the input is not PEM text: {what} on line {line}{}", der_hint(*.looks_der))]
+    NotText {
+        what: &'static str,
+        line: usize,
+        looks_der: bool,
+    },
+    #[error("line {line} is outside any -----BEGIN …----- / -----END …----- block and is not blank: remove it (only PEM blocks and blank lines are allowed, not text such as `Bag Attributes` or `subject=` lines)")]
+    TextOutsideBlocks { line: usize },
+    #[error("line {line} looks like a PEM armour line but is not `-----BEGIN LABEL-----` or `-----END LABEL-----`: fix or remove it")]
+    BadArmour { line: usize },
+    #[error("line {line} ends a {label} block that was never begun: the BEGIN line is missing, copy the whole block")]
+    EndWithoutBegin { label: String, line: usize },
+    #[error("the {label} block that begins on line {line} has no -----END {label}----- line: the text was cut short, copy the whole block")]
+    Truncated { label: String, line: usize },
+    #[error("the {begin} block that begins on line {line} ends with -----END {end}----- on line {end_line}: the BEGIN and END labels must be the same")]
+    MismatchedEnd {
+        begin: String,
+        end: String,
+        line: usize,
+        end_line: usize,
+    },
+    #[error("the {label} block that begins on line {line} is not valid base64 (line {bad_line}): the block was damaged, copy it again")]
+    BadBase64 {
+        label: String,
+        line: usize,
+        bad_line: usize,
+    },
+    #[error("the {label} block that begins on line {line} is empty: copy the whole block")]
+    EmptyBlock { label: String, line: usize },
+    #[error("the {label} block that begins on line {line} has a header line (line {header_line}): only plain PEM blocks are accepted, export it again without headers")]
+    Header {
+        label: String,
+        line: usize,
+        header_line: usize,
+    },
+    #[error("the input has more than {max} PEM blocks: a bundle is one certificate, its intermediates and one private key", max = MAX_BLOCKS)]
+    TooManyBlocks,
+    #[error("the {label} block on line {line} is not accepted: it is {hint}; a bundle holds only CERTIFICATE blocks and one private key")]
+    UnsupportedBlock {
+        label: String,
+        line: usize,
+        hint: &'static str,
+    },
+}
+
+fn der_hint(looks_der: bool) -> &'static str {
+    if looks_der {
+        " (this looks like binary DER: convert it with `openssl x509 -inform der -in cert.der -out cert.pem`, or `openssl pkey -inform der` for a key)"
+    } else {
+        ""
+    }
+}
+
+impl PemError {
+    /// A stable machine-readable code (for API error bodies and tests).
+    pub fn code(&self) -> &'static str {
+        match self {
+            PemError::Empty => "pem_empty",
+            PemError::TooLarge { .. } => "pem_too_large",
+            PemError::NotText { .. } => "pem_not_text",
+            PemError::TextOutsideBlocks { .. } => "pem_text_outside_blocks",
+            PemError::BadArmour { .. } => "pem_bad_armour",
+            PemError::EndWithoutBegin { .. } => "pem_end_without_begin",
+            PemError::Truncated { .. } => "pem_truncated",
+            PemError::MismatchedEnd { .. } => "pem_mismatched_end",
+            PemError::BadBase64 { .. } => "pem_bad_base64",
+            PemError::EmptyBlock { .. } => "pem_empty_block",
+            PemError::Header { .. } => "pem_header",
+            PemError::TooManyBlocks => "pem_too_many_blocks",
+            PemError::UnsupportedBlock { .. } => "pem_unsupported_block",
+        }
+    }
+}
+
+/// Splits `input` into blocks, in input order. LF and CRLF line endings, blank lines and a
+/// leading UTF-8 byte-order mark (Windows editors add one) are accepted; nothing else outside
+/// blocks is.
+pub fn parse_blocks(input: &[u8]) -> Result<Vec<Block>, PemError> {
+    if input.len() > MAX_BUNDLE_BYTES {
+        return Err(PemError::TooLarge { size: input.len() });
+    }
+    let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input);
+    check_text(input)?;
+    // `check_text` allowed ASCII only, so this cannot fail.
+    let text = std::str::from_utf8(input).map_err(|_| PemError::NotText {
+        what: "a byte that is not UTF-8",
+        line: 1,
+        looks_der: false,
+    })?;
+    if text.trim().is_empty() {
+        return Err(PemError::Empty);
+    }
+
+    let mut blocks = Vec::new();
+    let mut lines = text.split('\n').enumerate().map(|(i, l)| (i + 1, l.trim()));
+    while let Some((line_no, line)) = lines.next() {
+        if line.is_empty() {
+            continue;
+        }
+        let Some(armour) = armour(line) else {
+            return Err(if line.starts_with("-----") {
+                PemError::BadArmour { line: line_no }
+            } else {
+                PemError::TextOutsideBlocks { line: line_no }
+            });
+        };
+        let begin = match armour {
+            Armour::Begin(label) => label,
+            Armour::End(label) => {
+                return Err(PemError::EndWithoutBegin {
+                    label: bounded(label, 40),
+                    line: line_no,
+                })
+            }
+        };
+        if blocks.len() == MAX_BLOCKS {
+            return Err(PemError::TooManyBlocks);
+        }
+        let block = read_block(begin, line_no, &mut lines)?;
+        blocks.push(block);
+    }
+    Ok(blocks)
+}
+
+/// Reads a block's body up to its END line; `lines` is positioned after the BEGIN line.
+fn read_block<'a>(
+    begin: &str,
+    line: usize,
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+) -> Result<Block, PemError> {
+    let shown = || bounded(begin, 40);
+    let mut body = String::new();
+    let mut encrypted = false;
+    let mut body_started = false;
+    // (line number, length of body before this line) to map a base64 error to a line.
+    let mut line_starts = Vec::new();
+    let end_line = loop {
+        let Some((no, text)) = lines.next() else {
+            return Err(PemError::Truncated {
+                label: shown(),
+                line,
+            });
+        };
+        match armour(text) {
+            Some(Armour::End(end)) if end == begin => break no,
+            Some(Armour::End(end)) => {
+                return Err(PemError::MismatchedEnd {
+                    begin: shown(),
+                    end: bounded(end, 40),
+                    line,
+                    end_line: no,
+                })
+            }
+            // A new BEGIN inside a block means this one lost its END line.
+            Some(Armour::Begin(_)) => {
+                return Err(PemError::Truncated {
+                    label: shown(),
+                    line,
+                })
+            }
+            None => {}
+        }
+        if text.contains(':') && !body_started {
+            // RFC 1421 headers. The only ones we understand mark OpenSSL's legacy key
+            // encryption, which exist to be refused as such; any other header is refused.
+            let (name, value) = text.split_once(':').unwrap_or((text, ""));
+            match name.trim() {
+                "Proc-Type" if value.contains("ENCRYPTED") => encrypted = true,
+                "DEK-Info" if encrypted => {}
+                _ => {
+                    return Err(PemError::Header {
+                        label: shown(),
+                        line,
+                        header_line: no,
+                    })
+                }
+            }
+            continue;
+        }
+        if text.is_empty() {
+            continue;
+        }
+        body_started = true;
+        line_starts.push((no, body.len()));
+        body.push_str(text);
+    };
+    let label = match Label::parse(begin) {
+        Ok(label) => label,
+        Err(hint) => {
+            return Err(PemError::UnsupportedBlock {
+                label: shown(),
+                line,
+                hint,
+            })
+        }
+    };
+    if encrypted && !label.is_key() {
+        return Err(PemError::Header {
+            label: shown(),
+            line,
+            header_line: line + 1,
+        });
+    }
+    if body.is_empty() {
+        return Err(PemError::EmptyBlock {
+            label: shown(),
+            line,
+        });
+    }
+    let der = decode_base64(&body).map_err(|at| {
+        // The line holding the bad character; the last line if the length was wrong.
+        let bad_line = line_starts
+            .iter()
+            .rev()
+            .find(|(_, start)| *start <= at)
+            .map_or(end_line, |(no, _)| *no);
+        PemError::BadBase64 {
+            label: shown(),
+            line,
+            bad_line,
+        }
+    })?;
+    Ok(Block {
+        label,
+        der,
+        line,
+        encrypted,
+    })
+}
+
+enum Armour<'a> {
+    Begin(&'a str),
+    End(&'a str),
+}
+
+fn armour(line: &str) -> Option<Armour<'_>> {
+    let inner = line.strip_prefix("-----")?.strip_suffix("-----")?;
+    let armour = if let Some(label) = inner.strip_prefix("BEGIN ") {
+        Armour::Begin(label)
+    } else {
+        Armour::End(inner.strip_prefix("END ")?)
+    };
+    let (Armour::Begin(label) | Armour::End(label)) = armour;
+    valid_label(label).then_some(armour)
+}
+
+/// RFC 7468 labels: printable ASCII words joined by single spaces or hyphens, here at most
+/// 64 long. Checking this keeps base64 out of a label we quote: with lone CR line endings a
+/// whole file reads as one "BEGIN" line.
+fn valid_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && bytes.iter().all(|&b| b == b' ' || b.is_ascii_graphic())
+        && !matches!(bytes[0], b' ' | b'-')
+        && !matches!(bytes[bytes.len() - 1], b' ' | b'-')
+        && !bytes
+            .windows(2)
+            .any(|w| matches!(w[0], b' ' | b'-') && matches!(w[1], b' ' | b'-'))
+}
+
+/// Only printable ASCII, tab, CR and LF may appear anywhere in a bundle.
+fn check_text(input: &[u8]) -> Result<(), PemError> {
+    let Some(pos) = input
+        .iter()
+        .position(|&b| !(b == b'\t' || b == b'\n' || b == b'\r' || (0x20..0x7f).contains(&b)))
+    else {
+        return Ok(());
+    };
+    let what = match input[pos] {
+        0 => "a NUL byte",
+        0x80.. => "a non-ASCII byte",
+        _ => "a control character",
+    };
+    Err(PemError::NotText {
+        what,
+        line: 1 + input[..pos].iter().filter(|&&b| b == b'\n').count(),
+        // A DER SEQUENCE with a long-form length: the start of every certificate and key.
+        looks_der: input.len() > 4 && input[0] == 0x30 && input[1] & 0x80 != 0,
+    })
+}
+
+/// Cuts `s` to `max` characters and replaces control characters, so that a name taken from
+/// the input (a label, a certificate subject) is safe to put in a message.
+pub(crate) fn bounded(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if s.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn sextet(c: u8) -> Option<u8> {
+    match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    }
+}
+
+/// Strict standard base64 with padding; the error is the offset of the first bad character
+/// (or the length, if the text stops mid-group).
+fn decode_base64(text: &str) -> Result<Vec<u8>, usize> {
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return Err(bytes.len() - 1);
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (g, chunk) in bytes.chunks(4).enumerate() {
+        let at = g * 4;
+        let last = at + 4 == bytes.len();
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return Err(at + 4 - pad);
+        }
+        let mut n: u32 = 0;
+        for (i, &c) in chunk[..4 - pad].iter().enumerate() {
+            n |= u32::from(sextet(c).ok_or(at + i)?) << (18 - 6 * i);
+        }
+        let decoded = n.to_be_bytes();
+        out.extend_from_slice(&decoded[1..4 - pad]);
+    }
+    Ok(out)
+}
+
+/// Encodes one block the way OpenSSL writes it: 64-character lines, LF, final newline.
+pub fn encode(label: &str, der: &[u8]) -> String {
+    let mut b64 = Vec::with_capacity(der.len().div_ceil(3) * 4);
+    for chunk in der.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]);
+            } else {
+                b64.push(b'=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.chunks(64) {
+        // Base64 output is ASCII.
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(input: &str) -> Result<Block, PemError> {
+        let mut blocks = parse_blocks(input.as_bytes())?;
+        assert_eq!(blocks.len(), 1);
+        Ok(blocks.remove(0))
+    }
+
+    #[test]
+    fn base64_round_trips_every_length() {
+        for len in 0..200usize {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let pem = encode("CERTIFICATE", &data);
+            if len == 0 {
+                assert!(matches!(
+                    parse_blocks(pem.as_bytes()),
+                    Err(PemError::EmptyBlock { .. })
+                ));
+                continue;
+            }
+            for line in pem.lines() {
+                assert!(line.len() <= 64, "{line}");
+            }
+            assert_eq!(one(&pem).unwrap().der, data, "len {len}");
+        }
+    }
+
+    #[test]
+    fn accepts_crlf_blank_lines_bom_and_indentation() {
+        let pem = encode("CERTIFICATE", b"hello world!").replace('\n', "\r\n");
+        let input = format!("\u{feff}\r\n\r\n  {pem}\r\n\t\r\n{pem}");
+        let blocks = parse_blocks(input.as_bytes()).unwrap();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[0].der, b"hello world!");
+        assert_eq!(blocks[0].line, 3);
+        assert_eq!(blocks[1].line, 8);
+    }
+
+    #[test]
+    fn refuses_text_outside_blocks_without_quoting_it() {
+        let pem = encode("CERTIFICATE", b"abc");
+        let input = format!("Bag Attributes\n    localKeyID: SECRET\n{pem}");
+        let err = parse_blocks(input.as_bytes()).unwrap_err();
+        assert_eq!(err, PemError::TextOutsideBlocks { line: 1 });
+        assert!(!err.to_string().contains("SECRET"));
+        let input = format!("{pem}trailing junk\n");
+        assert_eq!(
+            parse_blocks(input.as_bytes()).unwrap_err(),
+            PemError::TextOutsideBlocks { line: 4 }
+        );
+    }
+
+    #[test]
+    fn refuses_binary_and_hints_der() {
+        let der = [0x30, 0x82, 0x01, 0x0a, 0x02, 0x82];
+        let err = parse_blocks(&der).unwrap_err();
+        assert!(matches!(
+            err,
+            PemError::NotText {
+                looks_der: true,
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("openssl x509 -inform der"));
+        let err = parse_blocks(b"abc\n\0def").unwrap_err();
+        assert_eq!(
+            err,
+            PemError::NotText {
+                what: "a NUL byte",
+                line: 2,
+                looks_der: false
+            }
+        );
+        assert!(matches!(
+            parse_blocks("caf\u{e9}".as_bytes()),
+            Err(PemError::NotText {
+                what: "a non-ASCII byte",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn empty_and_oversized() {
+        assert_eq!(parse_blocks(b"").unwrap_err(), PemError::Empty);
+        assert_eq!(parse_blocks(b" \r\n\n\t").unwrap_err(), PemError::Empty);
+        let big = vec![b'\n'; MAX_BUNDLE_BYTES + 1];
+        assert_eq!(
+            parse_blocks(&big).unwrap_err(),
+            PemError::TooLarge {
+                size: MAX_BUNDLE_BYTES + 1
+            }
+        );
+        // The limit itself is allowed (and then found empty).
+        let edge = vec![b'\n'; MAX_BUNDLE_BYTES];
+        assert_eq!(parse_blocks(&edge).unwrap_err(), PemError::Empty);
+    }
+
+    #[test]
+    fn structural_errors() {
+        let pem = encode("CERTIFICATE", &[7u8; 100]);
+        let cut = &pem[..pem.len() / 2];
+        assert!(matches!(
+            parse_blocks(cut.as_bytes()),
+            Err(PemError::Truncated { line: 1, .. })
+        ));
+        let no_end = pem.replace("-----END CERTIFICATE-----\n", "");
+        let two = format!("{no_end}{pem}");
+        assert!(matches!(
+            parse_blocks(two.as_bytes()),
+            Err(PemError::Truncated { line: 1, .. })
+        ));
+        let mismatched = pem.replace("END CERTIFICATE", "END PRIVATE KEY");
+        let err = parse_blocks(mismatched.as_bytes()).unwrap_err();
+        assert!(matches!(err, PemError::MismatchedEnd { .. }));
+        assert!(err.to_string().contains("-----END PRIVATE KEY-----"));
+        let end_only = "-----END CERTIFICATE-----\n";
+        assert!(matches!(
+            parse_blocks(end_only.as_bytes()),
+            Err(PemError::EndWithoutBegin { .. })
+        ));
+        assert!(matches!(
+            parse_blocks(b"-----BEGIN CERTIFICATE\n"),
+            Err(PemError::BadArmour { line: 1 })
+        ));
+        let empty = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n";
+        assert!(matches!(
+            parse_blocks(empty.as_bytes()),
+            Err(PemError::EmptyBlock { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_base64_names_the_line() {
+        let pem = encode("CERTIFICATE", &[7u8; 100]);
+        let mut lines: Vec<String> = pem.lines().map(str::to_owned).collect();
+        lines[2].replace_range(3..4, "*");
+        let err = parse_blocks(lines.join("\n").as_bytes()).unwrap_err();
+        assert_eq!(
+            err,
+            PemError::BadBase64 {
+                label: "CERTIFICATE".into(),
+                line: 1,
+                bad_line: 3
+            }
+        );
+        // Padding in the middle and a length that stops mid-group.
+        let mid_pad = "-----BEGIN CERTIFICATE-----\nAA==AAAA\n-----END CERTIFICATE-----\n";
+        assert!(matches!(
+            parse_blocks(mid_pad.as_bytes()),
+            Err(PemError::BadBase64 { .. })
+        ));
+        let short = "-----BEGIN CERTIFICATE-----\nAAAAA\n-----END CERTIFICATE-----\n";
+        assert!(matches!(
+            parse_blocks(short.as_bytes()),
+            Err(PemError::BadBase64 { bad_line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_labels_are_named() {
+        for label in [
+            "X509 CRL",
+            "CERTIFICATE REQUEST",
+            "DH PARAMETERS",
+            "TRUSTED CERTIFICATE",
+            "EC PARAMETERS",
+            "SOMETHING ELSE",
+        ] {
+            let pem = encode(label, b"xyz");
+            let err = parse_blocks(pem.as_bytes()).unwrap_err();
+            assert!(
+                matches!(&err, PemError::UnsupportedBlock { label: l, .. } if l == label),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(label));
+        }
+        let long = encode(&"X".repeat(64), b"xyz");
+        let err = parse_blocks(long.as_bytes()).unwrap_err();
+        assert!(err.to_string().len() < 400, "{err}");
+        assert!(
+            err.to_string().contains(&format!("{}…", "X".repeat(40))),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn labels_that_are_not_rfc7468_are_bad_armour() {
+        let key = encode("PRIVATE KEY", b"0123456789abcdef0123456789");
+        // Lone CR line endings make the whole text one line, base64 included.
+        let one_line = key.replace('\n', "\r");
+        let err = parse_blocks(one_line.as_bytes()).unwrap_err();
+        assert_eq!(err, PemError::BadArmour { line: 1 });
+        for bad in ["", " X", "X-", "A--B", "A  B", "Ünï", &"X".repeat(65)] {
+            let line = format!("-----BEGIN {bad}-----\n");
+            assert!(
+                matches!(
+                    parse_blocks(line.as_bytes()),
+                    Err(PemError::BadArmour { .. } | PemError::NotText { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(valid_label("X9.42 DH PARAMETERS"));
+        assert!(valid_label("NEW-STYLE LABEL"));
+    }
+
+    #[test]
+    fn headers_only_as_legacy_encryption() {
+        let body = encode("RSA PRIVATE KEY", b"secret bytes");
+        let legacy = body.replacen(
+            "-----\n",
+            "-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00112233445566778899AABBCCDDEEFF\n\n",
+            1,
+        );
+        let block = one(&legacy).unwrap();
+        assert!(block.encrypted);
+        assert_eq!(block.label, Label::RsaPrivateKey);
+        assert!(!format!("{block:?}").contains("secret"));
+        let comment = body.replacen("-----\n", "-----\nComment: hello\n", 1);
+        assert!(matches!(
+            one(&comment),
+            Err(PemError::Header { header_line: 2, .. })
+        ));
+        let on_cert =
+            encode("CERTIFICATE", b"abc").replacen("-----\n", "-----\nProc-Type: 4,ENCRYPTED\n", 1);
+        assert!(matches!(one(&on_cert), Err(PemError::Header { .. })));
+    }
+
+    #[test]
+    fn too_many_blocks() {
+        let pem = encode("CERTIFICATE", b"abc");
+        assert_eq!(
+            parse_blocks(pem.repeat(MAX_BLOCKS).as_bytes())
+                .unwrap()
+                .len(),
+            MAX_BLOCKS
+        );
+        assert_eq!(
+            parse_blocks(pem.repeat(MAX_BLOCKS + 1).as_bytes()).unwrap_err(),
+            PemError::TooManyBlocks
+        );
+    }
+
+    #[test]
+    fn bounded_cuts_and_cleans() {
+        assert_eq!(bounded("abc", 5), "abc");
+        assert_eq!(bounded("abcdef", 3), "abc…");
+        assert_eq!(bounded("a\u{0}b\nc", 10), "a?b?c");
+    }
+}
