@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a local edge: builds hapctl, creates ./.hapctl (SQLite state) on first use, routes a
 # demo site to a demo application, then runs `hapctl serve` in the foreground: HAProxy on
-# 127.0.0.1:8080 (started by hapctl) and the API on 127.0.0.1:9090. Ctrl-C stops the API;
+# 127.0.0.1:8080 and HTTPS on 127.0.0.1:8443 (started by hapctl; a self-signed default
+# certificate until one is imported or requested) and the API on 127.0.0.1:9090. Ctrl-C stops the API;
 # HAProxy keeps running (stop it with: target/release/hapctl --state-dir .hapctl haproxy stop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ fi
 cat <<MSG
 
   edge:  curl -H 'Host: demo.localhost' http://127.0.0.1:8080/
+  HTTPS: curl -k --resolve demo.localhost:8443:127.0.0.1 https://demo.localhost:8443/
   API:   curl -H "Authorization: Bearer \$(cat $HAPCTL_STATE_DIR/api-token)" http://127.0.0.1:9090/v1/status
   docs:  GET /openapi.json (same token)
 

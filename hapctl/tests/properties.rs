@@ -7,10 +7,13 @@ use std::path::Path;
 
 use hapctl::haproxy::{Validator, Verdict};
 use hapctl::model::{
-    Backend, BlockKey, Domain, EdgeState, Profile, Server, ServerAddr, ServerName, ServerOptions,
+    Backend, BlockKey, Domain, EdgeState, Hsts, HttpsPolicy, Profile, Redirect, Server, ServerAddr,
+    ServerName, ServerOptions, MAX_HSTS_AGE,
 };
 use hapctl::render::{self, FileId, Templates};
 use hapctl::settings::{Settings, DEFAULT_SETTINGS_TOML};
+use hapctl::store::Store;
+use hapctl::tls::Certs;
 use proptest::prelude::*;
 
 fn label() -> impl Strategy<Value = String> {
@@ -99,13 +102,33 @@ fn block_key() -> impl Strategy<Value = BlockKey> {
     .prop_map(|s| s.parse().unwrap())
 }
 
+fn https_policy() -> impl Strategy<Value = HttpsPolicy> {
+    (
+        prop_oneof![
+            Just(Redirect::Off),
+            Just(Redirect::Permanent301),
+            Just(Redirect::Permanent308)
+        ],
+        prop::option::of((1u32..=MAX_HSTS_AGE, any::<bool>())),
+    )
+        .prop_map(|(redirect, hsts)| HttpsPolicy {
+            redirect,
+            hsts: hsts.map(|(age, sub)| Hsts::new(age, sub).unwrap()),
+        })
+}
+
 fn state() -> impl Strategy<Value = EdgeState> {
     (
-        prop::collection::btree_map(domain(), backend(), 0..12),
+        prop::collection::btree_map(domain(), (backend(), https_policy()), 0..12),
         prop::collection::btree_set(block_key(), 0..4),
     )
         .prop_map(|(domains, proxies)| EdgeState {
-            domains,
+            https: domains
+                .iter()
+                .filter(|(_, (_, p))| !p.is_default())
+                .map(|(d, (_, p))| (d.clone(), *p))
+                .collect(),
+            domains: domains.into_iter().map(|(d, (b, _))| (d, b)).collect(),
             trusted_proxies: proxies,
             ..EdgeState::default()
         })
@@ -161,6 +184,9 @@ proptest! {
         }
         let blocked = FileId::BlockedMap.path(&settings.paths);
         std::fs::write(&blocked, render::blocked_map(&keys)).unwrap();
+        // The certificate path's own files: the default certificate, the crt-list, the token map.
+        let mut store = Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
+        Certs::new(&settings).ensure_files(&mut store).unwrap();
         let verdict = Validator::new(common::haproxy_bin(), std::time::Duration::from_secs(30)).check(&set.config_paths());
         prop_assert!(matches!(verdict, Verdict::Valid), "{:?}", verdict);
     }

@@ -504,11 +504,20 @@ impl Edge {
             crate::render::FileId::BlockedMap.path(&staged.paths),
             render::blocked_map(&self.store.block_keys(unix_now())?),
         );
+        // The token map as it is now (the crt-list and certificates stay where they are).
+        let acme_map = (
+            crate::render::FileId::AcmeMap.path(&staged.paths),
+            crate::fsutil::read_optional(
+                &crate::render::FileId::AcmeMap.path(&self.settings.paths),
+            )
+            .map_err(io_err("cannot read the ACME token map"))?
+            .unwrap_or_default(),
+        );
         let files = staged_set
             .files()
             .iter()
             .map(|f| (f.path.clone(), f.bytes.clone()));
-        for (path, bytes) in files.chain([blocked_map]) {
+        for (path, bytes) in files.chain([blocked_map, acme_map]) {
             crate::fsutil::write_atomic(&path, &bytes, crate::fsutil::DEFAULT_MODE)
                 .map_err(io_err("cannot write the scratch copy"))?;
         }

@@ -120,6 +120,33 @@ impl<'a> Certs<'a> {
         )?)
     }
 
+    /// Present while a change may have left files, worker and database apart.
+    fn marker(&self) -> PathBuf {
+        self.settings.paths.run_dir.join("certs.pending")
+    }
+
+    fn set_marker(&self) -> Result<(), CertError> {
+        let path = self.marker();
+        fsutil::write_atomic(&path, b"pending\n", 0o600)
+            .map_err(io_err(format!("cannot write {}", path.display())))
+    }
+
+    fn clear_marker(&self) -> Result<(), CertError> {
+        let path = self.marker();
+        fsutil::remove_durable(&path).map_err(io_err(format!("cannot remove {}", path.display())))
+    }
+
+    /// Finishes a change a crash interrupted, if the marker says there was one.
+    fn recover_locked(&self, store: &mut Store) -> Result<(), CertError> {
+        if self.marker().exists() {
+            for fixed in self.reconcile_locked(store)? {
+                tracing::warn!("certificate recovery: {fixed}");
+            }
+            self.clear_marker()?;
+        }
+        Ok(())
+    }
+
     fn runtime(&self) -> RuntimeCerts {
         RuntimeCerts::new(CliSocket::new(
             self.settings.paths.admin_socket.clone(),
@@ -136,6 +163,7 @@ impl<'a> Certs<'a> {
     /// if missing) and a crt-list matching the database. Returns true if it wrote anything.
     pub fn ensure_files(&self, store: &mut Store) -> Result<bool, CertError> {
         let _lock = self.lock()?;
+        self.recover_locked(store)?;
         self.ensure_files_locked(store)
     }
 
@@ -222,7 +250,9 @@ impl<'a> Certs<'a> {
     ) -> Result<InstallReport, CertError> {
         let started = Instant::now();
         let lock = self.lock()?;
+        self.recover_locked(store)?;
         self.ensure_files_locked(store)?;
+        self.set_marker()?;
         let path = self.pem_path(&record.name);
         fsutil::write_secret(&path, bundle.haproxy_pem.as_bytes())
             .map_err(io_err(format!("cannot write {}", path.display())))?;
@@ -284,6 +314,7 @@ impl<'a> Certs<'a> {
         }
         fault::point("cert:before-db");
         store.put_certificate(&record)?;
+        self.clear_marker()?;
         report.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         Ok(report)
     }
@@ -468,6 +499,13 @@ impl<'a> Certs<'a> {
             ));
         }
         let _lock = self.lock()?;
+        self.recover_locked(store)?;
+        if store.certificate(name)?.is_none() {
+            return Err(CertError::NotFound(format!(
+                "certificate {name} does not exist; `hapctl cert ls` lists them"
+            )));
+        }
+        self.set_marker()?;
         if !store.remove_certificate(name)? {
             return Err(CertError::NotFound(format!(
                 "certificate {name} does not exist; `hapctl cert ls` lists them"
@@ -488,6 +526,7 @@ impl<'a> Certs<'a> {
         let path = self.pem_path(name);
         fsutil::remove_durable(&path)
             .map_err(io_err(format!("cannot remove {}", path.display())))?;
+        self.clear_marker()?;
         Ok(InstallReport {
             name: name.clone(),
             serial: None,
@@ -507,6 +546,14 @@ impl<'a> Certs<'a> {
     /// serial of. Returns what it fixed.
     pub fn reconcile(&self, store: &mut Store) -> Result<Vec<String>, CertError> {
         let _lock = self.lock()?;
+        let fixed = self.reconcile_locked(store)?;
+        self.clear_marker()?;
+        Ok(fixed)
+    }
+
+    fn reconcile_locked(&self, store: &mut Store) -> Result<Vec<String>, CertError> {
+        fsutil::sweep_temp_files(&self.settings.paths.certs_dir)
+            .map_err(io_err("cannot remove leftover temp files"))?;
         self.ensure_files_locked(store)?;
         let mut fixed = Vec::new();
         let mut records = store.certificates()?;
