@@ -148,11 +148,25 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
     let haproxy = edge.supervisor().status();
     let last = edge.history(5)?;
     let known_good = edge.live_is_known_good()?;
+    let certs = edge.certificates()?;
+    let now = hapctl::clock::unix_now();
+    let failing: Vec<_> = certs
+        .iter()
+        .filter(|c| c.record.last_error.is_some())
+        .collect();
+    let soonest = certs.iter().map(|c| &c.record).min_by_key(|r| r.not_after);
     if json {
         print_json(&serde_json::json!({
             "haproxy": haproxy,
             "live_is_known_good": known_good,
             "applies": last,
+            "certificates": {
+                "count": certs.len(),
+                "soonest_expiry": soonest.map(|r| serde_json::json!({"name": r.name, "not_after": r.not_after})),
+                "failing": failing.iter().map(|c| serde_json::json!({
+                    "name": c.record.name, "failures": c.record.failures, "last_error": c.record.last_error,
+                })).collect::<Vec<_>>(),
+            },
         }));
         return Ok(());
     }
@@ -161,6 +175,22 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         "live files are the known-good set: {}",
         if known_good { "yes" } else { "NO" }
     );
+    if let Some(r) = soonest {
+        println!(
+            "certificates: {}, the first to expire is {} in {} days",
+            certs.len(),
+            r.name,
+            (r.not_after - now) / 86_400
+        );
+    }
+    for c in &failing {
+        println!(
+            "certificate {}: RENEWAL FAILING ({} in a row, still serving the current one): {}",
+            c.record.name,
+            c.record.failures,
+            c.record.last_error.as_deref().unwrap_or_default()
+        );
+    }
     for a in &last {
         println!(
             "apply #{} at {}: {} ({} ms, {} check(s), {} reload(s)) [{}]",

@@ -168,11 +168,33 @@ impl Edge {
     ) -> Result<InstallReport, EdgeError> {
         let key_type = self.key_type()?;
         let settings = self.settings.clone();
-        let issued = block_on(async {
+        let (issued, acme) = block_on(async {
             let acme = Acme::connect(&settings).await?;
-            acme.issue(names, method, key_type).await
+            let issued = acme.issue(names, method, key_type).await?;
+            Ok::<_, CertError>((issued, acme))
         })??;
-        self.install_issued(name, names, source, &issued.chain_pem, &issued.key)
+        let report = self.install_issued(name, names, source, &issued.chain_pem, &issued.key)?;
+        self.follow_ari(&acme, name)?;
+        Ok(report)
+    }
+
+    /// When the CA suggests a renewal window (RFC 9773 ARI), renew at a random point in it
+    /// instead of at the two-thirds mark.
+    fn follow_ari(&mut self, acme: &Acme<'_>, name: &CertName) -> Result<(), EdgeError> {
+        let Some(mut record) = self.store.certificate(name)? else {
+            return Ok(());
+        };
+        let Ok((info, _)) = crate::tls::installed_info(&record.chain_pem) else {
+            return Ok(());
+        };
+        let Some(aki) = info.aki.as_deref() else {
+            return Ok(());
+        };
+        if let Some((start, end)) = block_on(acme.suggested_window(aki, &info.serial_der))? {
+            record.next_renewal = Some(renew::within(start, end));
+            self.store.put_certificate(&record)?;
+        }
+        Ok(())
     }
 
     fn install_issued(

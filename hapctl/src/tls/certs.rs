@@ -645,10 +645,13 @@ fn fill_from(record: &mut CertRecord, info: &CertInfo, chain_pem: &str) {
     record.serial = info.serial.clone();
     record.issuer = info.issuer.clone();
     record.updated_at = unix_now();
+    // Jittered by up to 2 % of the lifetime, so certificates issued together spread out.
+    let due = super::renew::due_at(info.not_before, info.not_after);
+    let spread = (info.not_after - info.not_before).max(0) / 50;
     record.next_renewal = record
         .source
         .is_acme()
-        .then(|| super::renew::due_at(info.not_before, info.not_after));
+        .then(|| super::renew::within(due, due + spread));
 }
 
 /// The self-signed certificate that answers names no certificate covers.

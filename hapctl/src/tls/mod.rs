@@ -26,5 +26,6 @@ pub mod x509;
 
 pub use bundle::{Bundle, BundleCheck, BundleError};
 pub use certs::{CertError, Certs, InstallReport, Installed};
+pub use installed::read as installed_info;
 pub use key::KeyType;
 pub use x509::CertInfo;
