@@ -110,6 +110,93 @@ fn forwarding_headers_are_believed_only_from_trusted_proxies() {
 }
 
 #[test]
+fn the_real_client_ip_comes_from_trusted_proxies_only_in_a_fixed_order() {
+    let edge = Edge::started();
+    let app = Backend::start("ok");
+    edge.ok(&["domain", "add", "shop.example.com", "--server", &app.addr()]);
+    let get = |headers: &[(&str, &str)]| edge.get_with_headers("shop.example.com", "/", headers);
+    let spoofed = [
+        ("CF-Connecting-IP", "203.0.113.9"),
+        ("True-Client-IP", "203.0.113.10"),
+        ("X-Real-IP", "203.0.113.11"),
+        ("X-Forwarded-For", "203.0.113.12"),
+    ];
+    // Untrusted peer: every forwarding header is removed, the client is the peer.
+    let r = get(&spoofed);
+    assert_eq!(r.seen_real_ip, "127.0.0.1");
+    assert_eq!(r.seen("cf-connecting-ip"), "");
+    assert_eq!(r.seen("true-client-ip"), "");
+
+    edge.ok(&["proxy", "add", "127.0.0.1"]);
+    // Trusted: CF-Connecting-IP first, then X-Real-IP, then the last X-Forwarded-For element.
+    assert_eq!(get(&spoofed).seen_real_ip, "203.0.113.9");
+    assert_eq!(get(&spoofed[1..]).seen_real_ip, "203.0.113.11");
+    let chain = [("X-Forwarded-For", "198.51.100.1, 198.51.100.7")];
+    assert_eq!(get(&chain).seen_real_ip, "198.51.100.7");
+    // A header that is not an IP is skipped, never believed.
+    let garbage = [
+        ("CF-Connecting-IP", "not-an-ip"),
+        ("X-Forwarded-For", "198.51.100.7"),
+    ];
+    assert_eq!(get(&garbage).seen_real_ip, "198.51.100.7");
+    let v6 = [("CF-Connecting-IP", "2001:db8::7")];
+    assert_eq!(get(&v6).seen_real_ip, "2001:db8::7");
+    // The real client is who blocks apply to.
+    edge.ok(&["block", "add", "203.0.113.9"]);
+    assert_eq!(get(&spoofed).status, 403);
+    assert_eq!(get(&chain).status, 200);
+}
+
+#[test]
+fn the_cloudflare_preset_is_trusted_updated_and_removed_as_one() {
+    let edge = Edge::started();
+    edge.ok(&["proxy", "add", "192.0.2.0/24"]);
+    edge.ok(&["proxy", "add", "--preset", "cloudflare"]);
+    let ls = edge.ok(&["proxy", "ls"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.ends_with("\tcloudflare")).count(),
+        22,
+        "{ls}"
+    );
+    assert!(ls.contains("2606:4700::/32\tcloudflare"), "{ls}");
+    // A newer list replaces the old one.
+    let list = edge.path("cf.txt");
+    std::fs::write(&list, "# fetched today\n173.245.48.0/20\n2400:cb00::/32\n").unwrap();
+    edge.ok(&[
+        "proxy",
+        "add",
+        "--preset",
+        "cloudflare",
+        "--from",
+        list.to_str().unwrap(),
+    ]);
+    let ls = edge.ok(&["proxy", "ls"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.ends_with("\tcloudflare")).count(),
+        2,
+        "{ls}"
+    );
+    // A bad list changes nothing.
+    std::fs::write(&list, "173.245.48.0/20\nnot-a-range\n").unwrap();
+    let out = edge.expect_code(
+        2,
+        &[
+            "proxy",
+            "add",
+            "--preset",
+            "cloudflare",
+            "--from",
+            list.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("not-a-range"), "{out}");
+    assert_eq!(edge.ok(&["proxy", "ls"]), ls);
+    edge.ok(&["proxy", "rm", "--preset", "cloudflare"]);
+    assert_eq!(edge.ok(&["proxy", "ls"]).trim(), "192.0.2.0/24");
+    edge.expect_code(2, &["proxy", "add", "--preset", "akamai"]);
+}
+
+#[test]
 fn a_template_haproxy_rejects_changes_nothing() {
     let edge = Edge::started();
     let app = Backend::start("old");

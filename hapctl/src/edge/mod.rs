@@ -10,7 +10,7 @@ use crate::clock::unix_now;
 use crate::deliver::{DeliverError, Deliveries, DeliveryReport, DeliveryStep, GenerationStatus};
 use crate::haproxy::{Supervisor, Validator, Verdict};
 use crate::model::{
-    AppName, Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, Ttl, Version,
+    AppName, Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, ProxyPreset, Ttl, Version,
 };
 use crate::render::{self, Templates};
 use crate::settings::{Settings, SettingsError, DEFAULT_SETTINGS_TOML, SETTINGS_FILE};
@@ -340,6 +340,31 @@ impl Edge {
         self.applier_run(&format!("proxy add {net}"), |tx| {
             Ok(tx.add_trusted_proxy(net)?)
         })
+    }
+
+    /// Trusts a preset's ranges: the shipped list, or `nets` (a newer list the operator
+    /// fetched). Ranges the preset no longer has are distrusted. Empty `nets` with `remove`
+    /// distrusts the whole preset.
+    pub fn trust_preset(
+        &mut self,
+        preset: ProxyPreset,
+        nets: Option<Vec<ProxyNet>>,
+    ) -> Result<(ApplyReport, Option<(usize, usize)>), EdgeError> {
+        let nets = nets.unwrap_or_else(|| preset.shipped());
+        self.applier_run(&format!("proxy add --preset {preset}"), |tx| {
+            Ok(tx.set_preset_proxies(preset, &nets)?)
+        })
+    }
+
+    pub fn distrust_preset(&mut self, preset: ProxyPreset) -> Result<ApplyReport, EdgeError> {
+        let (report, _) = self.applier_run(&format!("proxy rm --preset {preset}"), |tx| {
+            Ok(tx.set_preset_proxies(preset, &[])?)
+        })?;
+        Ok(report)
+    }
+
+    pub fn trusted_proxies(&self) -> Result<Vec<(ProxyNet, Option<String>)>, EdgeError> {
+        Ok(self.store.trusted_proxies()?)
     }
 
     pub fn distrust_proxy(&mut self, net: &ProxyNet) -> Result<ApplyReport, EdgeError> {

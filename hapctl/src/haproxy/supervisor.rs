@@ -242,7 +242,7 @@ impl Supervisor {
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if let Ok(procs) = master.show_proc_within(remaining.min(SOCKET_TIMEOUT)) {
-                let ours = expected_pid.map_or(true, |pid| pid == procs.master.pid);
+                let ours = expected_pid.is_none_or(|pid| pid == procs.master.pid);
                 if ours && !procs.workers.is_empty() {
                     return Ok(StartReport {
                         master_pid: procs.master.pid,

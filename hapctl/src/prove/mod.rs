@@ -183,7 +183,7 @@ pub fn default_host(settings: &Settings, state: &EdgeState, app: Option<&AppName
     let routed = state
         .app_domains
         .iter()
-        .find(|(_, a)| app.map_or(true, |want| *a == want))
+        .find(|(_, a)| app.is_none_or(|want| *a == want))
         .or_else(|| state.app_domains.iter().next())
         .map(|(d, _)| d.to_string());
     routed

@@ -12,7 +12,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::model::{
     AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, HttpsPolicy, Invalid, Note,
-    Port, ProxyNet, Server, ServerOptions, Version,
+    Port, ProxyNet, ProxyPreset, Server, ServerOptions, Version,
 };
 
 mod certs;
@@ -123,6 +123,9 @@ CREATE TABLE certificates (
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
 );
+"#,
+    r#"
+ALTER TABLE trusted_proxies ADD COLUMN preset TEXT;
 "#,
 ];
 
@@ -274,6 +277,24 @@ impl Store {
             )
             .optional()?
             .is_some())
+    }
+
+    /// Trusted proxies with the preset each came from (`None`: added by hand).
+    pub fn trusted_proxies(&self) -> Result<Vec<(ProxyNet, Option<String>)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT net, preset FROM trusted_proxies ORDER BY net")?;
+        let rows: Vec<(String, Option<String>)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(net, preset)| {
+                Ok((
+                    net.parse().map_err(corrupt("trusted_proxies", &net))?,
+                    preset,
+                ))
+            })
+            .collect()
     }
 
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
@@ -542,6 +563,36 @@ impl Tx<'_> {
             "INSERT OR IGNORE INTO trusted_proxies (net) VALUES (?1)",
             [net.to_string()],
         )? > 0)
+    }
+
+    /// Makes the networks tagged with `preset` exactly `nets` (a network already trusted by
+    /// hand keeps its row); returns how many were added and removed.
+    pub fn set_preset_proxies(
+        &self,
+        preset: ProxyPreset,
+        nets: &[ProxyNet],
+    ) -> Result<(usize, usize), StoreError> {
+        let keep: std::collections::BTreeSet<String> = nets.iter().map(|n| n.to_string()).collect();
+        let mut stmt = self
+            .tx
+            .prepare("SELECT net FROM trusted_proxies WHERE preset = ?1")?;
+        let current: Vec<String> = stmt
+            .query_map([preset.as_str()], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut removed = 0;
+        for net in current.iter().filter(|n| !keep.contains(*n)) {
+            removed += self
+                .tx
+                .execute("DELETE FROM trusted_proxies WHERE net = ?1", [net])?;
+        }
+        let mut added = 0;
+        for net in &keep {
+            added += self.tx.execute(
+                "INSERT OR IGNORE INTO trusted_proxies (net, preset) VALUES (?1, ?2)",
+                params![net, preset.as_str()],
+            )?;
+        }
+        Ok((added, removed))
     }
 
     /// Returns false when the network was not trusted.

@@ -93,9 +93,7 @@ pub fn serving<'s>(served: &'s [Served], host: &str) -> Option<&'s CertName> {
         .or_else(|| {
             let (_, parent) = host.split_once('.')?;
             let wildcard = format!("*.{parent}");
-            served
-                .iter()
-                .find(|s| s.filters.iter().any(|f| *f == wildcard))
+            served.iter().find(|s| s.filters.contains(&wildcard))
         })
         .map(|s| &s.cert)
 }

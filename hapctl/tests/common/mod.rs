@@ -385,6 +385,20 @@ pub struct Response {
     pub body: String,
     /// What the backend saw in `X-Real-IP` (our test backends echo it).
     pub seen_real_ip: String,
+    /// The response head, lowercased (`seen` reads the backend's echoes from it).
+    pub head: String,
+}
+
+impl Response {
+    /// What the backend saw in request header `name` (lowercase), as it echoes it.
+    pub fn seen(&self, name: &str) -> &str {
+        let prefix = format!("x-seen-{name}:");
+        self.head
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or("")
+            .trim()
+    }
 }
 
 /// A plain HTTP/1.1 GET with `Connection: close`, every step bounded by a timeout.
@@ -433,6 +447,7 @@ pub fn http_get(
         status,
         body: body.to_string(),
         seen_real_ip,
+        head: head.to_lowercase(),
     }
 }
 
@@ -523,8 +538,9 @@ fn serve(conn: &mut TcpStream, body: &str) {
     };
     let real_ip = seen("x-real-ip: ");
     let (proto, port) = (seen("x-forwarded-proto: "), seen("x-forwarded-port: "));
+    let (cf, true_client) = (seen("cf-connecting-ip: "), seen("true-client-ip: "));
     let resp = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nx-seen-cf-connecting-ip: {cf}\r\nx-seen-true-client-ip: {true_client}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = conn.write_all(resp.as_bytes());
@@ -736,3 +752,5 @@ impl Drop for DemoEdge {
 }
 
 pub mod daemon;
+pub mod pebble;
+pub mod pki;
