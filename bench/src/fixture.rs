@@ -68,7 +68,7 @@ pub fn backend(i: usize, servers: Servers<'_>) -> Backend {
 
 /// The `i`-th blocked key: mostly single addresses, every 10th a /24, every 50th IPv6.
 pub fn block(i: usize) -> Block {
-    let key = if i % 50 == 0 {
+    let key = if i.is_multiple_of(50) {
         format!("2001:db8:{:x}::/48", i + 1)
     } else if i % 10 == 0 {
         format!("203.0.{}.0/24", i % 256)

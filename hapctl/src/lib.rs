@@ -27,4 +27,5 @@ pub mod fuzzing {
     pub use crate::haproxy::messages::alerts_and_warnings as haproxy_messages;
     pub use crate::haproxy::runtime::parse_lookup;
     pub use crate::haproxy::validator::invalid_messages as check_output;
+    pub use crate::tls::bundle::{parse_bundle, BundleCheck};
 }

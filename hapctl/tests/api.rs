@@ -509,6 +509,7 @@ fn every_route_but_health_needs_the_right_token() {
     let concrete = |path: &str| {
         path.replace("{name}", "auth.example.com")
             .replace("{key}", "192.0.2.1")
+            .replace("{domain}", "auth.example.com")
     };
     assert!(
         routes.iter().all(|(_, p, _)| !concrete(p).contains('{')),
@@ -568,6 +569,11 @@ fn every_route_but_health_needs_the_right_token() {
 
     let mut seen = Vec::new();
     for (method, path, has_body) in &routes {
+        // An order from the configured CA (Let's Encrypt's production directory here):
+        // api_certs.rs runs it against Pebble.
+        if (method.as_str(), path.as_str()) == ("POST", "/v1/certificates/{name}/request") {
+            continue;
+        }
         let path = concrete(path);
         let (body, ct) = if *has_body {
             (Some(&body[..]), Some("application/json"))

@@ -197,6 +197,49 @@ fn the_cloudflare_preset_is_trusted_updated_and_removed_as_one() {
 }
 
 #[test]
+fn a_suspended_domain_gets_503_without_a_reload_and_stays_suspended_across_reloads() {
+    let edge = Edge::started();
+    let app = Backend::start("ok");
+    edge.ok(&["domain", "add", "shop.example.com", "--server", &app.addr()]);
+    edge.ok(&["domain", "add", "*.w.example.com", "--server", &app.addr()]);
+    let reloads = edge.show_proc().master.reloads;
+    let report: serde_json::Value =
+        serde_json::from_str(&edge.ok(&["domain", "suspend", "shop.example.com", "--json"]))
+            .unwrap();
+    assert_eq!(
+        (report["checks"].as_u64(), report["reloads"].as_u64()),
+        (Some(0), Some(0)),
+        "{report}"
+    );
+    let r = edge.get("shop.example.com", "/");
+    assert_eq!(r.status, 503);
+    assert!(r.body.contains("temporarily unavailable"), "{}", r.body);
+    assert_eq!(
+        edge.get("a.w.example.com", "/").status,
+        200,
+        "other domains unaffected"
+    );
+    edge.ok(&["domain", "suspend", "*.w.example.com"]);
+    assert_eq!(edge.get("a.b.w.example.com", "/").status, 503);
+    assert_eq!(
+        edge.show_proc().master.reloads,
+        reloads,
+        "no reload for a suspension"
+    );
+    // The map file says the same as the worker: a reload keeps the suspension.
+    edge.ok(&["haproxy", "reload"]);
+    assert_eq!(edge.get("shop.example.com", "/").status, 503);
+    edge.ok(&["domain", "resume", "shop.example.com"]);
+    assert_eq!(edge.get("shop.example.com", "/").status, 200);
+    assert_eq!(edge.get("a.w.example.com", "/").status, 503);
+    edge.expect_code(7, &["domain", "suspend", "nobody.example.com"]);
+    // Removing a domain forgets its suspension.
+    edge.ok(&["domain", "rm", "*.w.example.com"]);
+    edge.ok(&["domain", "add", "*.w.example.com", "--server", &app.addr()]);
+    assert_eq!(edge.get("a.w.example.com", "/").status, 200);
+}
+
+#[test]
 fn a_template_haproxy_rejects_changes_nothing() {
     let edge = Edge::started();
     let app = Backend::start("old");

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::apply::{ApplyError, ApplyReport, Outcome};
 use crate::edge::EdgeError;
 use crate::model::Invalid;
+use crate::tls::CertError;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -104,6 +105,28 @@ impl From<EdgeError> for ApiError {
         match &e {
             EdgeError::Apply(ApplyError::NotFound(m)) => ApiError::not_found(m.clone()),
             EdgeError::Deliver(d) if d.is_not_found() => ApiError::not_found(e.to_string()),
+            EdgeError::Certs(c) => ApiError::from_cert(c),
+            _ => ApiError::internal(e.to_string()),
+        }
+    }
+}
+
+impl ApiError {
+    /// A refused bundle names its problem with the bundle's stable code (`key_mismatch`,
+    /// `chain_misordered`…) against the `pem` field; a CA failure is the CA's (502), a
+    /// certificate written but not served is HAProxy's (503).
+    fn from_cert(e: &CertError) -> ApiError {
+        match e {
+            CertError::Bundle(b) => ApiError {
+                field: Some("pem".into()),
+                ..ApiError::new(StatusCode::BAD_REQUEST, b.code(), b.to_string())
+            },
+            CertError::Refused(m) => ApiError::new(StatusCode::BAD_REQUEST, "refused", m.clone()),
+            CertError::NotFound(m) => ApiError::not_found(m.clone()),
+            CertError::Acme(m) => ApiError::new(StatusCode::BAD_GATEWAY, "acme", m.clone()),
+            CertError::NotServed { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_served", e.to_string())
+            }
             _ => ApiError::internal(e.to_string()),
         }
     }
@@ -115,6 +138,12 @@ const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// A JSON request body: one object. A refused body answers in the API's error shape: 415
 /// without a JSON content type, 413 over the limit, 400 naming the JSON path of the field.
 pub struct Body<T>(pub T);
+
+/// A JSON object body whose lists hold plain values (`"names": ["a.example"]`), which `Body`
+/// refuses: its nested check exists because serde reads a struct from a list, field by
+/// position. Only for types with no struct below the top level, where no list can be read as
+/// one. A `null` body is accepted only when `T` accepts it (an `Option`).
+pub struct ValuesBody<T>(pub T);
 
 /// A JSON request body that is one object or a list of objects (`[i].field` in errors);
 /// `listed` says which was sent.
@@ -132,6 +161,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         let value = typed(&bytes)?;
         check_nested(&bytes)?;
         Ok(Body(value))
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ValuesBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = json_bytes(req, state).await?;
+        if bytes.trim_ascii() != b"null" {
+            check_top(&bytes, false)?;
+        }
+        Ok(ValuesBody(typed(&bytes)?))
     }
 }
 
@@ -283,6 +324,21 @@ fn array_of_non_objects(value: &Value, path: String) -> Option<String> {
 /// Deserializes with the path of a refused field (`servers[0].address`).
 fn typed<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
+    let value = typed_from(de)?;
+    // Anything after the value (`{…}x`, `{…}{…}`) makes the body not JSON.
+    de.end().map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    Ok(value)
+}
+
+fn typed_from<'de, T: DeserializeOwned>(
+    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'de>>,
+) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let message = e.inner().to_string();

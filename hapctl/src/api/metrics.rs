@@ -1,11 +1,21 @@
 //! Prometheus metrics, in the text exposition format (no client library needed for a handful
 //! of counters and one histogram).
+//!
+//! Certificates: `hapctl_certificate_expiry_seconds{name}` (not_after − now, from the
+//! database at scrape time), `hapctl_certificate_renewals_total` (renewals that installed a
+//! new certificate) and `hapctl_certificate_renewal_failures_total{name}` (failed attempts):
+//! both counters count what this daemon ran (worker and renew routes), from 0 at its start,
+//! so they only ever go up as counters must. The row's consecutive-failure count, which a
+//! success resets and `hapctl cert renew` also moves, is the gauge
+//! `hapctl_certificate_renewal_failing{name}`: alert on that.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
 use crate::apply::ApplyReport;
+use crate::edge::CertView;
+use crate::model::CertName;
 
 /// Upper bounds (seconds) of the apply duration histogram.
 const BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -23,6 +33,8 @@ struct Counters {
     batched_changes: u64,
     blocks_changed: u64,
     requests: BTreeMap<(String, String, u16), u64>,
+    renewals: u64,
+    renewal_failures: BTreeMap<CertName, u64>,
 }
 
 #[derive(Default)]
@@ -64,6 +76,16 @@ impl Metrics {
         self.with(|c| c.blocks_changed += changes as u64);
     }
 
+    pub fn renewal(&self, name: &CertName, renewed: bool) {
+        self.with(|c| {
+            if renewed {
+                c.renewals += 1;
+            } else {
+                *c.renewal_failures.entry(name.clone()).or_default() += 1;
+            }
+        });
+    }
+
     pub fn request(&self, method: &str, route: &str, status: u16) {
         self.with(|c| {
             *c.requests
@@ -72,8 +94,9 @@ impl Metrics {
         });
     }
 
-    /// The exposition text; `blocked` is the current number of blocked entries.
-    pub fn render(&self, blocked: usize) -> String {
+    /// The exposition text; `blocked` is the current number of blocked entries, `certs` the
+    /// certificates now.
+    pub fn render(&self, blocked: usize, certs: &[CertView], now: i64) -> String {
         let c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         let _ = writeln!(
@@ -114,6 +137,11 @@ impl Metrics {
                 "Block changes through the fast path.",
                 c.blocks_changed,
             ),
+            (
+                "hapctl_certificate_renewals_total",
+                "Certificate renewals this daemon installed.",
+                c.renewals,
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -125,6 +153,45 @@ impl Metrics {
         for ((method, route, status), n) in &c.requests {
             let _ = writeln!(out, "hapctl_api_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}");
         }
+        render_certificates(&mut out, &c, certs, now);
         out
+    }
+}
+
+fn render_certificates(out: &mut String, c: &Counters, certs: &[CertView], now: i64) {
+    let _ = writeln!(out, "# HELP hapctl_certificate_expiry_seconds Seconds until the certificate expires (negative: expired).\n# TYPE hapctl_certificate_expiry_seconds gauge");
+    for v in certs {
+        let r = &v.record;
+        let _ = writeln!(
+            out,
+            "hapctl_certificate_expiry_seconds{{name=\"{}\"}} {}",
+            r.name,
+            r.not_after - now
+        );
+    }
+    let _ = writeln!(out, "# HELP hapctl_certificate_renewal_failing Renewal failures in a row (0 once one succeeds).\n# TYPE hapctl_certificate_renewal_failing gauge");
+    for v in certs.iter().filter(|v| v.record.source.is_acme()) {
+        let _ = writeln!(
+            out,
+            "hapctl_certificate_renewal_failing{{name=\"{}\"}} {}",
+            v.record.name, v.record.failures
+        );
+    }
+    // Every ACME certificate has its series from the start (0), plus any that failed and
+    // was removed since: a counter must not vanish while the daemon runs.
+    let mut failures: BTreeMap<&CertName, u64> = certs
+        .iter()
+        .filter(|v| v.record.source.is_acme())
+        .map(|v| (&v.record.name, 0))
+        .collect();
+    for (name, n) in &c.renewal_failures {
+        failures.insert(name, *n);
+    }
+    let _ = writeln!(out, "# HELP hapctl_certificate_renewal_failures_total Failed renewal attempts this daemon ran.\n# TYPE hapctl_certificate_renewal_failures_total counter");
+    for (name, n) in failures {
+        let _ = writeln!(
+            out,
+            "hapctl_certificate_renewal_failures_total{{name=\"{name}\"}} {n}"
+        );
     }
 }

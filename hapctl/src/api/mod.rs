@@ -2,13 +2,19 @@
 //!
 //! Handlers are thin: they parse the request into model types, hand changes to the workers
 //! (`workers.rs`: coalesced applies, the block fast path) or read through one shared
-//! connection, and shape the answer. The route table (`routes.rs`) builds both the router and
-//! `/openapi.json`, so the documentation cannot drift from what is served.
+//! connection, and shape the answer. Certificate work (`certs.rs`, `compat_certs.rs`) runs on
+//! a fresh `Edge` on a blocking thread; the renewal worker (`renewals.rs`) renews on its own.
+//! The route table (`routes.rs`) builds both the router and `/openapi.json`, so the
+//! documentation cannot drift from what is served.
 
 mod auth;
+mod certs;
 mod compat;
+mod compat_certs;
+mod compat_dns;
 mod error;
 mod metrics;
+mod renewals;
 mod routes;
 mod v1;
 mod workers;
@@ -70,6 +76,10 @@ struct Inner {
     domains: mpsc::Sender<DomainJob>,
     blocks: mpsc::Sender<BlockJob>,
     metrics: Arc<Metrics>,
+    /// Bounds the ACME orders in flight, shared with the renewal worker.
+    orders: Arc<renewals::OrderGate>,
+    /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
+    dns: compat_dns::PendingDns,
 }
 
 impl AppState {
@@ -111,6 +121,20 @@ impl AppState {
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?
             .map_err(ApiError::from)
+    }
+
+    /// [`AppState::with_new_edge`] for work that talks to the ACME CA: it waits for a slot of
+    /// the order gate first, on the blocking thread.
+    async fn with_acme<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let gate = self.0.orders.clone();
+        self.with_new_edge(move |edge| {
+            let _slot = gate.acquire();
+            f(edge)
+        })
+        .await
     }
 
     /// Queues a domain change for the apply worker; answers with the apply that contained it.
@@ -210,9 +234,24 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
             .map_err(|e| ServeError::Start(e.to_string()))?;
     }
     edge.sync_blocks()?;
+    // A certificate change a killed process left half-done is finished now that HAProxy
+    // runs; a failure here is logged, not fatal: the files HAProxy loaded are whole anyway.
+    match edge.reconcile_certificates() {
+        Ok(fixed) if fixed.is_empty() => {
+            tracing::info!("certificates: files, worker and database agree")
+        }
+        Ok(fixed) => {
+            for f in fixed {
+                tracing::warn!("certificates at startup: {f}");
+            }
+        }
+        Err(e) => tracing::error!("certificates at startup: cannot reconcile: {e}"),
+    }
 
     let metrics = Arc::new(Metrics::default());
+    let orders = Arc::new(renewals::OrderGate::default());
     let (domains, blocks) = workers::start(state_dir.to_path_buf(), metrics.clone())?;
+    renewals::start(state_dir.to_path_buf(), metrics.clone(), orders.clone())?;
     let app = AppState(Arc::new(Inner {
         state_dir: state_dir.to_path_buf(),
         token,
@@ -220,6 +259,8 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         domains,
         blocks,
         metrics,
+        orders,
+        dns: compat_dns::PendingDns::default(),
     }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -11,7 +11,9 @@ use axum::{middleware, Json, Router};
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::{auth, compat, count_requests, v1, AppState, BODY_LIMIT};
+use super::{
+    auth, certs, compat, compat_certs, compat_dns, count_requests, v1, AppState, BODY_LIMIT,
+};
 
 /// What `/openapi.json` says about a route.
 pub struct RouteDoc {
@@ -43,6 +45,14 @@ fn schema_server() -> Value {
         "maxconn": {"type": "integer", "minimum": 1}, "check": {"type": "boolean"}}})
 }
 
+fn schema_names() -> Value {
+    json!({"type": "array", "items": {"type": "string", "example": "shop.example.com"}})
+}
+
+fn schema_domain() -> Value {
+    json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string", "example": "example.com"}}})
+}
+
 fn schema_block() -> Value {
     json!({"type": "object", "required": ["ip"], "properties": {
         "ip": {"type": "string", "example": "203.0.113.0/24"}, "reason": {"type": "string"},
@@ -60,6 +70,17 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
                 "profile": {"type": "string", "enum": ["default", "websocket", "sse", "http-check:/path"]}, "app": {"type": "string"}}}))), put(v1::put_domain)),
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
+        (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
+            Some(json!({"type": "object", "required": ["redirect"], "properties": {"redirect": {"type": "string", "enum": ["off", "301", "308"]},
+                "hsts_max_age": {"type": ["integer", "null"], "minimum": 1, "maximum": crate::model::MAX_HSTS_AGE}, "hsts_include_subdomains": {"type": "boolean"}}}))), put(certs::put_https)),
+        (doc("get", "/v1/certificates", "List certificates: names, source, validity, next renewal, last error, the host names each serves", None), get(certs::list)),
+        (doc("get", "/v1/certificates/{name}", "One certificate", None), get(certs::show)),
+        (doc("put", "/v1/certificates/{name}", "Install a PEM bundle (leaf, chain, unencrypted key); refused with the problem named and nothing written; served without a reload (201 when new)",
+            Some(json!({"type": "object", "required": ["pem"], "properties": {"pem": {"type": "string"}, "names": schema_names()}}))), put(certs::put)),
+        (doc("post", "/v1/certificates/{name}/request", "Order from the ACME CA (HTTP-01, or DNS-01 through [acme] dns_hook) and serve it without a reload (201 when new)",
+            Some(json!({"type": "object", "properties": {"names": schema_names(), "dns_01": {"type": "boolean"}}}))), post(certs::request)),
+        (doc("post", "/v1/certificates/{name}/renew", "Renew an ACME certificate now; 502 when the order fails (the current one keeps serving)", None), post(certs::renew)),
+        (doc("delete", "/v1/certificates/{name}", "Stop serving a certificate and delete it (not the default)", None), delete(certs::delete)),
         (doc("get", "/v1/blocked-ips", "List blocks", None), get(v1::list_blocks)),
         (doc("post", "/v1/blocked-ips", "Block one entry or a list; runtime API, no reload, no haproxy -c",
             Some(json!({"oneOf": [schema_block(), {"type": "array", "items": schema_block()}]}))), post(v1::post_blocks)),
@@ -90,6 +111,19 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/api/security/clear-expired", "(edge manager) Remove expired blocks now", None), post(compat::clear_expired)),
         (doc("get", "/api/regenerate", "(edge manager) Re-render and apply", None), get(compat::regenerate)),
         (doc("post", "/api/config/reload", "(edge manager) Apply; reload through the master if nothing changed", None), post(compat::reload)),
+        (doc("post", "/api/ssl", "(edge manager) HTTP-01 certificate for one domain; errors E1", Some(schema_domain())), post(compat_certs::post_ssl)),
+        (doc("post", "/api/ssl/bundle", "(edge manager) One certificate for primary and its SANs; cleanup is always empty (one certificate serves each name); errors E1",
+            Some(json!({"type": "object", "required": ["primary"], "properties": {"primary": {"type": "string"}, "sans": schema_names()}}))), post(compat_certs::post_bundle)),
+        (doc("post", "/api/certificates/request", "(edge manager) A certificate per domain (+ www.): 200 all, 207 some, 500 none issued",
+            Some(json!({"type": "object", "required": ["domains"], "properties": {"domains": {"oneOf": [schema_names(), {"type": "string"}]},
+                "force_renewal": {"type": "boolean"}, "include_www": {"type": "boolean", "default": true}}}))), post(compat_certs::post_certificates_request)),
+        (doc("post", "/api/certificates/renew", "(edge manager) Renew what is due, through the runtime API: never a reload, whatever the message says", None), post(compat_certs::post_renew)),
+        (doc("get", "/api/certificates/status", "(edge manager) One entry per served host name, expiry and days left", None), get(compat_certs::status)),
+        (doc("get", "/api/certificates/{domain}/download", "(edge manager) Chain and PRIVATE KEY of the certificate serving the domain", None), get(compat_certs::get_download)),
+        (doc("get", "/api/certificates/{domain}/key", "(edge manager) The PRIVATE KEY of the certificate serving the domain", None), get(compat_certs::get_key)),
+        (doc("get", "/api/certificates/{domain}/cert", "(edge manager) The chain of the certificate serving the domain", None), get(compat_certs::get_cert)),
+        (doc("post", "/api/ssl/dns-challenge/request", "(edge manager) Start a DNS-01 order for *.<domain>; answers the TXT value for _acme-challenge.<domain> (E3)", Some(schema_domain())), post(compat_dns::post_dns_request)),
+        (doc("post", "/api/ssl/dns-challenge/verify", "(edge manager) Finish it: the wildcard certificate wildcard.<domain> is served (E3)", Some(schema_domain())), post(compat_dns::post_dns_verify)),
     ]
 }
 

@@ -11,6 +11,7 @@ use super::error::{ApiError, Body, BodyList, PathParam};
 use super::AppState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
+use crate::clock::unix_now;
 use crate::edge::{DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, Domain, EdgeState, Note, Profile, Server, ServerAddr, ServerName,
@@ -60,6 +61,7 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
                 "blocked": edge.block_count()?,
                 "trusted_proxies": state.trusted_proxies.len(),
             },
+            "certificates": super::certs::summary(&edge.certificates()?, unix_now()),
         })))
     })
     .await
@@ -441,7 +443,9 @@ pub async fn list_applies(State(app): State<AppState>) -> Result<Json<Value>, Ap
 }
 
 pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let blocked = app.read(|edge| edge.block_count()).await?;
-    let text = app.0.metrics.render(blocked);
+    let (blocked, certs) = app
+        .read(|edge| Ok((edge.block_count()?, edge.certificates()?)))
+        .await?;
+    let text = app.0.metrics.render(blocked, &certs, unix_now());
     Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }

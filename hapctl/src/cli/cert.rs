@@ -50,7 +50,7 @@ pub enum CertCommand {
         #[command(flatten)]
         out: JsonOut,
     },
-    /// Renew ACME certificates now: NAME, or every due one (all with --force).
+    /// Renew ACME certificates: NAME or every one (--all) that is due, or now with --force.
     Renew {
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         name: Option<String>,
@@ -118,7 +118,11 @@ pub fn run(dir: &Path, cmd: CertCommand) -> Result<u8, Failure> {
         }
         CertCommand::Show { name, out } => {
             let view = open(dir)?.certificate(&name.parse()?)?;
-            print_certs(std::slice::from_ref(&view), out.json);
+            if out.json {
+                output::print_json(&view);
+            } else {
+                print_certs(std::slice::from_ref(&view), false);
+            }
             Ok(0)
         }
         CertCommand::Renew {
@@ -129,7 +133,7 @@ pub fn run(dir: &Path, cmd: CertCommand) -> Result<u8, Failure> {
         } => {
             let mut edge = open(dir)?;
             let outcomes = match name {
-                Some(n) => vec![edge.renew_certificate(&n.parse()?)?],
+                Some(n) => edge.renew_if_due(&n.parse()?, force)?.into_iter().collect(),
                 None => edge.renew_due(force)?,
             };
             Ok(print_renewals(&outcomes, out.json))

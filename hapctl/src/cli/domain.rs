@@ -1,4 +1,4 @@
-//! `hapctl domain add|rm|ls|https`: domains, their servers and their HTTPS policy.
+//! `hapctl domain add|rm|ls|https|suspend|resume`: domains, their servers and their policies.
 
 use std::path::Path;
 
@@ -40,6 +40,18 @@ pub enum DomainCommand {
     },
     /// List domains.
     Ls(JsonOut),
+    /// Answer a domain with the suspended page (503) until it is resumed (no reload).
+    Suspend {
+        name: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Serve a suspended domain again (no reload).
+    Resume {
+        name: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
     /// A domain's HTTPS policy: redirect HTTP to HTTPS, HSTS (a map change: no reload).
     Https {
         name: String,
@@ -120,6 +132,14 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                 .transpose()?;
             let report =
                 open(dir)?.set_https_policy(&name.parse()?, HttpsPolicy { redirect, hsts })?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Suspend { name, out } => {
+            let report = open(dir)?.set_suspended(&name.parse()?, true)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Resume { name, out } => {
+            let report = open(dir)?.set_suspended(&name.parse()?, false)?;
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Ls(out) => {

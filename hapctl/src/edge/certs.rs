@@ -289,6 +289,24 @@ impl Edge {
         }
     }
 
+    /// Renews `name` if it is due (or `force`); `None` when it was not due.
+    pub fn renew_if_due(
+        &mut self,
+        name: &CertName,
+        force: bool,
+    ) -> Result<Option<RenewOutcome>, EdgeError> {
+        let record = self
+            .store
+            .certificate(name)?
+            .ok_or_else(|| not_found(name))?;
+        let due = renew::due(std::slice::from_ref(&record), unix_now()).len() == 1;
+        if force || due || !record.source.is_acme() {
+            return self.renew_certificate(name).map(Some);
+        }
+        tracing::info!(certificate = %name, next_renewal = ?record.next_renewal, "not due; --force renews now");
+        Ok(None)
+    }
+
     /// Renews every ACME certificate that is due (all of them with `force`), one order at a
     /// time.
     pub fn renew_due(&mut self, force: bool) -> Result<Vec<RenewOutcome>, EdgeError> {
@@ -326,6 +344,22 @@ impl Edge {
         Ok(self.certs().key_pem(name)?)
     }
 
+    /// Suspends a domain (503 page, ACME still answered) or resumes it: a map change, applied
+    /// at runtime with no reload.
+    pub fn set_suspended(
+        &mut self,
+        domain: &Domain,
+        suspended: bool,
+    ) -> Result<ApplyReport, EdgeError> {
+        let d = domain.clone();
+        let verb = if suspended { "suspend" } else { "resume" };
+        let (report, _) = self.applier_run(&format!("domain {verb} {domain}"), move |tx| {
+            require_domain(tx, &d)?;
+            Ok(tx.set_suspended(&d, suspended, unix_now())?)
+        })?;
+        Ok(report)
+    }
+
     /// Sets a domain's HTTPS policy: a map change, applied at runtime with no reload.
     pub fn set_https_policy(
         &mut self,
@@ -334,15 +368,22 @@ impl Edge {
     ) -> Result<ApplyReport, EdgeError> {
         let d = domain.clone();
         let (report, _) = self.applier_run(&format!("domain https {domain}"), move |tx| {
-            let state = tx.load_state()?;
-            if !state.domains.contains_key(&d) && !state.app_domains.contains_key(&d) {
-                return Err(crate::apply::ApplyError::NotFound(format!(
-                    "domain {d} does not exist; `hapctl domain ls` lists them"
-                )));
-            }
+            require_domain(tx, &d)?;
             Ok(tx.set_https_policy(&d, &policy)?)
         })?;
         Ok(report)
+    }
+}
+
+/// Policies apply to domains that exist.
+fn require_domain(tx: &crate::store::Tx<'_>, d: &Domain) -> Result<(), crate::apply::ApplyError> {
+    let state = tx.load_state()?;
+    if state.domains.contains_key(d) || state.app_domains.contains_key(d) {
+        Ok(())
+    } else {
+        Err(crate::apply::ApplyError::NotFound(format!(
+            "domain {d} does not exist; `hapctl domain ls` lists them"
+        )))
     }
 }
 

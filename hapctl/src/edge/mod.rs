@@ -157,6 +157,7 @@ impl DomainChange {
             DomainChange::PutApp(d, app) => created(tx.put_app_domain(d, app, unix_now())?),
             DomainChange::Remove(d) if tx.remove_domain(d)? => {
                 tx.set_https_policy(d, &crate::model::HttpsPolicy::default())?;
+                tx.set_suspended(d, false, unix_now())?;
                 DomainResult::Removed
             }
             DomainChange::Remove(_) => DomainResult::NotFound,

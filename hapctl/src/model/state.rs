@@ -70,4 +70,6 @@ pub struct EdgeState {
     pub trusted_proxies: BTreeSet<ProxyNet>,
     /// Domains whose HTTPS policy is not the default (serve both, no HSTS).
     pub https: BTreeMap<Domain, HttpsPolicy>,
+    /// Domains answered with the suspended page (503) instead of their backend.
+    pub suspended: BTreeSet<Domain>,
 }

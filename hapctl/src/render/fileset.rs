@@ -19,10 +19,13 @@ pub enum FileId {
     HttpsWildcardsMap,
     AcmeMap,
     CrtList,
+    SuspendedMap,
+    SuspendedWildcardsMap,
+    SuspendedPage,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 12] = [
+    pub const ALL: [FileId; 15] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -35,13 +38,16 @@ impl FileId {
         FileId::HttpsWildcardsMap,
         FileId::AcmeMap,
         FileId::CrtList,
+        FileId::SuspendedMap,
+        FileId::SuspendedWildcardsMap,
+        FileId::SuspendedPage,
     ];
 
     /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
-    pub const RENDERED: [FileId; 9] = [
+    pub const RENDERED: [FileId; 12] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -51,11 +57,19 @@ impl FileId {
         FileId::BlockedPage,
         FileId::HttpsMap,
         FileId::HttpsWildcardsMap,
+        FileId::SuspendedMap,
+        FileId::SuspendedWildcardsMap,
+        FileId::SuspendedPage,
     ];
 
     /// Rendered maps that the running worker can take through the runtime API: an apply that
     /// changes only these needs no reload.
-    pub const RUNTIME_MAPS: [FileId; 2] = [FileId::HttpsMap, FileId::HttpsWildcardsMap];
+    pub const RUNTIME_MAPS: [FileId; 4] = [
+        FileId::HttpsMap,
+        FileId::HttpsWildcardsMap,
+        FileId::SuspendedMap,
+        FileId::SuspendedWildcardsMap,
+    ];
 
     /// Stable relative name, used for the snapshot layout and in messages.
     pub fn name(self) -> &'static str {
@@ -72,6 +86,9 @@ impl FileId {
             FileId::HttpsWildcardsMap => "maps/https-wildcards.map",
             FileId::AcmeMap => "maps/acme-challenges.map",
             FileId::CrtList => "certs/crt-list",
+            FileId::SuspendedMap => "maps/suspended.map",
+            FileId::SuspendedWildcardsMap => "maps/suspended-wildcards.map",
+            FileId::SuspendedPage => "pages/suspended.html",
         }
     }
 
@@ -90,6 +107,9 @@ impl FileId {
             FileId::HttpsWildcardsMap => paths.maps_dir.join("https-wildcards.map"),
             FileId::AcmeMap => paths.maps_dir.join("acme-challenges.map"),
             FileId::CrtList => paths.certs_dir.join("crt-list"),
+            FileId::SuspendedMap => paths.maps_dir.join("suspended.map"),
+            FileId::SuspendedWildcardsMap => paths.maps_dir.join("suspended-wildcards.map"),
+            FileId::SuspendedPage => paths.pages_dir.join("suspended.html"),
         }
     }
 
@@ -100,6 +120,7 @@ impl FileId {
             FileId::Generation => Some("generation.cfg.j2"),
             FileId::UnknownHostPage => Some("unknown-host.html.j2"),
             FileId::BlockedPage => Some("blocked.html.j2"),
+            FileId::SuspendedPage => Some("suspended.html.j2"),
             FileId::HostsMap
             | FileId::WildcardsMap
             | FileId::BlockedMap
@@ -107,7 +128,9 @@ impl FileId {
             | FileId::HttpsMap
             | FileId::HttpsWildcardsMap
             | FileId::AcmeMap
-            | FileId::CrtList => None,
+            | FileId::CrtList
+            | FileId::SuspendedMap
+            | FileId::SuspendedWildcardsMap => None,
         }
     }
 }

@@ -96,6 +96,9 @@ pub fn render(
         acme_map => at(FileId::AcmeMap),
         https_map => at(FileId::HttpsMap),
         https_wildcards_map => at(FileId::HttpsWildcardsMap),
+        suspended_map => at(FileId::SuspendedMap),
+        suspended_wildcards_map => at(FileId::SuspendedWildcardsMap),
+        suspended_page => at(FileId::SuspendedPage),
         backends => backends,
         apps => apps,
         hard_stop_after => hard_stop_after,
@@ -169,6 +172,18 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
             }
         }
         // Looked up like the routes: exact names, then the longest wildcard suffix.
+        FileId::SuspendedMap => {
+            for domain in state.suspended.iter().filter(|d| !d.is_wildcard()) {
+                let _ = writeln!(out, "{domain} 1");
+            }
+        }
+        FileId::SuspendedWildcardsMap => {
+            let mut wild: Vec<_> = state.suspended.iter().filter(|d| d.is_wildcard()).collect();
+            wild.sort_by_key(|d| (std::cmp::Reverse(d.name().as_str().len()), *d));
+            for domain in wild {
+                let _ = writeln!(out, ".{} 1", domain.name());
+            }
+        }
         FileId::HttpsMap => {
             for (domain, policy) in state.https.iter().filter(|(d, _)| !d.is_wildcard()) {
                 let _ = writeln!(out, "{domain} {}", policy.map_value());

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use minijinja::Environment;
 
-const EMBEDDED: [(&str, &str); 4] = [
+const EMBEDDED: [(&str, &str); 5] = [
     (
         "haproxy.cfg.j2",
         include_str!("../../templates/haproxy.cfg.j2"),
@@ -20,6 +20,10 @@ const EMBEDDED: [(&str, &str); 4] = [
     (
         "blocked.html.j2",
         include_str!("../../templates/blocked.html.j2"),
+    ),
+    (
+        "suspended.html.j2",
+        include_str!("../../templates/suspended.html.j2"),
     ),
 ];
 

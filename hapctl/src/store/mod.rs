@@ -127,6 +127,12 @@ CREATE TABLE certificates (
     r#"
 ALTER TABLE trusted_proxies ADD COLUMN preset TEXT;
 "#,
+    r#"
+CREATE TABLE suspended_domains (
+    domain TEXT PRIMARY KEY,
+    since INTEGER NOT NULL
+);
+"#,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main
@@ -557,6 +563,27 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Suspends or resumes a domain; returns false when it already was in that state.
+    pub fn set_suspended(
+        &self,
+        domain: &Domain,
+        suspended: bool,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let changed = if suspended {
+            self.tx.execute(
+                "INSERT OR IGNORE INTO suspended_domains (domain, since) VALUES (?1, ?2)",
+                params![domain.to_string(), now],
+            )?
+        } else {
+            self.tx.execute(
+                "DELETE FROM suspended_domains WHERE domain = ?1",
+                [domain.to_string()],
+            )?
+        };
+        Ok(changed > 0)
+    }
+
     /// Trusts a proxy network; returns false when it was already trusted.
     pub fn add_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
         Ok(self.tx.execute(
@@ -710,6 +737,17 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
             HttpsPolicy::from_map_value(&policy).map_err(corrupt("https_policies", &domain))?;
         let domain: Domain = domain.parse().map_err(corrupt("https_policies", &domain))?;
         state.https.insert(domain, policy);
+    }
+
+    let mut stmt = conn.prepare("SELECT domain FROM suspended_domains")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let domain: String = r.get(0)?;
+        state.suspended.insert(
+            domain
+                .parse()
+                .map_err(corrupt("suspended_domains", &domain))?,
+        );
     }
 
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;

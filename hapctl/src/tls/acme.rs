@@ -78,6 +78,12 @@ impl<'a> Acme<'a> {
             Some(root) => Account::builder_with_root(root),
             None => Account::builder(),
         };
+        if let Some(root) = acme.ca_root.as_ref().filter(|r| !r.exists()) {
+            return Err(CertError::Acme(format!(
+                "[acme] ca_root {} does not exist; point it at the PEM root of the CA's directory",
+                root.display()
+            )));
+        }
         let builder = builder().map_err(acme_err("cannot set up the ACME client"))?;
         if let Some(text) = fsutil::read_optional(&path).map_err(|source| CertError::Io {
             context: format!("cannot read {}", path.display()),

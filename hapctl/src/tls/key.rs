@@ -1,15 +1,33 @@
 //! Private keys: the supported types, generation, and reading an uploaded key.
 //!
-//! The type and size are read from the DER ourselves before any crypto library sees the key,
-//! so that a refused key (Ed25519, P-521, RSA 1024, …) is named precisely instead of failing
-//! as "could not parse". Every accepted key is turned into PKCS#8, the one form we store.
+//! The type and size are read from the DER (with x509-parser's DER reader) before any crypto
+//! library sees the key, so that a refused key (Ed25519, P-521, RSA 1024, …) is named
+//! precisely instead of failing as "could not parse". An accepted key keeps its form: PKCS#8,
+//! SEC1 or PKCS#1, all of which HAProxy (OpenSSL) loads.
 
 use std::fmt;
 use std::str::FromStr;
 
-use rcgen::{KeyPair, PublicKeyData, RsaKeySize};
+use rcgen::{KeyPair, PublicKeyData, RsaKeySize, SignatureAlgorithm};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
+use x509_parser::asn1_rs::{oid, Any, Class, FromDer, Integer, OctetString, Oid, Tag};
+use x509_parser::num_bigint::BigUint;
+use x509_parser::oid_registry::{
+    OID_EC_P256, OID_KEY_TYPE_DSA, OID_KEY_TYPE_EC_PUBLIC_KEY, OID_NIST_EC_P384, OID_NIST_EC_P521,
+    OID_PKCS1_RSAENCRYPTION, OID_PKCS1_RSASSAPSS, OID_SIG_ED25519, OID_SIG_ED448,
+};
+use x509_parser::public_key::PublicKey;
+use x509_parser::x509::{AlgorithmIdentifier, SubjectPublicKeyInfo};
 
-use super::pem::{Block, Label};
+use super::pem::{self, Block, Label};
+
+// Object identifiers the registry does not name (rustfmt would space out the dotted arcs).
+#[rustfmt::skip]
+const OID_SECP256K1: Oid<'static> = oid!(1.3.132.0.10);
+#[rustfmt::skip]
+const OID_X25519: Oid<'static> = oid!(1.3.101.110);
+#[rustfmt::skip]
+const OID_X448: Oid<'static> = oid!(1.3.101.111);
 
 /// The key types a certificate of this edge may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,28 +63,25 @@ impl KeyType {
 
     /// A fresh key pair of this type (aws-lc-rs generates RSA too).
     pub fn generate(self) -> Result<KeyPair, KeyError> {
-        let size = match self {
-            KeyType::EcdsaP256 => {
-                return generated(self, KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256))
-            }
-            KeyType::EcdsaP384 => {
-                return generated(self, KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384))
-            }
-            KeyType::Rsa2048 => RsaKeySize::_2048,
-            KeyType::Rsa3072 => RsaKeySize::_3072,
-            KeyType::Rsa4096 => RsaKeySize::_4096,
+        let rsa = |size| KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, size);
+        let result = match self {
+            KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+            KeyType::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384),
+            KeyType::Rsa2048 => rsa(RsaKeySize::_2048),
+            KeyType::Rsa3072 => rsa(RsaKeySize::_3072),
+            KeyType::Rsa4096 => rsa(RsaKeySize::_4096),
         };
-        generated(
-            self,
-            KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, size),
-        )
+        result.map_err(|e| KeyError::Generate {
+            key_type: self,
+            reason: e.to_string(),
+        })
     }
 
     /// The type of a key pair already in memory (one we generated, or one from `rcgen`).
     pub fn of(key: &KeyPair) -> Result<KeyType, KeyError> {
-        spki_key_type(&key.subject_public_key_info()).map_err(|found| KeyError::Unsupported {
+        spki_der_key_type(&key.subject_public_key_info()).map_err(|found| KeyError::Unsupported {
             found,
-            at: "the key pair".into(),
+            at: "the key pair in memory".into(),
         })
     }
 
@@ -79,25 +94,28 @@ impl KeyType {
         }
     }
 
-    fn from_curve(curve: &[u8]) -> Result<KeyType, String> {
-        match curve {
-            oid::P256 => Ok(KeyType::EcdsaP256),
-            oid::P384 => Ok(KeyType::EcdsaP384),
-            oid::P521 => Err("an ECDSA P-521 key".into()),
-            oid::SECP256K1 => Err("an ECDSA secp256k1 key".into()),
-            other => Err(format!("an EC key on curve {}", oid::dotted(other))),
+    fn from_curve(curve: &Oid<'_>) -> Result<KeyType, String> {
+        if *curve == OID_EC_P256 {
+            Ok(KeyType::EcdsaP256)
+        } else if *curve == OID_NIST_EC_P384 {
+            Ok(KeyType::EcdsaP384)
+        } else if *curve == OID_NIST_EC_P521 {
+            Err("an ECDSA P-521 key".into())
+        } else if *curve == OID_SECP256K1 {
+            Err("an ECDSA secp256k1 key".into())
+        } else {
+            Err(format!("an EC key on curve {}", shown_oid(curve)))
         }
     }
-}
 
-fn generated(
-    key_type: KeyType,
-    result: Result<KeyPair, rcgen::Error>,
-) -> Result<KeyPair, KeyError> {
-    result.map_err(|e| KeyError::Generate {
-        key_type,
-        reason: e.to_string(),
-    })
+    /// What rcgen signs with, and reads the key for.
+    fn signature_algorithm(self) -> &'static SignatureAlgorithm {
+        match self {
+            KeyType::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+            KeyType::EcdsaP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+            KeyType::Rsa2048 | KeyType::Rsa3072 | KeyType::Rsa4096 => &rcgen::PKCS_RSA_SHA256,
+        }
+    }
 }
 
 impl FromStr for KeyType {
@@ -152,7 +170,7 @@ impl KeyError {
 }
 
 /// Reads an unencrypted private key block: PKCS#8 `PRIVATE KEY`, SEC1 `EC PRIVATE KEY` or
-/// PKCS#1 `RSA PRIVATE KEY`. The returned key pair always holds PKCS#8 (see [`pkcs8_pem`]).
+/// PKCS#1 `RSA PRIVATE KEY`. The key pair keeps the block's DER (see [`private_key_pem`]).
 pub fn parse_private_key(block: &Block) -> Result<(KeyPair, KeyType), KeyError> {
     let at = format!("the {} block on line {}", block.label, block.line);
     if block.encrypted || block.label == Label::EncryptedPrivateKey {
@@ -163,113 +181,141 @@ pub fn parse_private_key(block: &Block) -> Result<(KeyPair, KeyType), KeyError> 
         format,
         reason,
     };
-    let (key_type, pkcs8) = match block.label {
+    let unsupported = |found| KeyError::Unsupported {
+        found,
+        at: at.clone(),
+    };
+    let der = block.der.as_slice();
+    let (key_type, format, key_der) = match block.label {
         Label::PrivateKey => {
-            let key_type = pkcs8_key_type(&block.der).map_err(|e| match e {
+            let key_type = pkcs8_key_type(der).map_err(|e| match e {
                 Pkcs8Error::Encrypted => KeyError::Encrypted { at: at.clone() },
                 Pkcs8Error::Malformed(reason) => malformed("PKCS#8", reason),
-                Pkcs8Error::Unsupported(found) => KeyError::Unsupported {
-                    found,
-                    at: at.clone(),
-                },
+                Pkcs8Error::Unsupported(found) => unsupported(found),
             })?;
-            (key_type, block.der.clone())
+            let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(der));
+            (key_type, "PKCS#8", key_der)
         }
         Label::EcPrivateKey => {
-            let curve = sec1_curve(&block.der).map_err(|reason| malformed("SEC1 EC", reason))?;
-            let key_type = KeyType::from_curve(curve).map_err(|found| KeyError::Unsupported {
-                found,
-                at: at.clone(),
-            })?;
-            (key_type, wrap_pkcs8(key_type, &block.der))
+            let curve = sec1_curve(der).map_err(|reason| malformed("SEC1 EC", reason))?;
+            let key_type = KeyType::from_curve(&curve).map_err(unsupported)?;
+            let key_der = PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(der));
+            (key_type, "SEC1 EC", key_der)
         }
         Label::RsaPrivateKey => {
-            let bits = pkcs1_bits(&block.der).map_err(|reason| malformed("PKCS#1 RSA", reason))?;
-            let key_type = KeyType::from_rsa_bits(bits).map_err(|found| KeyError::Unsupported {
-                found,
-                at: at.clone(),
-            })?;
-            (key_type, wrap_pkcs8(key_type, &block.der))
+            let bits = pkcs1_bits(der).map_err(|reason| malformed("PKCS#1 RSA", reason))?;
+            let key_type = KeyType::from_rsa_bits(bits).map_err(unsupported)?;
+            let key_der = PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(der));
+            (key_type, "PKCS#1 RSA", key_der)
         }
         Label::Certificate | Label::EncryptedPrivateKey => {
             return Err(malformed("private", "this block is not a private key"));
         }
     };
-    // aws-lc-rs checks the numbers themselves (the point is on the curve, the RSA primes
-    // multiply to the modulus).
-    let key = KeyPair::try_from(pkcs8.as_slice())
-        .map_err(|_| malformed("PKCS#8", "the key's values are inconsistent"))?;
+    // aws-lc-rs checks the numbers themselves (the point is on the curve and is the public
+    // key, the RSA primes multiply to the modulus).
+    let key = KeyPair::from_der_and_sign_algo(&key_der, key_type.signature_algorithm())
+        .map_err(|_| malformed(format, "the key's values are inconsistent"))?;
     if KeyType::of(&key).ok() != Some(key_type) {
         return Err(malformed(
-            "PKCS#8",
+            format,
             "its public key does not match its declared type",
         ));
     }
     Ok((key, key_type))
 }
 
-/// The key as PKCS#8 PEM, the form we store and hand to HAProxy. A key pair built by `rcgen`
-/// from SEC1 or PKCS#1 DER keeps that DER, and `serialize_pem` would then label it wrongly,
-/// so we wrap it here.
-pub fn pkcs8_pem(key: &KeyPair) -> Result<String, KeyError> {
-    let key_type = KeyType::of(key)?;
+/// The key as PEM, labelled by its form: the DER a key pair was read from (PKCS#8
+/// `PRIVATE KEY`, SEC1 `EC PRIVATE KEY` or PKCS#1 `RSA PRIVATE KEY`), PKCS#8 for one we
+/// generated. HAProxy loads all three. (`KeyPair::serialize_pem` calls every form PKCS#8.)
+pub fn private_key_pem(key: &KeyPair) -> Result<String, KeyError> {
     let der = key.serialized_der();
-    let second_tag = der::read(der)
-        .and_then(|(tag, body, _)| (tag == der::SEQUENCE).then_some(body))
-        .and_then(|body| der::read(body))
-        .and_then(|(_, _, rest)| der::read(rest))
-        .map(|(tag, _, _)| tag);
-    let pkcs8 = match second_tag {
-        // PrivateKeyInfo: version, AlgorithmIdentifier, …
-        Some(der::SEQUENCE) => der.to_vec(),
-        // ECPrivateKey: version, privateKey OCTET STRING; RSAPrivateKey: version, modulus.
-        Some(der::OCTET_STRING) | Some(der::INTEGER) => wrap_pkcs8(key_type, der),
+    let label = match PrivateKeyDer::try_from(der) {
+        Ok(PrivateKeyDer::Pkcs8(_)) => Label::PrivateKey,
+        Ok(PrivateKeyDer::Sec1(_)) => Label::EcPrivateKey,
+        Ok(PrivateKeyDer::Pkcs1(_)) => Label::RsaPrivateKey,
         _ => {
             return Err(KeyError::Malformed {
-                at: "the key pair".into(),
-                format: "PKCS#8",
+                at: "the key pair in memory".into(),
+                format: "private",
                 reason: "its DER form is not recognised",
             })
         }
     };
-    Ok(super::pem::encode("PRIVATE KEY", &pkcs8))
+    Ok(pem::encode(label.as_str(), der))
 }
 
-/// The key type named by a DER SubjectPublicKeyInfo (a certificate's, or our key's), or a
+/// The key type named by a SubjectPublicKeyInfo (a certificate's, or our key's), or a
 /// description of the unsupported key found.
-pub(crate) fn spki_key_type(spki: &[u8]) -> Result<KeyType, String> {
-    let unreadable = || "an unreadable public key".to_string();
-    let (alg, rest) = der::seq(spki)
-        .and_then(|items| der::expect(items, der::SEQUENCE))
-        .ok_or_else(unreadable)?;
-    let (bits, _) = der::expect(rest, der::BIT_STRING).ok_or_else(unreadable)?;
-    let rsa_modulus = || {
-        // BIT STRING: unused-bits byte, then RSAPublicKey ::= SEQUENCE { modulus, exponent }.
-        let (n, _) = der::seq(bits.get(1..)?).and_then(|b| der::expect(b, der::INTEGER))?;
-        Some(rsa_bits(n))
-    };
-    key_type_of_algorithm(alg, rsa_modulus)
+pub(crate) fn spki_key_type(spki: &SubjectPublicKeyInfo<'_>) -> Result<KeyType, String> {
+    key_type_of_algorithm(&spki.algorithm, || match spki.parsed() {
+        Ok(PublicKey::RSA(rsa)) => Some(unsigned_bits(rsa.modulus)),
+        _ => None,
+    })
+}
+
+/// [`spki_key_type`] of a DER SubjectPublicKeyInfo.
+fn spki_der_key_type(spki: &[u8]) -> Result<KeyType, String> {
+    match SubjectPublicKeyInfo::from_der(spki) {
+        Ok(([], spki)) => spki_key_type(&spki),
+        _ => Err("an unreadable public key".into()),
+    }
 }
 
 /// Maps an AlgorithmIdentifier (with the RSA modulus size, read only for RSA) to a type.
 fn key_type_of_algorithm(
-    alg: &[u8],
+    alg: &AlgorithmIdentifier<'_>,
     rsa_bits: impl FnOnce() -> Option<usize>,
 ) -> Result<KeyType, String> {
-    let (algorithm, params) = der::expect(alg, der::OID).ok_or("an unreadable key algorithm")?;
-    match algorithm {
-        oid::RSA_ENCRYPTION => KeyType::from_rsa_bits(rsa_bits().ok_or("an unreadable RSA key")?),
-        oid::EC_PUBLIC_KEY => match der::read(params) {
-            Some((der::OID, curve, _)) => KeyType::from_curve(curve),
-            _ => Err("an EC key with explicit (unnamed) curve parameters".into()),
-        },
-        oid::ED25519 => Err("an Ed25519 key".into()),
-        oid::ED448 => Err("an Ed448 key".into()),
-        oid::X25519 | oid::X448 => Err("a key-agreement (X25519/X448) key".into()),
-        oid::RSA_PSS => Err("an RSA-PSS key".into()),
-        oid::DSA => Err("a DSA key".into()),
-        other => Err(format!("a key of algorithm {}", oid::dotted(other))),
+    let algorithm = &alg.algorithm;
+    if *algorithm == OID_PKCS1_RSAENCRYPTION {
+        KeyType::from_rsa_bits(rsa_bits().ok_or("an unreadable RSA key")?)
+    } else if *algorithm == OID_KEY_TYPE_EC_PUBLIC_KEY {
+        match named_curve(alg) {
+            Some(curve) => KeyType::from_curve(&curve),
+            None => Err("an EC key with explicit (unnamed) curve parameters".into()),
+        }
+    } else if *algorithm == OID_SIG_ED25519 {
+        Err("an Ed25519 key".into())
+    } else if *algorithm == OID_SIG_ED448 {
+        Err("an Ed448 key".into())
+    } else if *algorithm == OID_X25519 || *algorithm == OID_X448 {
+        Err("a key-agreement (X25519/X448) key".into())
+    } else if *algorithm == OID_PKCS1_RSASSAPSS {
+        Err("an RSA-PSS key".into())
+    } else if *algorithm == OID_KEY_TYPE_DSA {
+        Err("a DSA key".into())
+    } else {
+        Err(format!("a key of algorithm {}", shown_oid(algorithm)))
     }
+}
+
+/// The parameters of an AlgorithmIdentifier if they are an OID (an EC key's named curve).
+fn named_curve<'a>(alg: &AlgorithmIdentifier<'a>) -> Option<Oid<'a>> {
+    alg.parameters.as_ref().and_then(oid_of)
+}
+
+/// `any` as an OBJECT IDENTIFIER. (asn1-rs 0.7 converts any primitive value to an `Oid`
+/// without looking at its tag, so the tag is checked here.)
+fn oid_of<'a>(any: &Any<'a>) -> Option<Oid<'a>> {
+    let is_oid = any.class() == Class::Universal && any.tag() == Tag::Oid;
+    is_oid.then(|| Oid::try_from(any).ok()).flatten()
+}
+
+/// `AlgorithmIdentifier ::= SEQUENCE { algorithm OBJECT IDENTIFIER, parameters ANY OPTIONAL }`
+/// from the content of its SEQUENCE; `None` if it does not start with an OID.
+fn algorithm_identifier(content: &[u8]) -> Option<AlgorithmIdentifier<'_>> {
+    let (rest, algorithm) = Any::from_der(content).ok()?;
+    let parameters = match rest {
+        [] => None,
+        _ => Some(Any::from_der(rest).ok()?.1),
+    };
+    Some(AlgorithmIdentifier::new(oid_of(&algorithm)?, parameters))
+}
+
+/// The dotted form of an OID from the input, cut short for a message.
+fn shown_oid(oid: &Oid<'_>) -> String {
+    pem::bounded(&oid.to_id_string(), 60)
 }
 
 enum Pkcs8Error {
@@ -281,33 +327,41 @@ enum Pkcs8Error {
 /// PrivateKeyInfo ::= SEQUENCE { version INTEGER, algorithm AlgorithmIdentifier,
 /// privateKey OCTET STRING, … }
 fn pkcs8_key_type(pkcs8: &[u8]) -> Result<KeyType, Pkcs8Error> {
-    let not_pkcs8 = Pkcs8Error::Malformed("it is not a PKCS#8 PrivateKeyInfo");
-    let items = der::seq(pkcs8).ok_or(Pkcs8Error::Malformed("it is not DER"))?;
-    let (first, _, _) = der::read(items).ok_or(Pkcs8Error::Malformed("it is empty"))?;
+    let items = sequence(pkcs8).ok_or(Pkcs8Error::Malformed("it is not DER"))?;
+    let (_, first) = Any::from_der(items).map_err(|_| Pkcs8Error::Malformed("it is empty"))?;
     // EncryptedPrivateKeyInfo starts with an AlgorithmIdentifier instead of a version: an
     // encrypted key mislabelled "PRIVATE KEY".
-    if first == der::SEQUENCE {
+    if first.tag() == Tag::Sequence {
         return Err(Pkcs8Error::Encrypted);
     }
-    let (_, rest) = der::expect(items, der::INTEGER).ok_or(not_pkcs8)?;
-    let (alg, rest) =
-        der::expect(rest, der::SEQUENCE).ok_or(Pkcs8Error::Malformed("it has no key algorithm"))?;
-    let (inner, _) = der::expect(rest, der::OCTET_STRING)
-        .ok_or(Pkcs8Error::Malformed("it has no private key"))?;
-    key_type_of_algorithm(alg, || pkcs1_bits(inner).ok()).map_err(Pkcs8Error::Unsupported)
+    let (rest, _) = Integer::from_der(items)
+        .map_err(|_| Pkcs8Error::Malformed("it is not a PKCS#8 PrivateKeyInfo"))?;
+    let (rest, alg) = Any::from_der(rest)
+        .ok()
+        .filter(|(_, alg)| alg.tag() == Tag::Sequence)
+        .ok_or(Pkcs8Error::Malformed("it has no key algorithm"))?;
+    let alg = algorithm_identifier(alg.data)
+        .ok_or_else(|| Pkcs8Error::Unsupported("an unreadable key algorithm".into()))?;
+    let (_, inner) =
+        OctetString::from_der(rest).map_err(|_| Pkcs8Error::Malformed("it has no private key"))?;
+    key_type_of_algorithm(&alg, || pkcs1_bits(inner.as_ref()).ok()).map_err(Pkcs8Error::Unsupported)
 }
 
-/// ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] curve OID, [1] … }
-fn sec1_curve(sec1: &[u8]) -> Result<&[u8], &'static str> {
-    let items = der::seq(sec1).ok_or("it is not DER")?;
-    let (_, rest) = der::expect(items, der::INTEGER).ok_or("it has no version")?;
-    let (_, mut rest) = der::expect(rest, der::OCTET_STRING).ok_or("it has no private key")?;
-    while let Some((tag, body, next)) = der::read(rest) {
-        if tag == 0xA0 {
-            return match der::read(body) {
-                Some((der::OID, curve, _)) => Ok(curve),
-                _ => Err("it has explicit curve parameters instead of a named curve"),
-            };
+/// `ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] curve OID, [1] … }`
+fn sec1_curve(sec1: &[u8]) -> Result<Oid<'_>, &'static str> {
+    let items = sequence(sec1).ok_or("it is not DER")?;
+    let (rest, _) = Integer::from_der(items).map_err(|_| "it has no version")?;
+    let (mut rest, _) = OctetString::from_der(rest).map_err(|_| "it has no private key")?;
+    // Then the optional `[0]` parameters and `[1]` public key.
+    while let Ok((next, field)) = Any::from_der(rest) {
+        if field.class() == Class::ContextSpecific
+            && field.tag() == Tag(0)
+            && field.header.is_constructed()
+        {
+            return Any::from_der(field.data)
+                .ok()
+                .and_then(|(_, curve)| oid_of(&curve))
+                .ok_or("it has explicit curve parameters instead of a named curve");
         }
         rest = next;
     }
@@ -316,148 +370,33 @@ fn sec1_curve(sec1: &[u8]) -> Result<&[u8], &'static str> {
 
 /// RSAPrivateKey ::= SEQUENCE { version INTEGER, modulus INTEGER, … }: the modulus size.
 fn pkcs1_bits(pkcs1: &[u8]) -> Result<usize, &'static str> {
-    let items = der::seq(pkcs1).ok_or("it is not DER")?;
-    let (_, rest) = der::expect(items, der::INTEGER).ok_or("it has no version")?;
-    let (modulus, _) = der::expect(rest, der::INTEGER).ok_or("it has no modulus")?;
-    Ok(rsa_bits(modulus))
+    let items = sequence(pkcs1).ok_or("it is not DER")?;
+    let (rest, _) = Integer::from_der(items).map_err(|_| "it has no version")?;
+    let (_, modulus) = Integer::from_der(rest).map_err(|_| "it has no modulus")?;
+    Ok(unsigned_bits(modulus.as_ref()))
 }
 
-/// Bits of a big-endian unsigned integer (DER adds a 0x00 before a high bit).
-fn rsa_bits(n: &[u8]) -> usize {
-    let start = n.iter().position(|&b| b != 0).unwrap_or(n.len());
-    match n.get(start) {
-        Some(&top) => (n.len() - start) * 8 - top.leading_zeros() as usize,
-        None => 0,
-    }
-}
-
-/// PrivateKeyInfo around a SEC1 or PKCS#1 key of a known type.
-fn wrap_pkcs8(key_type: KeyType, inner: &[u8]) -> Vec<u8> {
-    let alg = match key_type {
-        KeyType::EcdsaP256 => [
-            der::tlv(der::OID, oid::EC_PUBLIC_KEY),
-            der::tlv(der::OID, oid::P256),
-        ]
-        .concat(),
-        KeyType::EcdsaP384 => [
-            der::tlv(der::OID, oid::EC_PUBLIC_KEY),
-            der::tlv(der::OID, oid::P384),
-        ]
-        .concat(),
-        KeyType::Rsa2048 | KeyType::Rsa3072 | KeyType::Rsa4096 => [
-            der::tlv(der::OID, oid::RSA_ENCRYPTION),
-            der::tlv(der::NULL, &[]),
-        ]
-        .concat(),
-    };
-    let body = [
-        der::tlv(der::INTEGER, &[0]),
-        der::tlv(der::SEQUENCE, &alg),
-        der::tlv(der::OCTET_STRING, inner),
-    ]
-    .concat();
-    der::tlv(der::SEQUENCE, &body)
-}
-
-/// The few DER primitives the key formats need (x509-parser covers certificates).
-mod der {
-    pub const INTEGER: u8 = 0x02;
-    pub const BIT_STRING: u8 = 0x03;
-    pub const OCTET_STRING: u8 = 0x04;
-    pub const NULL: u8 = 0x05;
-    pub const OID: u8 = 0x06;
-    pub const SEQUENCE: u8 = 0x30;
-
-    /// One TLV: (tag, content, rest). Single-byte tags and lengths up to 4 bytes.
-    pub fn read(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-        let (&tag, rest) = input.split_first()?;
-        let (&first, mut rest) = rest.split_first()?;
-        let len = if first < 0x80 {
-            usize::from(first)
-        } else {
-            let n = usize::from(first & 0x7f);
-            if n == 0 || n > 4 || rest.len() < n {
-                return None;
-            }
-            let len = rest[..n]
-                .iter()
-                .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-            rest = &rest[n..];
-            len
-        };
-        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-    }
-
-    /// The content of a SEQUENCE that spans all of `input`.
-    pub fn seq(input: &[u8]) -> Option<&[u8]> {
-        match read(input)? {
-            (SEQUENCE, body, []) => Some(body),
-            _ => None,
+/// The content of the DER SEQUENCE that is all of `der`.
+fn sequence(der: &[u8]) -> Option<&[u8]> {
+    match Any::from_der(der) {
+        Ok(([], any)) if any.tag() == Tag::Sequence && any.header.is_constructed() => {
+            Some(any.data)
         }
-    }
-
-    /// The next TLV if it has `tag`: (content, rest).
-    pub fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-        let (t, body, rest) = read(input)?;
-        (t == tag).then_some((body, rest))
-    }
-
-    pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag];
-        let len = content.len();
-        if len < 0x80 {
-            out.push(len as u8);
-        } else {
-            let bytes = len.to_be_bytes();
-            let skip = bytes.iter().take_while(|&&b| b == 0).count();
-            out.push(0x80 | (bytes.len() - skip) as u8);
-            out.extend_from_slice(&bytes[skip..]);
-        }
-        out.extend_from_slice(content);
-        out
+        _ => None,
     }
 }
 
-/// Object identifiers, as DER content bytes.
-mod oid {
-    pub const RSA_ENCRYPTION: &[u8] = &[0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x01];
-    pub const RSA_PSS: &[u8] = &[0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x0A];
-    pub const EC_PUBLIC_KEY: &[u8] = &[0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x02, 0x01];
-    pub const DSA: &[u8] = &[0x2A, 0x86, 0x48, 0xCE, 0x38, 0x04, 0x01];
-    pub const P256: &[u8] = &[0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07];
-    pub const P384: &[u8] = &[0x2B, 0x81, 0x04, 0x00, 0x22];
-    pub const P521: &[u8] = &[0x2B, 0x81, 0x04, 0x00, 0x23];
-    pub const SECP256K1: &[u8] = &[0x2B, 0x81, 0x04, 0x00, 0x0A];
-    pub const X25519: &[u8] = &[0x2B, 0x65, 0x6E];
-    pub const X448: &[u8] = &[0x2B, 0x65, 0x6F];
-    pub const ED25519: &[u8] = &[0x2B, 0x65, 0x70];
-    pub const ED448: &[u8] = &[0x2B, 0x65, 0x71];
-
-    /// Dotted form of an OID for a message, e.g. `1.3.101.112`.
-    pub fn dotted(oid: &[u8]) -> String {
-        let mut arcs: Vec<u64> = Vec::new();
-        let mut value: u64 = 0;
-        for &b in oid.iter().take(32) {
-            value = (value << 7) | u64::from(b & 0x7f);
-            if b & 0x80 == 0 {
-                if arcs.is_empty() {
-                    let first = (value / 40).min(2);
-                    arcs.extend([first, value - first * 40]);
-                } else {
-                    arcs.push(value);
-                }
-                value = 0;
-            }
-        }
-        let parts: Vec<String> = arcs.iter().map(u64::to_string).collect();
-        parts.join(".")
-    }
+/// Bits of a big-endian unsigned integer (an RSA modulus).
+fn unsigned_bits(n: &[u8]) -> usize {
+    usize::try_from(BigUint::from_bytes_be(n).bits()).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::corpus::fake_rsa_pkcs1_der;
+    use super::super::pem::{encode, parse_blocks};
     use super::*;
-    use crate::pem::{encode, parse_blocks};
+    use x509_parser::asn1_rs::{Error, Sequence, TaggedExplicit, ToDer};
 
     fn block(label: Label, der: &[u8]) -> Block {
         Block {
@@ -471,6 +410,16 @@ mod tests {
     fn from_pem(text: &str) -> Result<(KeyPair, KeyType), KeyError> {
         let blocks = parse_blocks(text.as_bytes()).expect("PEM");
         parse_private_key(&blocks[0])
+    }
+
+    /// The DER of one value.
+    fn der(value: impl ToDer) -> Vec<u8> {
+        value.to_der_vec().unwrap()
+    }
+
+    /// A DER SEQUENCE of encoded items.
+    fn seq(items: &[Vec<u8>]) -> Vec<u8> {
+        der(Sequence::new(items.concat().into()))
     }
 
     #[test]
@@ -494,7 +443,7 @@ mod tests {
         for k in KeyType::ALL {
             let key = k.generate().unwrap();
             assert_eq!(KeyType::of(&key).unwrap(), k);
-            let pem = pkcs8_pem(&key).unwrap();
+            let pem = private_key_pem(&key).unwrap();
             assert_eq!(
                 pem,
                 key.serialize_pem().replace("\r\n", "\n"),
@@ -508,9 +457,9 @@ mod tests {
     }
 
     /// SEC1 and PKCS#1 keys (what `openssl ecparam -genkey` and `openssl genrsa -traditional`
-    /// print) are accepted and come out as PKCS#8.
+    /// print) are accepted and keep their form and label.
     #[test]
-    fn sec1_and_pkcs1_are_converted() {
+    fn sec1_and_pkcs1_keep_their_form() {
         for (k, label) in [
             (KeyType::EcdsaP256, Label::EcPrivateKey),
             (KeyType::EcdsaP384, Label::EcPrivateKey),
@@ -521,38 +470,42 @@ mod tests {
             let (parsed, kind) = parse_private_key(&block(label, &legacy)).unwrap();
             assert_eq!(kind, k);
             assert_eq!(parsed.public_key_raw(), key.public_key_raw());
-            let pem = pkcs8_pem(&parsed).unwrap();
-            assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"));
-            // A key pair rcgen built straight from the legacy DER is wrapped too.
+            let pem = private_key_pem(&parsed).unwrap();
+            assert_eq!(pem, encode(label.as_str(), &legacy), "{k}");
+            // A key pair rcgen built straight from the legacy DER is labelled the same way.
             let raw = KeyPair::try_from(legacy.as_slice()).unwrap();
-            assert_eq!(pkcs8_pem(&raw).unwrap(), pem);
+            assert_eq!(private_key_pem(&raw).unwrap(), pem);
             let (again, _) = from_pem(&pem).unwrap();
             assert_eq!(again.public_key_raw(), key.public_key_raw());
         }
     }
 
     /// The SEC1/PKCS#1 key inside a PKCS#8 PrivateKeyInfo, as `openssl pkey -traditional`
-    /// prints it: PKCS#8 drops the curve from the inner ECPrivateKey, SEC1 names it in [0].
-    pub(crate) fn to_legacy_der(pkcs8: &[u8]) -> Vec<u8> {
-        let items = der::seq(pkcs8).unwrap();
-        let (_, rest) = der::expect(items, der::INTEGER).unwrap();
-        let (alg, rest) = der::expect(rest, der::SEQUENCE).unwrap();
-        let inner = der::expect(rest, der::OCTET_STRING).unwrap().0;
-        let (_, params) = der::expect(alg, der::OID).unwrap();
-        let Some((der::OID, curve, _)) = der::read(params) else {
-            return inner.to_vec();
+    /// prints it: PKCS#8 drops the curve from the inner ECPrivateKey, SEC1 names it in `[0]`.
+    fn to_legacy_der(pkcs8: &[u8]) -> Vec<u8> {
+        let (rest, _version) = Integer::from_der(sequence(pkcs8).unwrap()).unwrap();
+        let (rest, alg) = AlgorithmIdentifier::from_der(rest).unwrap();
+        let (_, inner) = OctetString::from_der(rest).unwrap();
+        let Some(curve) = named_curve(&alg) else {
+            return inner.as_ref().to_vec();
         };
-        let fields = der::seq(inner).unwrap();
-        let (version, rest) = der::expect(fields, der::INTEGER).unwrap();
-        let (private, public) = der::expect(rest, der::OCTET_STRING).unwrap();
-        let body = [
-            der::tlv(der::INTEGER, version),
-            der::tlv(der::OCTET_STRING, private),
-            der::tlv(0xA0, &der::tlv(der::OID, curve)),
+        let (rest, version) = Integer::from_der(sequence(inner.as_ref()).unwrap()).unwrap();
+        let (public, private) = OctetString::from_der(rest).unwrap();
+        seq(&[
+            der(version),
+            der(private),
+            der(TaggedExplicit::<Oid, Error, 0>::explicit(curve)),
             public.to_vec(),
-        ]
-        .concat();
-        der::tlv(der::SEQUENCE, &body)
+        ])
+    }
+
+    /// A PKCS#8 PrivateKeyInfo around a PKCS#1 key.
+    fn rsa_pkcs8(pkcs1: &[u8]) -> Vec<u8> {
+        seq(&[
+            der(0u32),
+            seq(&[der(OID_PKCS1_RSAENCRYPTION), der(())]),
+            der(OctetString::new(pkcs1)),
+        ])
     }
 
     #[test]
@@ -575,31 +528,17 @@ mod tests {
         assert!(err.to_string().contains("P-521"), "{err}");
     }
 
-    /// A PKCS#1 key whose modulus has `bits` bits; the size is refused before the numbers
-    /// are looked at, so they need not be a real key.
-    pub(crate) fn fake_rsa_pkcs1(bits: usize) -> Vec<u8> {
-        let mut modulus = vec![0u8; bits.div_ceil(8) + 1];
-        modulus[1] = 0x80 >> ((8 - bits % 8) % 8);
-        let body = [
-            der::tlv(der::INTEGER, &[0]),
-            der::tlv(der::INTEGER, &modulus),
-            der::tlv(der::INTEGER, &[1, 0, 1]),
-        ]
-        .concat();
-        der::tlv(der::SEQUENCE, &body)
-    }
-
     #[test]
     fn refuses_rsa_sizes_outside_the_list() {
         for bits in [1024, 2047, 2049, 2560, 3000, 8192] {
-            let pkcs1 = fake_rsa_pkcs1(bits);
+            let pkcs1 = fake_rsa_pkcs1_der(bits);
             assert_eq!(pkcs1_bits(&pkcs1), Ok(bits));
             let err = parse_private_key(&block(Label::RsaPrivateKey, &pkcs1)).unwrap_err();
             assert!(
                 err.to_string().contains(&format!("a {bits}-bit RSA key")),
                 "{err}"
             );
-            let pkcs8 = wrap_pkcs8(KeyType::Rsa2048, &pkcs1);
+            let pkcs8 = rsa_pkcs8(&pkcs1);
             let err = parse_private_key(&block(Label::PrivateKey, &pkcs8)).unwrap_err();
             assert!(
                 err.to_string().contains(&format!("a {bits}-bit RSA key")),
@@ -621,14 +560,10 @@ mod tests {
                 .contains("openssl pkey -in key.pem -out plain.pem"));
         }
         // EncryptedPrivateKeyInfo under a plain "PRIVATE KEY" label.
-        let epki = der::tlv(
-            der::SEQUENCE,
-            &[
-                der::tlv(der::SEQUENCE, &der::tlv(der::OID, oid::RSA_PSS)),
-                der::tlv(der::OCTET_STRING, &[9; 16]),
-            ]
-            .concat(),
-        );
+        let epki = seq(&[
+            seq(&[der(OID_PKCS1_RSASSAPSS)]),
+            der(OctetString::new(&[9; 16])),
+        ]);
         let err = parse_private_key(&block(Label::PrivateKey, &epki)).unwrap_err();
         assert_eq!(err.code(), "key_encrypted");
     }
@@ -675,10 +610,13 @@ mod tests {
         let p256 = KeyType::EcdsaP256.generate().unwrap();
         let cases: Vec<(Label, Vec<u8>)> = vec![
             (Label::PrivateKey, vec![]),
+            // Cut short, and a version alone.
             (Label::PrivateKey, vec![0x30, 0x03, 0x02, 0x01]),
+            (Label::PrivateKey, seq(&[der(0u32)])),
+            // Trailing bytes after the key.
             (
                 Label::PrivateKey,
-                der::tlv(der::SEQUENCE, &der::tlv(der::INTEGER, &[0])),
+                [p256.serialized_der(), &[0][..]].concat(),
             ),
             // A SEC1 key under the PKCS#8 label, and a PKCS#8 key under the SEC1 label.
             (Label::PrivateKey, to_legacy_der(p256.serialized_der())),
@@ -690,40 +628,81 @@ mod tests {
             let err = parse_private_key(&block(label, &der)).unwrap_err();
             assert_eq!(err.code(), "key_malformed", "{label}: {err}");
         }
-        // Right structure, wrong numbers: the private scalar changed under the public key.
+        // Right structure, wrong numbers: the private scalar changed under the public key,
+        // in PKCS#8 and in SEC1 (30 77 02 01 01 04 20 <scalar> …).
         let mut bad = p256.serialized_der().to_vec();
         let n = bad.len();
         bad[n - 71] ^= 1;
         let err = parse_private_key(&block(Label::PrivateKey, &bad)).unwrap_err();
         assert_eq!(err.code(), "key_malformed", "{err}");
+        let mut bad = to_legacy_der(p256.serialized_der());
+        bad[10] ^= 1;
+        let err = parse_private_key(&block(Label::EcPrivateKey, &bad)).unwrap_err();
+        assert_eq!(err.code(), "key_malformed", "{err}");
+        assert!(err.to_string().contains("not a valid SEC1 EC key"), "{err}");
     }
 
     #[test]
     fn sec1_without_named_curve() {
-        let sec1 = der::tlv(
-            der::SEQUENCE,
-            &[
-                der::tlv(der::INTEGER, &[1]),
-                der::tlv(der::OCTET_STRING, &[5; 32]),
-            ]
-            .concat(),
-        );
+        let sec1 = seq(&[der(1u32), der(OctetString::new(&[5; 32]))]);
         let err = parse_private_key(&block(Label::EcPrivateKey, &sec1)).unwrap_err();
         assert!(err.to_string().contains("does not name its curve"), "{err}");
+        // `[0]` holding explicit parameters (a SEQUENCE) instead of a curve's OID.
+        let explicit = seq(&[
+            der(1u32),
+            der(OctetString::new(&[5; 32])),
+            der(TaggedExplicit::<Sequence, Error, 0>::explicit(
+                Sequence::new(der(1u32).into()),
+            )),
+        ]);
+        let err = parse_private_key(&block(Label::EcPrivateKey, &explicit)).unwrap_err();
+        assert!(
+            err.to_string().contains("explicit curve parameters"),
+            "{err}"
+        );
+    }
+
+    /// Unknown curves and algorithms are named by their dotted OID, cut short.
+    #[test]
+    fn unknown_oids_are_named() {
+        assert_eq!(
+            KeyType::from_curve(&OID_SIG_ED25519),
+            Err("an EC key on curve 1.3.101.112".into())
+        );
+        let arcs: Vec<u64> = (1..=30).collect();
+        let long = Oid::from(&arcs).unwrap();
+        let msg = KeyType::from_curve(&long).unwrap_err();
+        assert!(msg.len() < 100 && msg.ends_with('…'), "{msg}");
+        let x25519 = seq(&[
+            der(0u32),
+            seq(&[der(OID_X25519)]),
+            der(OctetString::new(&[4; 34])),
+        ]);
+        let err = parse_private_key(&block(Label::PrivateKey, &x25519)).unwrap_err();
+        assert!(err.to_string().contains("X25519"), "{err}");
+        // An AlgorithmIdentifier that does not start with an OID.
+        let unreadable = seq(&[
+            der(0u32),
+            seq(&[der(0u32)]),
+            der(OctetString::new(&[4; 34])),
+        ]);
+        let err = parse_private_key(&block(Label::PrivateKey, &unreadable)).unwrap_err();
+        assert_eq!(err.code(), "key_unsupported");
+        assert!(
+            err.to_string().contains("an unreadable key algorithm"),
+            "{err}"
+        );
     }
 
     #[test]
-    fn der_helpers() {
-        assert_eq!(oid::dotted(oid::ED25519), "1.3.101.112");
-        assert_eq!(oid::dotted(oid::P256), "1.2.840.10045.3.1.7");
-        assert_eq!(rsa_bits(&[0, 0x80, 0]), 16);
-        assert_eq!(rsa_bits(&[0x01, 0]), 9);
-        assert_eq!(rsa_bits(&[0, 0]), 0);
-        let long = der::tlv(der::OCTET_STRING, &[0; 300]);
-        assert_eq!(&long[..4], &[0x04, 0x82, 0x01, 0x2C]);
-        assert_eq!(der::read(&long).unwrap().1.len(), 300);
-        assert!(der::read(&long[..100]).is_none());
-        assert!(der::read(&[0x04, 0x85, 1, 1, 1, 1, 1]).is_none());
+    fn modulus_sizes() {
+        assert_eq!(unsigned_bits(&[0, 0x80, 0]), 16);
+        assert_eq!(unsigned_bits(&[0x01, 0]), 9);
+        assert_eq!(unsigned_bits(&[0, 0]), 0);
+        assert_eq!(unsigned_bits(&[]), 0);
+        for bits in [2047, 2048, 2049] {
+            assert_eq!(pkcs1_bits(&fake_rsa_pkcs1_der(bits)), Ok(bits));
+        }
         let pem = encode("PRIVATE KEY", &[1]);
         assert!(from_pem(&pem).is_err());
     }

@@ -7,6 +7,9 @@
 
 use std::fmt;
 
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use base64::{alphabet, DecodeError, Engine};
+
 /// Refuse anything larger: a chain of ten certificates with a 4096-bit key is under 20 KiB.
 pub const MAX_BUNDLE_BYTES: usize = 256 * 1024;
 /// Ten certificates, one key and room for a mistake to be reported by the bundle check.
@@ -48,19 +51,19 @@ impl Label {
             "ENCRYPTED PRIVATE KEY" => Label::EncryptedPrivateKey,
             "EC PRIVATE KEY" => Label::EcPrivateKey,
             "RSA PRIVATE KEY" => Label::RsaPrivateKey,
-            // The hints name the usual way such a block gets into a bundle.
-            "X509 CRL" => return Err("a revocation list, not part of a certificate chain"),
+            // The hints say what the block is and what to do instead.
+            "X509 CRL" => return Err("a certificate revocation list"),
             "CERTIFICATE REQUEST" | "NEW CERTIFICATE REQUEST" => {
-                return Err("a signing request (CSR), not a certificate: send the certificate the CA issued for it")
+                return Err("a certificate signing request; send the certificate the CA issued for it")
             }
             "DH PARAMETERS" | "X9.42 DH PARAMETERS" => {
-                return Err("Diffie-Hellman parameters; hapctl configures those itself")
+                return Err("Diffie-Hellman parameters, which hapctl configures itself")
             }
             "EC PARAMETERS" => {
-                return Err("curve parameters that `openssl ecparam -genkey` prints; the EC PRIVATE KEY block alone is enough")
+                return Err("curve parameters from `openssl ecparam -genkey`; the EC PRIVATE KEY block alone is enough")
             }
             "TRUSTED CERTIFICATE" => {
-                return Err("OpenSSL's trusted form; convert it with `openssl x509 -in cert.pem -out plain.pem`")
+                return Err("OpenSSL's trusted-certificate form; convert it with `openssl x509 -in cert.pem -out plain.pem`")
             }
             "PUBLIC KEY" | "RSA PUBLIC KEY" => {
                 return Err("a public key; the bundle needs the private key")
@@ -72,9 +75,9 @@ impl Label {
                 return Err("a DSA key; use an ECDSA P-256/P-384 or RSA 2048/3072/4096 key")
             }
             "PKCS7" | "CMS" => {
-                return Err("a PKCS#7 container; extract the certificates with `openssl pkcs7 -print_certs -in chain.p7b`")
+                return Err("a PKCS#7 container; extract its certificates with `openssl pkcs7 -print_certs -in chain.p7b`")
             }
-            _ => return Err("not a certificate or a private key"),
+            _ => return Err("a kind of block hapctl does not use"),
         })
     }
 }
@@ -150,7 +153,7 @@ pub enum PemError {
     },
     #[error("the input has more than {max} PEM blocks: a bundle is one certificate, its intermediates and one private key", max = MAX_BLOCKS)]
     TooManyBlocks,
-    #[error("the {label} block on line {line} is not accepted: it is {hint}; a bundle holds only CERTIFICATE blocks and one private key")]
+    #[error("the {label} block on line {line} is not accepted ({hint}): a bundle holds only CERTIFICATE blocks and one private key")]
     UnsupportedBlock {
         label: String,
         line: usize,
@@ -196,12 +199,8 @@ pub fn parse_blocks(input: &[u8]) -> Result<Vec<Block>, PemError> {
     }
     let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input);
     check_text(input)?;
-    // `check_text` allowed ASCII only, so this cannot fail.
-    let text = std::str::from_utf8(input).map_err(|_| PemError::NotText {
-        what: "a byte that is not UTF-8",
-        line: 1,
-        looks_der: false,
-    })?;
+    // `check_text` allowed ASCII only, so nothing is replaced (and nothing copied).
+    let text = String::from_utf8_lossy(input);
     if text.trim().is_empty() {
         return Err(PemError::Empty);
     }
@@ -213,7 +212,8 @@ pub fn parse_blocks(input: &[u8]) -> Result<Vec<Block>, PemError> {
             continue;
         }
         let Some(armour) = armour(line) else {
-            return Err(if line.starts_with("-----") {
+            // Dashes at either end: an armour line with a typo, not stray text.
+            return Err(if line.starts_with("--") || line.ends_with("--") {
                 PemError::BadArmour { line: line_no }
             } else {
                 PemError::TextOutsideBlocks { line: line_no }
@@ -409,64 +409,35 @@ pub(crate) fn bounded(s: &str, max: usize) -> String {
     out
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/// Standard base64 with canonical padding (RFC 7468 §3 / RFC 4648 §4). Like OpenSSL, it
+/// ignores the unused low bits of the last symbol before the padding.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
+);
 
-fn sextet(c: u8) -> Option<u8> {
-    match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    }
-}
-
-/// Strict standard base64 with padding; the error is the offset of the first bad character
-/// (or the length, if the text stops mid-group).
+/// Decodes a block's body (its lines joined); the error is the offset of the first bad
+/// character, or of the last one if the text stops mid-group or its padding is wrong.
 fn decode_base64(text: &str) -> Result<Vec<u8>, usize> {
-    let bytes = text.as_bytes();
-    if bytes.len() % 4 != 0 {
-        return Err(bytes.len() - 1);
-    }
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    for (g, chunk) in bytes.chunks(4).enumerate() {
-        let at = g * 4;
-        let last = at + 4 == bytes.len();
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return Err(at + 4 - pad);
-        }
-        let mut n: u32 = 0;
-        for (i, &c) in chunk[..4 - pad].iter().enumerate() {
-            n |= u32::from(sextet(c).ok_or(at + i)?) << (18 - 6 * i);
-        }
-        let decoded = n.to_be_bytes();
-        out.extend_from_slice(&decoded[1..4 - pad]);
-    }
-    Ok(out)
+    BASE64.decode(text).map_err(|e| match e {
+        DecodeError::InvalidByte(at, _) | DecodeError::InvalidLastSymbol(at, _) => at,
+        DecodeError::InvalidLength(_) | DecodeError::InvalidPadding => text.len() - 1,
+    })
 }
 
 /// Encodes one block the way OpenSSL writes it: 64-character lines, LF, final newline.
 pub fn encode(label: &str, der: &[u8]) -> String {
-    let mut b64 = Vec::with_capacity(der.len().div_ceil(3) * 4);
-    for chunk in der.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*chunk.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]);
-            } else {
-                b64.push(b'=');
-            }
-        }
-    }
+    let b64 = BASE64.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.chunks(64) {
-        // Base64 output is ASCII.
-        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+    // Base64 is ASCII, so any byte offset is a character boundary.
+    let mut rest = b64.as_str();
+    while !rest.is_empty() {
+        let (line, tail) = rest.split_at(rest.len().min(64));
+        out.push_str(line);
         out.push('\n');
+        rest = tail;
     }
     out.push_str(&format!("-----END {label}-----\n"));
     out
@@ -631,6 +602,27 @@ mod tests {
             parse_blocks(short.as_bytes()),
             Err(PemError::BadBase64 { bad_line: 2, .. })
         ));
+    }
+
+    /// The decoder's edges, as the hand-written one had them: padding only at the end and
+    /// at most two, whole groups only, the unused bits of the last symbol ignored (OpenSSL
+    /// ignores them too).
+    #[test]
+    fn base64_edges() {
+        let body = |b64: &str| {
+            let pem = format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n");
+            parse_blocks(pem.as_bytes()).map(|mut blocks| blocks.remove(0).der)
+        };
+        assert_eq!(body("AA==").unwrap(), [0]);
+        assert_eq!(body("AB==").unwrap(), [0], "trailing bits ignored");
+        assert_eq!(body("AAB=").unwrap(), [0, 0], "trailing bits ignored");
+        assert_eq!(body("+/+/").unwrap(), [0xFB, 0xFF, 0xBF]);
+        for bad in ["AA", "AAA", "A===", "====", "AA=A", "AA==AA==", "-_-_", "AA AA"] {
+            assert!(
+                matches!(body(bad), Err(PemError::BadBase64 { bad_line: 2, .. })),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

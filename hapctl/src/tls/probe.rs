@@ -89,16 +89,27 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// A client configuration: verifying against `roots` as a browser would, or, without roots,
+/// accepting any certificate (to read it). ALPN offers h2 and http/1.1.
+pub fn client_config(roots: Option<RootCertStore>) -> ClientConfig {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports the default versions");
+    let mut config = match roots {
+        Some(roots) => builder.with_root_certificates(roots).with_no_client_auth(),
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config
+}
+
 /// A handshake that accepts any certificate (to read it).
 pub fn handshake(addr: SocketAddr, sni: &str, timeout: Duration) -> Result<Served, ProbeError> {
-    let provider = provider();
-    let config = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("aws-lc-rs supports the default versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    run(addr, sni, timeout, config)
+    run(addr, sni, timeout, client_config(None))
 }
 
 /// A handshake that must verify against `roots` for `sni`, as a browser would.
@@ -108,21 +119,15 @@ pub fn verified_handshake(
     roots: RootCertStore,
     timeout: Duration,
 ) -> Result<Served, ProbeError> {
-    let config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .expect("aws-lc-rs supports the default versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    run(addr, sni, timeout, config)
+    run(addr, sni, timeout, client_config(Some(roots)))
 }
 
 fn run(
     addr: SocketAddr,
     sni: &str,
     timeout: Duration,
-    mut config: ClientConfig,
+    config: ClientConfig,
 ) -> Result<Served, ProbeError> {
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let name =
         ServerName::try_from(sni.to_string()).map_err(|_| ProbeError::BadName(sni.into()))?;
     let connect = |source| ProbeError::Connect { addr, source };

@@ -1,6 +1,7 @@
 //! What hapctl needs to know about one certificate, and TLS name matching.
 
 use x509_parser::certificate::X509Certificate;
+use x509_parser::error::X509Error;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::FromDer;
 
@@ -49,8 +50,8 @@ impl CertInfo {
     }
 
     pub(crate) fn from_cert(cert: &X509Certificate<'_>) -> Result<CertInfo, CertError> {
-        let malformed = |e: x509_parser::error::X509Error| CertError::Malformed {
-            reason: super::pem::bounded(&e.to_string(), 100),
+        let malformed = |e: X509Error| CertError::Malformed {
+            reason: describe(&e),
         };
         let names = match cert.subject_alternative_name().map_err(malformed)? {
             Some(san) => {
@@ -90,7 +91,7 @@ impl CertInfo {
             serial: serial_hex(&serial_der),
             issuer: cert.issuer().to_string(),
             subject: cert.subject().to_string(),
-            key_type: spki_key_type(cert.public_key().raw).ok(),
+            key_type: spki_key_type(cert.public_key()).ok(),
             aki,
             serial_der,
         })
@@ -107,9 +108,17 @@ pub(crate) fn parse(der: &[u8]) -> Result<X509Certificate<'_>, CertError> {
         }),
         Err(x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e)) => {
             Err(CertError::Malformed {
-                reason: super::pem::bounded(&e.to_string(), 100),
+                reason: describe(&e),
             })
         }
+    }
+}
+
+/// x509-parser's own words, except for low-level DER errors, which mean nothing to a user.
+fn describe(e: &X509Error) -> String {
+    match e {
+        X509Error::Der(_) | X509Error::NomError(_) => "its DER structure is broken".into(),
+        other => super::pem::bounded(&other.to_string(), 100),
     }
 }
 
@@ -168,24 +177,29 @@ fn name_covers(name: &str, host: &str) -> bool {
 
 /// RFC 3339 UTC, e.g. `2025-03-01T12:00:00Z`, for messages.
 pub fn rfc3339(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
+    let (year, month, day) = civil_date(unix);
     let secs = unix.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         secs / 3600,
         secs % 3600 / 60,
         secs % 60
     )
+}
+
+/// The UTC calendar date (year, month, day) of a unix time: Howard Hinnant's
+/// `civil_from_days`.
+pub(crate) fn civil_date(unix: i64) -> (i64, u8, u8) {
+    let z = unix.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    // Both are in range by construction (1..=31 and 1..=12).
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
 }
 
 #[cfg(test)]

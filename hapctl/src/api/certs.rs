@@ -1,0 +1,232 @@
+//! The `/v1/certificates` routes and a domain's HTTPS policy: thin handlers over the
+//! certificate services (`edge/certs.rs`). Certificate work runs on a fresh `Edge` on a
+//! blocking thread (an ACME order is seconds of network); ACME orders also take a slot of the
+//! daemon's order gate. No answer carries a private key: `CertView` and `InstallReport` hold
+//! none (only the edge manager's download routes send one).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::{ApiError, Body, PathParam, ValuesBody};
+use super::AppState;
+use crate::edge::{CertView, Edge, EdgeError};
+use crate::model::{CertName, Domain, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
+use crate::tls::{CertError, InstallReport};
+
+fn cert_name(name: &str) -> Result<CertName, ApiError> {
+    Ok(name.parse::<CertName>()?)
+}
+
+/// Whether `name` is not installed yet (the answer is then 201).
+fn is_new(edge: &Edge, name: &CertName) -> Result<bool, EdgeError> {
+    match edge.certificate(name) {
+        Ok(_) => Ok(false),
+        Err(EdgeError::Certs(CertError::NotFound(_))) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+fn installed(report: InstallReport, created: bool) -> Response {
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(report)).into_response()
+}
+
+pub async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    app.read(|edge| Ok(Json(json!({ "certificates": edge.certificates()? }))))
+        .await
+}
+
+pub async fn show(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+) -> Result<Json<CertView>, ApiError> {
+    let name = cert_name(&name)?;
+    app.read(move |edge| edge.certificate(&name))
+        .await
+        .map(Json)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    /// Leaf, chain and unencrypted key, PEM.
+    pem: String,
+    /// Host names it must cover (default: the host the name stands for).
+    #[serde(default)]
+    names: Vec<Domain>,
+}
+
+pub async fn put(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+    ValuesBody(req): ValuesBody<ImportRequest>,
+) -> Result<Response, ApiError> {
+    let name = cert_name(&name)?;
+    let (report, created) = app
+        .with_new_edge(move |edge| {
+            let created = is_new(edge, &name)?;
+            let report = edge.import_certificate(&name, req.pem.as_bytes(), &req.names)?;
+            Ok((report, created))
+        })
+        .await?;
+    Ok(installed(report, created))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderRequest {
+    #[serde(default)]
+    names: Vec<Domain>,
+    /// Prove control through DNS (`[acme] dns_hook`), as wildcards need.
+    #[serde(default)]
+    dns_01: bool,
+}
+
+pub async fn request(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+    ValuesBody(req): ValuesBody<OrderRequest>,
+) -> Result<Response, ApiError> {
+    let name = cert_name(&name)?;
+    let (report, created) = app
+        .with_acme(move |edge| {
+            let created = is_new(edge, &name)?;
+            let report = edge.request_certificate(&name, &req.names, req.dns_01)?;
+            Ok((report, created))
+        })
+        .await?;
+    Ok(installed(report, created))
+}
+
+/// A failed renewal is a 502 (the current certificate keeps serving, the row records the
+/// error and when to retry); a certificate that is not from ACME is a 400.
+pub async fn renew(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+) -> Result<Response, ApiError> {
+    let name = cert_name(&name)?;
+    let outcome = app
+        .with_acme(move |edge| edge.renew_certificate(&name))
+        .await?;
+    super::renewals::record(&app.0.metrics, std::slice::from_ref(&outcome));
+    match &outcome.error {
+        None => Ok(Json(outcome).into_response()),
+        Some(e) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "renewal_failed",
+            format!(
+                "the renewal of {} failed; the current certificate keeps serving: {e}",
+                outcome.name
+            ),
+        )),
+    }
+}
+
+pub async fn delete(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+) -> Result<Json<InstallReport>, ApiError> {
+    let name = cert_name(&name)?;
+    app.with_new_edge(move |edge| edge.remove_certificate(&name))
+        .await
+        .map(Json)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpsRequest {
+    /// A string, parsed below: an enum here would make a number a JSON syntax error.
+    redirect: String,
+    /// Wide, so an out-of-range value is refused with the rule, not the Rust type.
+    #[serde(default)]
+    hsts_max_age: Option<u64>,
+    #[serde(default)]
+    hsts_include_subdomains: bool,
+}
+
+impl HttpsRequest {
+    fn policy(self) -> Result<HttpsPolicy, ApiError> {
+        let redirect = match self.redirect.as_str() {
+            "off" => Redirect::Off,
+            "301" => Redirect::Permanent301,
+            "308" => Redirect::Permanent308,
+            other => {
+                return Err(ApiError::invalid(
+                    "redirect",
+                    format!(
+                        "redirect {:?}: must be \"off\", \"301\" or \"308\"",
+                        crate::model::bounded(other)
+                    ),
+                ))
+            }
+        };
+        let hsts = match self.hsts_max_age {
+            None if self.hsts_include_subdomains => {
+                return Err(ApiError::invalid(
+                    "hsts_include_subdomains",
+                    "hsts_include_subdomains needs hsts_max_age (it is part of the HSTS header)",
+                ))
+            }
+            None => None,
+            Some(age) if age == 0 || age > u64::from(MAX_HSTS_AGE) => {
+                return Err(ApiError::invalid(
+                    "hsts_max_age",
+                    format!("hsts_max_age {age}: must be 1 to {MAX_HSTS_AGE} seconds (two years)"),
+                ))
+            }
+            Some(age) => Some(
+                Hsts::new(age as u32, self.hsts_include_subdomains)
+                    .map_err(|e| e.in_field("hsts_max_age"))?,
+            ),
+        };
+        Ok(HttpsPolicy { redirect, hsts })
+    }
+}
+
+/// A map change at runtime: no `haproxy -c`, no reload (the apply report says so).
+pub async fn put_https(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+    Body(req): Body<HttpsRequest>,
+) -> Result<Response, ApiError> {
+    let domain: Domain = name.parse()?;
+    let policy = req.policy()?;
+    let report = app
+        .with_new_edge(move |edge| edge.set_https_policy(&domain, policy))
+        .await?;
+    app.0.metrics.apply(&report);
+    super::v1::applied(report, None)
+}
+
+/// The certificates part of `GET /v1/status`: how many, which expires first, which fail to
+/// renew and why.
+pub fn summary(certs: &[CertView], now: i64) -> Value {
+    let soonest = certs.iter().min_by_key(|c| c.record.not_after).map(|c| {
+        json!({
+            "name": c.record.name,
+            "not_after": c.record.not_after,
+            "expires_in_seconds": c.record.not_after - now,
+        })
+    });
+    let failing: Vec<Value> = certs
+        .iter()
+        .filter(|c| c.record.last_error.is_some())
+        .map(|c| {
+            json!({
+                "name": c.record.name,
+                "last_error": c.record.last_error,
+                "failures": c.record.failures,
+                "retry_at": c.record.retry_at,
+            })
+        })
+        .collect();
+    json!({"count": certs.len(), "soonest_expiry": soonest, "failing": failing})
+}
