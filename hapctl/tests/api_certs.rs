@@ -400,3 +400,23 @@ fn the_https_policy_route_changes_redirects_at_runtime_with_no_reload() {
     assert_eq!((r.status, r.error_code()), (404, "not_found"), "{r:?}");
     assert_eq!(reloads(&edge), before, "the HTTPS policy reloaded HAProxy");
 }
+
+#[test]
+fn suspension_routes_switch_the_503_page_at_runtime_with_no_reload() {
+    let edge = Edge::started();
+    let app = Backend::start("ok");
+    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
+    let api = Daemon::start(&edge);
+    let before = reloads(&edge);
+    let get = || http_request(edge.port, "GET", "/", &[("Host", SHOP)], None, TIMEOUT).unwrap();
+    let r = api.call("POST", &format!("/v1/domains/{SHOP}/suspend"), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json["apply"]["reloads"], 0, "{r:?}");
+    assert_eq!(get().status, 503);
+    let r = api.call("POST", &format!("/v1/domains/{SHOP}/resume"), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(get().status, 200);
+    let r = api.call("POST", "/v1/domains/absent.example.com/suspend", None);
+    assert_eq!((r.status, r.error_code()), (404, "not_found"), "{r:?}");
+    assert_eq!(reloads(&edge), before, "suspension reloaded HAProxy");
+}

@@ -1046,6 +1046,8 @@ const BODYLESS: &[(&str, &str)] = &[
     ("POST", "/v1/certificates/{name}/renew"),
     ("DELETE", "/v1/certificates/{name}"),
     ("POST", "/api/certificates/renew"),
+    ("POST", "/v1/domains/{name}/suspend"),
+    ("POST", "/v1/domains/{name}/resume"),
 ];
 
 /// A bundle (leaf for OK_NAME, chain, key) that the certificate routes would accept.

@@ -11,10 +11,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{ApiError, Body, PathParam, ValuesBody};
+use super::error::{ApiError, PathParam, ValuesBody};
 use super::AppState;
 use crate::edge::{CertView, Edge, EdgeError};
-use crate::model::{CertName, Domain, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
+use crate::model::{CertName, Domain};
 use crate::tls::{CertError, InstallReport};
 
 fn cert_name(name: &str) -> Result<CertName, ApiError> {
@@ -138,72 +138,6 @@ pub async fn delete(
     app.with_new_edge(move |edge| edge.remove_certificate(&name))
         .await
         .map(Json)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpsRequest {
-    /// A string, parsed below: an enum here would make a number a JSON syntax error.
-    redirect: String,
-    /// Wide, so an out-of-range value is refused with the rule, not the Rust type.
-    #[serde(default)]
-    hsts_max_age: Option<u64>,
-    #[serde(default)]
-    hsts_include_subdomains: bool,
-}
-
-impl HttpsRequest {
-    fn policy(self) -> Result<HttpsPolicy, ApiError> {
-        let redirect = match self.redirect.as_str() {
-            "off" => Redirect::Off,
-            "301" => Redirect::Permanent301,
-            "308" => Redirect::Permanent308,
-            other => {
-                return Err(ApiError::invalid(
-                    "redirect",
-                    format!(
-                        "redirect {:?}: must be \"off\", \"301\" or \"308\"",
-                        crate::model::bounded(other)
-                    ),
-                ))
-            }
-        };
-        let hsts = match self.hsts_max_age {
-            None if self.hsts_include_subdomains => {
-                return Err(ApiError::invalid(
-                    "hsts_include_subdomains",
-                    "hsts_include_subdomains needs hsts_max_age (it is part of the HSTS header)",
-                ))
-            }
-            None => None,
-            Some(age) if age == 0 || age > u64::from(MAX_HSTS_AGE) => {
-                return Err(ApiError::invalid(
-                    "hsts_max_age",
-                    format!("hsts_max_age {age}: must be 1 to {MAX_HSTS_AGE} seconds (two years)"),
-                ))
-            }
-            Some(age) => Some(
-                Hsts::new(age as u32, self.hsts_include_subdomains)
-                    .map_err(|e| e.in_field("hsts_max_age"))?,
-            ),
-        };
-        Ok(HttpsPolicy { redirect, hsts })
-    }
-}
-
-/// A map change at runtime: no `haproxy -c`, no reload (the apply report says so).
-pub async fn put_https(
-    State(app): State<AppState>,
-    PathParam(name): PathParam,
-    Body(req): Body<HttpsRequest>,
-) -> Result<Response, ApiError> {
-    let domain: Domain = name.parse()?;
-    let policy = req.policy()?;
-    let report = app
-        .with_new_edge(move |edge| edge.set_https_policy(&domain, policy))
-        .await?;
-    app.0.metrics.apply(&report);
-    super::v1::applied(report, None)
 }
 
 /// The certificates part of `GET /v1/status`: how many, which expires first, which fail to

@@ -14,6 +14,7 @@ mod compat_certs;
 mod compat_dns;
 mod error;
 mod metrics;
+mod policies;
 mod renewals;
 mod routes;
 mod v1;

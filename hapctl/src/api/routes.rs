@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, compat_certs, compat_dns, count_requests, v1, AppState, BODY_LIMIT,
+    auth, certs, compat, compat_certs, compat_dns, count_requests, policies, v1, AppState,
+    BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -72,7 +73,9 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
             Some(json!({"type": "object", "required": ["redirect"], "properties": {"redirect": {"type": "string", "enum": ["off", "301", "308"]},
-                "hsts_max_age": {"type": ["integer", "null"], "minimum": 1, "maximum": crate::model::MAX_HSTS_AGE}, "hsts_include_subdomains": {"type": "boolean"}}}))), put(certs::put_https)),
+                "hsts_max_age": {"type": ["integer", "null"], "minimum": 1, "maximum": crate::model::MAX_HSTS_AGE}, "hsts_include_subdomains": {"type": "boolean"}}}))), put(policies::put_https)),
+        (doc("post", "/v1/domains/{name}/suspend", "Answer the domain with the suspended page (503; ACME still answered); a runtime map change, no reload", None), post(policies::post_suspend)),
+        (doc("post", "/v1/domains/{name}/resume", "Serve a suspended domain again; a runtime map change, no reload", None), post(policies::post_resume)),
         (doc("get", "/v1/certificates", "List certificates: names, source, validity, next renewal, last error, the host names each serves", None), get(certs::list)),
         (doc("get", "/v1/certificates/{name}", "One certificate", None), get(certs::show)),
         (doc("put", "/v1/certificates/{name}", "Install a PEM bundle (leaf, chain, unencrypted key); refused with the problem named and nothing written; served without a reload (201 when new)",

@@ -617,7 +617,9 @@ mod tests {
         assert_eq!(body("AB==").unwrap(), [0], "trailing bits ignored");
         assert_eq!(body("AAB=").unwrap(), [0, 0], "trailing bits ignored");
         assert_eq!(body("+/+/").unwrap(), [0xFB, 0xFF, 0xBF]);
-        for bad in ["AA", "AAA", "A===", "====", "AA=A", "AA==AA==", "-_-_", "AA AA"] {
+        for bad in [
+            "AA", "AAA", "A===", "====", "AA=A", "AA==AA==", "-_-_", "AA AA",
+        ] {
             assert!(
                 matches!(body(bad), Err(PemError::BadBase64 { bad_line: 2, .. })),
                 "{bad}"
