@@ -10,7 +10,7 @@ use crate::model::{CertName, CertSource, Domain, HttpsPolicy};
 use crate::store::CertRecord;
 use crate::tls::acme::{Acme, Method, PendingOrder};
 use crate::tls::certs::new_record;
-use crate::tls::crtlist::{self, Candidate};
+use crate::tls::crtlist;
 use crate::tls::{bundle, renew, BundleCheck, CertError, Certs, InstallReport, KeyType};
 
 /// A certificate as `cert ls` shows it: the row plus the names it answers for now.
@@ -58,16 +58,7 @@ impl Edge {
 
     pub fn certificates(&self) -> Result<Vec<CertView>, EdgeError> {
         let records = self.store.certificates()?;
-        let served = crtlist::assign(
-            &records
-                .iter()
-                .map(|r| Candidate {
-                    name: &r.name,
-                    names: &r.names,
-                    not_after: r.not_after,
-                })
-                .collect::<Vec<_>>(),
-        );
+        let served = crtlist::assign(&crtlist::candidates(&records));
         Ok(records
             .into_iter()
             .map(|record| CertView {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::bundle::{Bundle, BundleError};
-use super::crtlist::{self, Candidate, Served};
+use super::crtlist::{self, Served};
 use super::probe;
 use super::x509::{self, CertInfo};
 use crate::clock::{unix_millis, unix_now};
@@ -210,20 +210,8 @@ impl<'a> Certs<'a> {
 
     /// The names each certificate serves, over the certificates whose file is there.
     fn served(&self, records: &[CertRecord]) -> Vec<Served> {
-        let present: Vec<&CertRecord> = records
-            .iter()
-            .filter(|r| self.pem_path(&r.name).exists())
-            .collect();
-        crtlist::assign(
-            &present
-                .iter()
-                .map(|r| Candidate {
-                    name: &r.name,
-                    names: &r.names,
-                    not_after: r.not_after,
-                })
-                .collect::<Vec<_>>(),
-        )
+        let present = records.iter().filter(|r| self.pem_path(&r.name).exists());
+        crtlist::assign(&crtlist::candidates(present))
     }
 
     /// Writes the crt-list if it differs; true when it did.

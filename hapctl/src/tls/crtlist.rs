@@ -11,6 +11,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::model::{CertName, Domain};
+use crate::store::CertRecord;
 
 /// What the choice needs to know about one installed certificate.
 #[derive(Debug, Clone)]
@@ -26,6 +27,18 @@ pub struct Served {
     pub cert: CertName,
     /// `shop.example.com` or `*.example.com`, as crt-list SNI filters.
     pub filters: Vec<String>,
+}
+
+/// The candidates of the certificates the database knows.
+pub fn candidates<'r>(records: impl IntoIterator<Item = &'r CertRecord>) -> Vec<Candidate<'r>> {
+    records
+        .into_iter()
+        .map(|r| Candidate {
+            name: &r.name,
+            names: &r.names,
+            not_after: r.not_after,
+        })
+        .collect()
 }
 
 /// Gives every name to one certificate; certificates left with no name are not listed.
