@@ -1020,6 +1020,15 @@ fn base_body(method: &str, path: &str) -> Option<Value> {
         ("PUT", "/v1/domains/{name}/https") => {
             json!({"redirect": "308", "hsts_max_age": 31536000, "hsts_include_subdomains": true})
         }
+        ("PUT", "/v1/limits") => json!({
+            "preset": "standard", "rules": {"req_rate": "6000:deny-429", "err_rate": "100:tarpit-403"},
+            "windows": {"req": 10, "conn": 10, "err": 30}, "tarpit_secs": 10, "local_exempt": true
+        }),
+        ("PUT", "/v1/domains/{name}/limits") => {
+            json!({"preset": "custom", "rules": {"req_rate": "100:deny", "conn_cur": "50:tarpit-503"}})
+        }
+        ("POST", "/v1/limits/exempt") => json!({"net": "198.51.100.0/24"}),
+        ("POST", "/v1/security/clear") => json!({"ip": "198.51.100.9"}),
         ("POST", "/api/ssl") => json!({"domain": OK_NAME}),
         ("POST", "/api/ssl/bundle") => {
             json!({"primary": OK_NAME, "sans": ["www.hostile-ok.example.com"]})
@@ -1048,6 +1057,8 @@ const BODYLESS: &[(&str, &str)] = &[
     ("POST", "/api/certificates/renew"),
     ("POST", "/v1/domains/{name}/suspend"),
     ("POST", "/v1/domains/{name}/resume"),
+    ("DELETE", "/v1/domains/{name}/limits"),
+    ("DELETE", "/v1/limits/exempt/{key}"),
 ];
 
 /// A bundle (leaf for OK_NAME, chain, key) that the certificate routes would accept.

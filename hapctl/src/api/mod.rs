@@ -12,7 +12,9 @@ mod certs;
 mod compat;
 mod compat_certs;
 mod compat_dns;
+mod compat_security;
 mod error;
+mod limits;
 mod metrics;
 mod policies;
 mod renewals;
@@ -64,6 +66,8 @@ pub enum ServeError {
     Server(std::io::Error),
     #[error("HAProxy did not start: {0}")]
     Start(String),
+    #[error(transparent)]
+    Logs(#[from] crate::logs::LogError),
 }
 
 /// Shared by every handler.
@@ -216,6 +220,14 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
             return Err(ServeError::EmptyToken(path));
         }
         Some(token)
+    };
+
+    // The access-log socket is read before HAProxy may start, so its first lines are kept.
+    let _access_log = match edge.settings.logs.target {
+        crate::settings::LogTarget::File => {
+            Some(crate::logs::Receiver::start(&edge.settings.logs)?)
+        }
+        _ => None,
     };
 
     // Bring the edge to the committed state (this also finishes an interrupted apply), start

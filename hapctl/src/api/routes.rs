@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, compat_certs, compat_dns, count_requests, policies, v1, AppState,
-    BODY_LIMIT,
+    auth, certs, compat, compat_certs, compat_dns, compat_security, count_requests, limits,
+    policies, v1, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -60,6 +60,24 @@ fn schema_block() -> Value {
         "author": {"type": "string"}, "ttl": {"type": "string", "example": "30m"}}})
 }
 
+fn schema_limits(edge: bool) -> Value {
+    let rule = json!({"type": "string", "example": "5000:deny-429", "description": "off, or THRESHOLD:ACTION (1-1000000; log, deny[-403|-429|-503], tarpit[-403|-429|-503])"});
+    let rules: serde_json::Map<String, Value> = crate::model::Slot::ALL
+        .iter()
+        .map(|s| (s.name().to_string(), rule.clone()))
+        .collect();
+    let mut props = json!({"preset": {"type": "string", "enum": ["standard", "off", "custom"]},
+        "rules": {"type": "object", "properties": rules, "additionalProperties": false}});
+    if edge {
+        let secs = |max: u32| json!({"type": "integer", "minimum": 1, "maximum": max});
+        props["windows"] = json!({"type": "object", "properties": {"req": secs(crate::model::MAX_WINDOW_SECS),
+            "conn": secs(crate::model::MAX_WINDOW_SECS), "err": secs(crate::model::MAX_WINDOW_SECS)}});
+        props["tarpit_secs"] = secs(crate::model::MAX_TARPIT_SECS);
+        props["local_exempt"] = json!({"type": "boolean"});
+    }
+    json!({"type": "object", "properties": props})
+}
+
 /// Every route of the API.
 pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     vec![
@@ -76,6 +94,17 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "hsts_max_age": {"type": ["integer", "null"], "minimum": 1, "maximum": crate::model::MAX_HSTS_AGE}, "hsts_include_subdomains": {"type": "boolean"}}}))), put(policies::put_https)),
         (doc("post", "/v1/domains/{name}/suspend", "Answer the domain with the suspended page (503; ACME still answered); a runtime map change, no reload", None), post(policies::post_suspend)),
         (doc("post", "/v1/domains/{name}/resume", "Serve a suspended domain again; a runtime map change, no reload", None), post(policies::post_resume)),
+        (doc("get", "/v1/limits", "Rate limits: windows, tarpit, local exemption, default policy, per-domain policies, exempt networks", None), get(limits::get_limits)),
+        (doc("put", "/v1/limits", "Edge-wide limits: default policy (runtime map change, no reload), windows and tarpit (reload), local exemption (runtime)",
+            Some(schema_limits(true))), put(limits::put_limits)),
+        (doc("put", "/v1/domains/{name}/limits", "A domain's own rate-limit policy, edited from its current one; a runtime map change, no reload", Some(schema_limits(false))), put(limits::put_domain_limits)),
+        (doc("delete", "/v1/domains/{name}/limits", "The domain follows the edge-wide default again; a runtime map change, no reload", None), delete(limits::delete_domain_limits)),
+        (doc("post", "/v1/limits/exempt", "Exempt an IP or CIDR from every limit; a runtime map change, no reload",
+            Some(json!({"type": "object", "required": ["net"], "properties": {"net": {"type": "string", "example": "203.0.113.0/24"}}}))), post(limits::post_exempt)),
+        (doc("delete", "/v1/limits/exempt/{key}", "Stop exempting an IP or CIDR (URL-encode the '/')", None), delete(limits::delete_exempt)),
+        (doc("get", "/v1/security/stats", "The busiest clients of the rate-limit table (?limit=1-1000&min_rate=R), counters named; 502 when HAProxy cannot be read", None), get(limits::get_stats)),
+        (doc("post", "/v1/security/clear", "Forget one client's counters (clear table)",
+            Some(json!({"type": "object", "required": ["ip"], "properties": {"ip": {"type": "string", "example": "192.0.2.7"}}}))), post(limits::post_clear)),
         (doc("get", "/v1/certificates", "List certificates: names, source, validity, next renewal, last error, the host names each serves", None), get(certs::list)),
         (doc("get", "/v1/certificates/{name}", "One certificate", None), get(certs::show)),
         (doc("put", "/v1/certificates/{name}", "Install a PEM bundle (leaf, chain, unencrypted key); refused with the problem named and nothing written; served without a reload (201 when new)",
@@ -111,6 +140,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/api/blocked-ips/sync", "(edge manager) Rebuild the runtime map", None), post(compat::sync_blocks)),
         (doc("post", "/api/security/temporary-block", "(edge manager) Block for duration_minutes (default 60)",
             Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "duration_minutes": {"type": "integer", "default": 60}}}))), post(compat::temporary_block)),
+        (doc("get", "/api/security/stats", "(edge manager) The busiest clients of the stick table (?limit=50&min_req_rate=1); errors E1 (400, 502)", None), get(compat_security::get_stats)),
         (doc("post", "/api/security/clear-expired", "(edge manager) Remove expired blocks now", None), post(compat::clear_expired)),
         (doc("get", "/api/regenerate", "(edge manager) Re-render and apply", None), get(compat::regenerate)),
         (doc("post", "/api/config/reload", "(edge manager) Apply; reload through the master if nothing changed", None), post(compat::reload)),

@@ -8,6 +8,7 @@ use hapctl::model::{
     AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, Profile, Redirect, Server, ServerName,
 };
 
+use super::limits::RuleArgs;
 use super::{open, output, Failure, JsonFlag, JsonOut};
 
 #[derive(Subcommand)]
@@ -49,6 +50,17 @@ pub enum DomainCommand {
     /// Serve a suspended domain again (no reload).
     Resume {
         name: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// A domain's own rate-limit policy (a map change: no reload); --inherit follows the
+    /// edge-wide default again (`hapctl limits set`).
+    Limits {
+        name: String,
+        #[command(flatten)]
+        rules: RuleArgs,
+        #[arg(long, conflicts_with_all = ["preset", "req_rate", "req_rate_soft", "conn_rate", "conn_cur", "err_rate"])]
+        inherit: bool,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -132,6 +144,31 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                 .transpose()?;
             let report =
                 open(dir)?.set_https_policy(&name.parse()?, HttpsPolicy { redirect, hsts })?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Limits {
+            name,
+            rules,
+            inherit,
+            out,
+        } => {
+            let domain: Domain = name.parse()?;
+            let mut edge = open(dir)?;
+            let policy = match inherit {
+                true => None,
+                false => {
+                    let edit = rules.edit();
+                    if edit.is_empty() {
+                        return Err(Failure::input(anyhow::anyhow!(
+                            "give --preset, a rule (--req-rate ...) or --inherit"
+                        )));
+                    }
+                    let limits = edge.limits()?;
+                    let base = limits.domains.get(&domain).unwrap_or(&limits.default);
+                    Some(edit.apply(*base)?)
+                }
+            };
+            let report = edge.set_domain_limits(&domain, policy)?;
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Suspend { name, out } => {

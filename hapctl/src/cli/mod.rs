@@ -15,6 +15,8 @@ mod deliver;
 mod domain;
 mod haproxy;
 mod init;
+mod limits;
+mod logs;
 pub mod output;
 mod prove;
 mod proxy;
@@ -72,6 +74,10 @@ enum Command {
     /// Trusted proxies: peers whose X-Forwarded-For names the real client.
     #[command(subcommand)]
     Proxy(proxy::ProxyCommand),
+    #[command(subcommand)]
+    Limits(limits::LimitsCommand),
+    #[command(subcommand)]
+    Security(limits::SecurityCommand),
     /// Render the desired state and apply it through the safe path.
     Apply(apply::ApplyArgs),
     /// HAProxy master and workers, and the last applies.
@@ -82,6 +88,8 @@ enum Command {
     Rollback(deliver::RollbackArgs),
     /// After a reboot: start each app's generation in service and HAProxy; nothing else.
     Boot,
+    /// The access log (one line per request): last lines, filtered, or followed.
+    Logs(logs::LogsArgs),
     /// Run the HTTP API daemon (starts HAProxy if needed; stopping it leaves HAProxy running).
     Serve(serve::ServeArgs),
     /// Generations of each app: current, previous, retired; PID, port, ready.
@@ -162,11 +170,14 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Block(cmd) => block::run(dir, cmd),
         Command::Cert(cmd) => cert::run(dir, cmd),
         Command::Proxy(cmd) => proxy::run(dir, cmd),
+        Command::Limits(cmd) => limits::run(dir, cmd),
+        Command::Security(cmd) => limits::security(dir, cmd),
         Command::Apply(args) => apply::run(dir, args),
         Command::Status(out) => apply::status(dir, out),
         Command::Deliver(args) => deliver::deliver(dir, args),
         Command::Rollback(args) => deliver::rollback(dir, args),
         Command::Boot => deliver::boot(dir),
+        Command::Logs(args) => logs::run(dir, args),
         Command::Serve(args) => serve::run(dir, args),
         Command::Generations(out) => deliver::generations(dir, out),
         Command::Prove(args) => prove::run(dir, args),

@@ -367,7 +367,10 @@ impl Edge {
 }
 
 /// Policies apply to domains that exist.
-fn require_domain(tx: &crate::store::Tx<'_>, d: &Domain) -> Result<(), crate::apply::ApplyError> {
+pub(super) fn require_domain(
+    tx: &crate::store::Tx<'_>,
+    d: &Domain,
+) -> Result<(), crate::apply::ApplyError> {
     let state = tx.load_state()?;
     if state.domains.contains_key(d) || state.app_domains.contains_key(d) {
         Ok(())

@@ -46,6 +46,7 @@ pub enum EdgeError {
 }
 
 mod certs;
+mod limits;
 
 pub use certs::{CertView, RenewOutcome};
 
@@ -155,9 +156,11 @@ impl DomainChange {
         Ok(match self {
             DomainChange::Put(d, backend) => created(tx.put_domain(d, backend, unix_now())?),
             DomainChange::PutApp(d, app) => created(tx.put_app_domain(d, app, unix_now())?),
+            // A removed domain takes its policies with it: re-adding it starts from defaults.
             DomainChange::Remove(d) if tx.remove_domain(d)? => {
                 tx.set_https_policy(d, &crate::model::HttpsPolicy::default())?;
                 tx.set_suspended(d, false, unix_now())?;
+                tx.set_domain_limits(d, None)?;
                 DomainResult::Removed
             }
             DomainChange::Remove(_) => DomainResult::NotFound,

@@ -4,6 +4,7 @@
 mod app;
 mod block;
 mod error;
+mod limits;
 mod name;
 mod presets;
 mod profile;
@@ -14,6 +15,10 @@ mod tls;
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
 pub use error::{bounded, Invalid};
+pub use limits::{
+    check_secs, parse_secs, LimitAction, LimitPolicy, LimitRule, LimitStatus, Limits, Slot,
+    Windows, LOCAL_NETS, MAX_TARPIT_SECS, MAX_THRESHOLD, MAX_WINDOW_SECS,
+};
 pub use name::{Domain, DomainName};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};

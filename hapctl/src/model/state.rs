@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::app::{AppName, Generation};
 use super::block::ProxyNet;
 use super::error::Invalid;
+use super::limits::Limits;
 use super::name::Domain;
 use super::profile::Profile;
 use super::server::Server;
@@ -72,4 +73,6 @@ pub struct EdgeState {
     pub https: BTreeMap<Domain, HttpsPolicy>,
     /// Domains answered with the suspended page (503) instead of their backend.
     pub suspended: BTreeSet<Domain>,
+    /// Per-client rate limits: table windows, policies, exemptions.
+    pub limits: Limits,
 }

@@ -22,10 +22,13 @@ pub enum FileId {
     SuspendedMap,
     SuspendedWildcardsMap,
     SuspendedPage,
+    LimitsMap,
+    LimitsWildcardsMap,
+    ExemptMap,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 15] = [
+    pub const ALL: [FileId; 18] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -41,13 +44,16 @@ impl FileId {
         FileId::SuspendedMap,
         FileId::SuspendedWildcardsMap,
         FileId::SuspendedPage,
+        FileId::LimitsMap,
+        FileId::LimitsWildcardsMap,
+        FileId::ExemptMap,
     ];
 
     /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
-    pub const RENDERED: [FileId; 12] = [
+    pub const RENDERED: [FileId; 15] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -60,15 +66,21 @@ impl FileId {
         FileId::SuspendedMap,
         FileId::SuspendedWildcardsMap,
         FileId::SuspendedPage,
+        FileId::LimitsMap,
+        FileId::LimitsWildcardsMap,
+        FileId::ExemptMap,
     ];
 
     /// Rendered maps that the running worker can take through the runtime API: an apply that
     /// changes only these needs no reload.
-    pub const RUNTIME_MAPS: [FileId; 4] = [
+    pub const RUNTIME_MAPS: [FileId; 7] = [
         FileId::HttpsMap,
         FileId::HttpsWildcardsMap,
         FileId::SuspendedMap,
         FileId::SuspendedWildcardsMap,
+        FileId::LimitsMap,
+        FileId::LimitsWildcardsMap,
+        FileId::ExemptMap,
     ];
 
     /// Stable relative name, used for the snapshot layout and in messages.
@@ -89,6 +101,9 @@ impl FileId {
             FileId::SuspendedMap => "maps/suspended.map",
             FileId::SuspendedWildcardsMap => "maps/suspended-wildcards.map",
             FileId::SuspendedPage => "pages/suspended.html",
+            FileId::LimitsMap => "maps/limits.map",
+            FileId::LimitsWildcardsMap => "maps/limits-wildcards.map",
+            FileId::ExemptMap => "maps/limits-exempt.map",
         }
     }
 
@@ -110,6 +125,9 @@ impl FileId {
             FileId::SuspendedMap => paths.maps_dir.join("suspended.map"),
             FileId::SuspendedWildcardsMap => paths.maps_dir.join("suspended-wildcards.map"),
             FileId::SuspendedPage => paths.pages_dir.join("suspended.html"),
+            FileId::LimitsMap => paths.maps_dir.join("limits.map"),
+            FileId::LimitsWildcardsMap => paths.maps_dir.join("limits-wildcards.map"),
+            FileId::ExemptMap => paths.maps_dir.join("limits-exempt.map"),
         }
     }
 
@@ -130,7 +148,10 @@ impl FileId {
             | FileId::AcmeMap
             | FileId::CrtList
             | FileId::SuspendedMap
-            | FileId::SuspendedWildcardsMap => None,
+            | FileId::SuspendedWildcardsMap
+            | FileId::LimitsMap
+            | FileId::LimitsWildcardsMap
+            | FileId::ExemptMap => None,
         }
     }
 }

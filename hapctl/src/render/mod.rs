@@ -6,6 +6,7 @@
 
 mod backends;
 mod fileset;
+mod logging;
 mod templates;
 
 use std::fmt::Write;
@@ -16,6 +17,7 @@ use crate::model::{BlockKey, Domain, EdgeState};
 use crate::settings::Settings;
 
 pub use fileset::{FileId, FileSet, SetFile};
+pub use logging::LOG_LEN;
 pub use templates::{TemplateError, Templates};
 
 /// First line of every file hapctl renders (after the file's comment marker).
@@ -99,6 +101,12 @@ pub fn render(
         suspended_map => at(FileId::SuspendedMap),
         suspended_wildcards_map => at(FileId::SuspendedWildcardsMap),
         suspended_page => at(FileId::SuspendedPage),
+        limits_map => at(FileId::LimitsMap),
+        limits_wildcards_map => at(FileId::LimitsWildcardsMap),
+        exempt_map => at(FileId::ExemptMap),
+        limits => crate::protect::maps::view(&state.limits),
+        log_target => logging::log_line(&settings.logs),
+        request_id => logging::REQUEST_ID_MARK,
         backends => backends,
         apps => apps,
         hard_stop_after => hard_stop_after,
@@ -110,10 +118,17 @@ pub fn render(
     let mut set = FileSet::default();
     for id in FileId::RENDERED {
         let bytes = match id.template() {
-            Some(name) => templates
-                .render(name, &ctx)
-                .map_err(|message| RenderError::Template { name, message })?
-                .into_bytes(),
+            Some(name) => {
+                let text = templates
+                    .render(name, &ctx)
+                    .map_err(|message| RenderError::Template { name, message })?;
+                // The pages are returned with `lf-file`: a log-format string.
+                if name.ends_with(".html.j2") {
+                    logging::lf_page(&text).into_bytes()
+                } else {
+                    text.into_bytes()
+                }
+            }
             None => render_data(id, state, &routes),
         };
         set.insert(id, id.path(paths), ensure_final_newline(bytes));
@@ -200,6 +215,11 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
                 let _ = writeln!(out, ".{} {}", domain.name(), policy.map_value());
             }
         }
+        FileId::LimitsMap => crate::protect::maps::limits_map(&mut out, &state.limits, false),
+        FileId::LimitsWildcardsMap => {
+            crate::protect::maps::limits_map(&mut out, &state.limits, true)
+        }
+        FileId::ExemptMap => crate::protect::maps::exempt_map(&mut out, &state.limits),
         _ => unreachable!("{id:?} is rendered from a template"),
     }
     out.into_bytes()

@@ -14,9 +14,11 @@ use serde::Deserialize;
 use crate::model::bounded;
 
 mod apps;
+mod logs;
 mod tls;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
+pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use tls::{AcmeSettings, TlsSettings, TlsVersion, KEY_TYPES, LETS_ENCRYPT};
 
 /// Name of the settings file inside the state directory.
@@ -64,6 +66,7 @@ pub struct Settings {
     pub api: ApiSettings,
     pub tls: TlsSettings,
     pub acme: AcmeSettings,
+    pub logs: LogSettings,
 }
 
 /// The HTTP API daemon (`hapctl serve`).
@@ -175,6 +178,8 @@ struct RawSettings {
     tls: tls::RawTls,
     #[serde(default)]
     acme: tls::RawAcme,
+    #[serde(default)]
+    logs: logs::RawLogs,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -292,6 +297,17 @@ key_type = "ecdsa-p256"
 dns_propagation = "10s"
 hook_timeout = "60s"
 order_timeout = "180s"
+
+[logs]
+# Access log, one JSON line per request. "file": HAProxy sends to `socket`, which `hapctl serve`
+# reads and writes to `file` (rotated at max_size, `keep` old files). Without a running
+# `hapctl serve` the lines are dropped by the kernel (requests are not affected).
+# Or "syslog:HOST:PORT" (RFC 5424 over UDP) or "journald" (/dev/log, systemd hosts).
+target = "file"
+socket = "run/log.sock"
+file = "logs/access.log"
+max_size = "100MiB"
+keep = 5
 
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
@@ -476,6 +492,8 @@ impl Settings {
         let tls = tls::resolve_tls(raw.tls).map_err(|(key, message)| value_error(&key, message))?;
         let acme = tls::resolve_acme(raw.acme, |p| resolve(Some(p), ""))
             .map_err(|(key, message)| value_error(&key, message))?;
+        let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))
+            .map_err(|(key, message)| value_error(&key, message))?;
         let api = ApiSettings {
             listen,
             token_file: resolve(raw.api.token_file, "api-token"),
@@ -490,6 +508,7 @@ impl Settings {
             },
             tls,
             acme,
+            logs,
             haproxy,
             paths,
             render,

@@ -16,6 +16,7 @@ use crate::model::{
 };
 
 mod certs;
+mod limits;
 
 pub use certs::CertRecord;
 
@@ -133,6 +134,7 @@ CREATE TABLE suspended_domains (
     since INTEGER NOT NULL
 );
 "#,
+    limits::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main
@@ -749,6 +751,8 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
                 .map_err(corrupt("suspended_domains", &domain))?,
         );
     }
+
+    state.limits = limits::load(conn)?;
 
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
     let mut rows = stmt.query([])?;

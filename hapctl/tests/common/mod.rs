@@ -451,6 +451,11 @@ pub fn http_get(
     }
 }
 
+/// A TCP connection to the edge's port on 127.0.0.1 from `source` (a request left open).
+pub fn connect_source(source: Ipv4Addr, port: u16) -> TcpStream {
+    connect_from(source, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
 fn connect_from(source: Ipv4Addr, target: SocketAddr) -> TcpStream {
     // std cannot bind before connecting; a few lines of libc can.
     unsafe {
@@ -539,8 +544,15 @@ fn serve(conn: &mut TcpStream, body: &str) {
     let real_ip = seen("x-real-ip: ");
     let (proto, port) = (seen("x-forwarded-proto: "), seen("x-forwarded-port: "));
     let (cf, true_client) = (seen("cf-connecting-ip: "), seen("true-client-ip: "));
+    // Every X-Request-Id line, comma-joined: a client's own must never arrive next to the edge's.
+    let request_ids: Vec<&str> = head
+        .lines()
+        .filter_map(|l| l.strip_prefix("x-request-id: "))
+        .map(str::trim)
+        .collect();
+    let request_id = request_ids.join(",");
     let resp = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nx-seen-cf-connecting-ip: {cf}\r\nx-seen-true-client-ip: {true_client}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-request-id: {request_id}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nx-seen-cf-connecting-ip: {cf}\r\nx-seen-true-client-ip: {true_client}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = conn.write_all(resp.as_bytes());

@@ -1,0 +1,304 @@
+//! Reading the access log back: one JSON object per line (keys of the log-format in
+//! `haproxy.cfg.j2`), filtered by domain and status.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{rotated_path, LogError};
+use crate::model::bounded;
+
+/// One request. A value HAProxy did not have is `"-"`; a key an overridden template left out
+/// is empty or 0.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct AccessRecord {
+    /// Accept time, Unix seconds with milliseconds.
+    pub ts: f64,
+    /// The request id the backend got as `X-Request-Id`.
+    pub id: String,
+    /// The real client IP (forwarding headers of trusted proxies applied).
+    pub client: String,
+    /// The TCP peer.
+    pub peer: String,
+    pub host: String,
+    pub method: String,
+    pub path: String,
+    pub status: i64,
+    pub bytes: i64,
+    pub tq: i64,
+    pub tw: i64,
+    pub tc: i64,
+    pub tr: i64,
+    pub ta: i64,
+    /// HAProxy's termination state (`----`, `CD--`, `LR--`, …).
+    pub term: String,
+    pub backend: String,
+    pub tls: String,
+    pub sni: String,
+    /// The hapctl rule that answered instead of a backend: `blocked`, `unknown-host`,
+    /// `suspended`, or `-`.
+    pub denied_by: String,
+}
+
+impl AccessRecord {
+    pub fn parse(line: &str) -> Option<AccessRecord> {
+        serde_json::from_str(line).ok()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    Exact(u16),
+    /// `4xx`: 400-499.
+    Class(u16),
+}
+
+impl std::str::FromStr for StatusFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StatusFilter, String> {
+        let bad = || {
+            format!(
+                "{:?} is not a status like 404 or a class like 4xx",
+                bounded(s)
+            )
+        };
+        let b = s.as_bytes();
+        match b {
+            [c @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => {
+                Ok(StatusFilter::Class(u16::from(c - b'0')))
+            }
+            [b'1'..=b'5', b'0'..=b'9', b'0'..=b'9'] => {
+                s.parse().map(StatusFilter::Exact).map_err(|_| bad())
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// `example.com` (exactly that host) or `*.example.com` (any name below it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DomainFilter {
+    Exact(String),
+    Below(String),
+}
+
+impl std::str::FromStr for DomainFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DomainFilter, String> {
+        let lower = s.trim().to_ascii_lowercase();
+        let ok = |d: &str| {
+            !d.is_empty()
+                && d.len() <= 253
+                && d.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        };
+        match lower.strip_prefix("*.") {
+            Some(base) if ok(base) => Ok(DomainFilter::Below(format!(".{base}"))),
+            None if ok(&lower) => Ok(DomainFilter::Exact(lower)),
+            _ => Err(format!("{:?} is not a domain name or *.domain", bounded(s))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub domain: Option<DomainFilter>,
+    pub status: Option<StatusFilter>,
+}
+
+impl Filter {
+    pub fn matches(&self, r: &AccessRecord) -> bool {
+        let domain = match &self.domain {
+            None => true,
+            Some(DomainFilter::Exact(d)) => r.host == *d,
+            Some(DomainFilter::Below(suffix)) => r.host.ends_with(suffix.as_str()),
+        };
+        let status = match self.status {
+            None => true,
+            Some(StatusFilter::Exact(s)) => r.status == i64::from(s),
+            Some(StatusFilter::Class(c)) => r.status / 100 == i64::from(c),
+        };
+        domain && status
+    }
+}
+
+/// The last `lines` matching records (raw line, parsed), oldest first: the current file, then
+/// as many rotated files as it takes (`FILE.1`, … `FILE.keep`). Lines that are not records are
+/// skipped.
+pub fn read_tail(
+    file: &Path,
+    keep: u32,
+    filter: &Filter,
+    lines: usize,
+) -> Result<Vec<(String, AccessRecord)>, LogError> {
+    let mut found: VecDeque<(String, AccessRecord)> = VecDeque::new();
+    for n in 0..=keep {
+        let path = if n == 0 {
+            file.to_path_buf()
+        } else {
+            rotated_path(file, n)
+        };
+        let text = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(LogError::Read { path, source }),
+        };
+        let older: Vec<(String, AccessRecord)> = text
+            .lines()
+            .rev()
+            .filter_map(|l| AccessRecord::parse(l).map(|r| (l.to_string(), r)))
+            .filter(|(_, r)| filter.matches(r))
+            .take(lines - found.len())
+            .collect();
+        for item in older {
+            found.push_front(item);
+        }
+        if found.len() >= lines {
+            break;
+        }
+    }
+    Ok(found.into())
+}
+
+/// Reads what is appended to the access log, across rotations: when the path names a new file,
+/// the old one is read to its end first.
+pub struct Follower {
+    path: PathBuf,
+    file: Option<File>,
+    inode: u64,
+    partial: Vec<u8>,
+}
+
+impl Follower {
+    /// Starts at the current end of `path` (which may not exist yet).
+    pub fn at_end(path: &Path) -> Follower {
+        let mut f = Follower {
+            path: path.to_path_buf(),
+            file: None,
+            inode: 0,
+            partial: Vec::new(),
+        };
+        if let Ok(mut file) = File::open(path) {
+            if file.seek(SeekFrom::End(0)).is_ok() {
+                f.inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
+                f.file = Some(file);
+            }
+        }
+        f
+    }
+
+    /// Complete lines appended since the last call.
+    pub fn poll(&mut self) -> Result<Vec<String>, LogError> {
+        let mut out = Vec::new();
+        self.drain(&mut out)?;
+        let current = std::fs::metadata(&self.path).map(|m| m.ino()).ok();
+        if current.is_some() && current != Some(self.inode) {
+            // Rotated (or created): the old file is complete, the new one starts at 0.
+            self.partial.clear();
+            self.file = File::open(&self.path).ok();
+            self.inode = current.unwrap_or(0);
+            self.drain(&mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn drain(&mut self, out: &mut Vec<String>) -> Result<(), LogError> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|source| LogError::Read {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.partial.extend_from_slice(&bytes);
+        if let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') {
+            let complete: Vec<u8> = self.partial.drain(..=end).collect();
+            out.extend(
+                String::from_utf8_lossy(&complete)
+                    .lines()
+                    .map(str::to_string),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(host: &str, status: u16) -> String {
+        format!("{{\"host\":\"{host}\",\"status\":{status},\"id\":\"x\",\"tls\":\"-\"}}")
+    }
+
+    #[test]
+    fn filters() {
+        let f = |d: Option<&str>, s: Option<&str>| Filter {
+            domain: d.map(|d| d.parse().unwrap()),
+            status: s.map(|s| s.parse().unwrap()),
+        };
+        let r = AccessRecord::parse(&line("shop.example.com", 404)).unwrap();
+        assert!(f(Some("shop.example.com"), Some("4xx")).matches(&r));
+        assert!(f(Some("*.example.com"), Some("404")).matches(&r));
+        assert!(f(Some("SHOP.example.com"), None).matches(&r));
+        assert!(!f(Some("*.shop.example.com"), None).matches(&r));
+        assert!(!f(Some("example.com"), None).matches(&r));
+        assert!(!f(None, Some("5xx")).matches(&r));
+        assert!(!f(None, Some("403")).matches(&r));
+        for bad in ["4", "6xx", "4xxx", "abc", "099", "40x"] {
+            assert!(bad.parse::<StatusFilter>().is_err(), "{bad}");
+        }
+        for bad in ["", "*.", "a b", "x\ny"] {
+            assert!(bad.parse::<DomainFilter>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tail_reaches_into_rotated_files_and_follow_survives_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        std::fs::write(
+            rotated_path(&path, 1),
+            format!("{}\n{}\n", line("a", 200), line("b", 404)),
+        )
+        .unwrap();
+        std::fs::write(
+            &path,
+            format!("{}\nnot json\n{}\n", line("c", 404), line("d", 200)),
+        )
+        .unwrap();
+        let all = read_tail(&path, 1, &Filter::default(), 10).unwrap();
+        let hosts: Vec<&str> = all.iter().map(|(_, r)| r.host.as_str()).collect();
+        assert_eq!(hosts, ["a", "b", "c", "d"]);
+        let filter = Filter {
+            status: Some(StatusFilter::Exact(404)),
+            ..Filter::default()
+        };
+        let last = read_tail(&path, 1, &filter, 1).unwrap();
+        assert_eq!(last[0].1.host, "c");
+
+        let mut follow = Follower::at_end(&path);
+        assert!(follow.poll().unwrap().is_empty());
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"{\"host\":\"e\"}\n{\"host\":").unwrap();
+        assert_eq!(follow.poll().unwrap(), ["{\"host\":\"e\"}"]);
+        f.write_all(b"\"f\"}\n").unwrap();
+        std::fs::rename(&path, rotated_path(&path, 1)).unwrap();
+        std::fs::write(&path, "{\"host\":\"g\"}\n").unwrap();
+        assert_eq!(
+            follow.poll().unwrap(),
+            ["{\"host\":\"f\"}", "{\"host\":\"g\"}"]
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! `[logs]`: where HAProxy's access log goes.
+//!
+//! `file` (the default): HAProxy sends one datagram per request to a unix socket that
+//! `hapctl serve` owns and writes to a rotated file (`crate::logs`). Without a running
+//! `hapctl serve` nobody reads the socket and the kernel refuses HAProxy's datagrams: the lines
+//! are lost (HAProxy counts them in `DroppedLogs` of `show info`), requests are unaffected.
+//! `syslog:HOST:PORT` sends RFC 5424 over UDP; `journald` sends to `/dev/log`, which systemd's
+//! journal reads on a systemd host.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::model::bounded;
+
+/// The datagram socket systemd's journal (and any syslog daemon) reads.
+pub const DEV_LOG: &str = "/dev/log";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// The socket `hapctl serve` reads, written to `LogSettings::file`.
+    File,
+    /// A syslog server over UDP, `HOST:PORT` (an IPv6 host in brackets).
+    Syslog { host: String, port: u16 },
+    /// `/dev/log`.
+    Journald,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub target: LogTarget,
+    /// The unix datagram socket HAProxy sends to (target `file`).
+    pub socket: PathBuf,
+    /// The access log `hapctl serve` writes; rotated files are `FILE.1` (newest) … `FILE.keep`.
+    pub file: PathBuf,
+    /// A file is rotated before a line would make it larger than this.
+    pub max_size: u64,
+    /// Rotated files kept besides the current one.
+    pub keep: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLogs {
+    target: Option<String>,
+    socket: Option<PathBuf>,
+    file: Option<PathBuf>,
+    max_size: Option<String>,
+    keep: Option<u32>,
+}
+
+/// Bounds of `max_size`: a file must hold a few long lines; 1 TiB is beyond any sane file.
+const MIN_SIZE: u64 = 64 * 1024;
+const MAX_SIZE: u64 = 1 << 40;
+const MAX_KEEP: u32 = 100;
+
+/// An error is `(key, message)`.
+pub(super) fn resolve_logs(
+    raw: RawLogs,
+    resolve: impl Fn(PathBuf) -> PathBuf,
+) -> Result<LogSettings, (String, String)> {
+    let err = |key: &str, m: String| (format!("logs.{key}"), m);
+    let target = match raw.target.as_deref() {
+        None | Some("file") => LogTarget::File,
+        Some("journald") => LogTarget::Journald,
+        Some(other) => match other.strip_prefix("syslog:") {
+            Some(addr) => parse_syslog(addr).map_err(|m| err("target", m))?,
+            None => {
+                return Err(err(
+                    "target",
+                    format!(
+                        "{:?} is not \"file\", \"journald\" or \"syslog:HOST:PORT\"",
+                        bounded(other)
+                    ),
+                ))
+            }
+        },
+    };
+    let max_size = match raw.max_size.as_deref() {
+        None => 100 * 1024 * 1024,
+        Some(s) => parse_size(s).map_err(|m| err("max_size", m))?,
+    };
+    if !(MIN_SIZE..=MAX_SIZE).contains(&max_size) {
+        return Err(err(
+            "max_size",
+            format!("{max_size} bytes is outside 64KiB..1TiB"),
+        ));
+    }
+    let keep = raw.keep.unwrap_or(5);
+    if keep > MAX_KEEP {
+        return Err(err("keep", format!("{keep} is more than {MAX_KEEP} files")));
+    }
+    let socket = resolve(raw.socket.unwrap_or_else(|| PathBuf::from("run/log.sock")));
+    super::check_config_path(&socket).map_err(|m| err("socket", m))?;
+    // sockaddr_un holds 108 bytes with the final NUL.
+    if socket.as_os_str().len() > 107 {
+        return Err(err(
+            "socket",
+            format!(
+                "{:?} is longer than the 107 bytes of a unix socket path",
+                bounded(&socket.display().to_string())
+            ),
+        ));
+    }
+    Ok(LogSettings {
+        target,
+        socket,
+        file: resolve(raw.file.unwrap_or_else(|| PathBuf::from("logs/access.log"))),
+        max_size,
+        keep,
+    })
+}
+
+/// `HOST:PORT`: an IPv4 address, `[IPv6]` or a DNS name, and a port 1-65535.
+fn parse_syslog(addr: &str) -> Result<LogTarget, String> {
+    let shown = bounded(addr);
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("syslog:{shown:?} has no :PORT"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("syslog:{shown:?}: the port is not 1-65535"))?;
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv4())
+                || (!host.is_empty()
+                    && host.len() <= 253
+                    && host
+                        .split('.')
+                        .all(|l| !l.is_empty() && l.len() <= 63 && !l.starts_with('-'))
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+        }
+    };
+    if !host_ok {
+        return Err(format!(
+            "syslog:{shown:?}: the host is not an IPv4 address, [IPv6] address or DNS name"
+        ));
+    }
+    Ok(LogTarget::Syslog {
+        host: host.to_string(),
+        port,
+    })
+}
+
+/// `1048576`, `512KiB`, `100MiB`, `1GiB` (also `KB`/`MB`/`GB`, read as powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.chars().take_while(char::is_ascii_digit).count();
+    let (num, unit) = t.split_at(digits);
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("{:?} is not a size like \"100MiB\"", bounded(s))),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .ok_or_else(|| format!("{:?} is not a size like \"100MiB\"", bounded(s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logs(raw: RawLogs) -> Result<LogSettings, (String, String)> {
+        resolve_logs(raw, |p| PathBuf::from("/srv").join(p))
+    }
+
+    #[test]
+    fn defaults_and_targets() {
+        let s = logs(RawLogs::default()).unwrap();
+        assert_eq!(s.target, LogTarget::File);
+        assert_eq!(s.file, PathBuf::from("/srv/logs/access.log"));
+        assert_eq!((s.max_size, s.keep), (100 << 20, 5));
+        let target = |t: &str| {
+            logs(RawLogs {
+                target: Some(t.into()),
+                ..RawLogs::default()
+            })
+            .map(|s| s.target)
+        };
+        assert_eq!(target("journald").unwrap(), LogTarget::Journald);
+        assert_eq!(
+            target("syslog:10.0.0.5:514").unwrap(),
+            LogTarget::Syslog {
+                host: "10.0.0.5".into(),
+                port: 514
+            }
+        );
+        assert!(target("syslog:[::1]:514").is_ok());
+        assert!(target("syslog:logs.example.com:6514").is_ok());
+        for bad in [
+            "syslog:",
+            "syslog:1.2.3.4",
+            "syslog:1.2.3.4:0",
+            "syslog:a b:514",
+            "syslog:x\nlog 1.2.3.4:514",
+            "syslog:::1:514",
+            "stdout",
+        ] {
+            let (key, m) = target(bad).unwrap_err();
+            assert_eq!(key, "logs.target", "{bad}: {m}");
+        }
+    }
+
+    #[test]
+    fn sizes_and_bounds() {
+        assert_eq!(parse_size("512KiB").unwrap(), 512 << 10);
+        assert_eq!(parse_size("100MB").unwrap(), 100 << 20);
+        assert_eq!(parse_size("70000").unwrap(), 70000);
+        for bad in ["", "MiB", "-1", "1.5MiB", "99999999999999999999GiB", "1TB"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        let too_small = logs(RawLogs {
+            max_size: Some("1KiB".into()),
+            ..RawLogs::default()
+        });
+        assert_eq!(too_small.unwrap_err().0, "logs.max_size");
+        let too_many = logs(RawLogs {
+            keep: Some(1000),
+            ..RawLogs::default()
+        });
+        assert_eq!(too_many.unwrap_err().0, "logs.keep");
+    }
+}
