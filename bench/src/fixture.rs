@@ -70,7 +70,7 @@ pub fn backend(i: usize, servers: Servers<'_>) -> Backend {
 pub fn block(i: usize) -> Block {
     let key = if i.is_multiple_of(50) {
         format!("2001:db8:{:x}::/48", i + 1)
-    } else if i % 10 == 0 {
+    } else if i.is_multiple_of(10) {
         format!("203.0.{}.0/24", i % 256)
     } else {
         format!("198.18.{}.{}", (i >> 8) & 0xff, i & 0xff)

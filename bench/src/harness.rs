@@ -1,7 +1,7 @@
 //! A real edge to measure: a state dir made by `hapctl init` in a temp dir, a public listener
-//! on a free loopback port, a counting wrapper in front of haproxy, the release hapctl binary,
-//! and a tiny HTTP backend. Everything started here is stopped on drop (also on errors and
-//! panics), and the temp dir is removed.
+//! and the HTTPS bind on free loopback ports, a counting wrapper in front of haproxy, the
+//! release hapctl binary, and a tiny HTTP backend. Everything started here is stopped on drop
+//! (also on errors and panics), and the temp dir is removed.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -29,6 +29,8 @@ pub struct Edge {
     pub state_dir: PathBuf,
     /// The public listener's port on 127.0.0.1.
     pub port: u16,
+    /// `[edge] https_bind`: a free 127.0.0.1 port (never the built-in 8443).
+    pub https: SocketAddr,
     pub settings: Settings,
     wrapper: PathBuf,
     calls_log: PathBuf,
@@ -38,16 +40,26 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// `hapctl init --http-bind 127.0.0.1:<free port>` in a fresh temp dir; HAProxy not started.
+    /// `hapctl init --http-bind 127.0.0.1:<free port>` in a fresh temp dir, then `[edge]
+    /// https_bind` in `hapctl.toml` moved to another free loopback port (never the built-in
+    /// 8443); HAProxy not started.
     pub fn init(hapctl: &Path, label: &str) -> anyhow::Result<Edge> {
         let dir = TempDir::new(label)?;
         let (wrapper, calls_log) = counting_haproxy(dir.path())?;
         let state_dir = dir.path().join("state");
         let port = sys::free_port()?;
+        let https_port = loop {
+            let p = sys::free_port()?;
+            if p != port {
+                break p;
+            }
+        };
+        let https = SocketAddr::from((Ipv4Addr::LOCALHOST, https_port));
         let mut edge = Edge {
             hapctl: hapctl.to_path_buf(),
             state_dir: state_dir.clone(),
             port,
+            https,
             settings: Settings::parse(&state_dir, Path::new("-"), "")?,
             wrapper,
             calls_log,
@@ -55,7 +67,23 @@ impl Edge {
             dir,
         };
         edge.ok(&["init", "--http-bind", &format!("127.0.0.1:{port}")])?;
+        let path = state_dir.join("hapctl.toml");
+        let text = std::fs::read_to_string(&path)?;
+        let builtin = "https_bind = \"127.0.0.1:8443\"";
+        if !text.contains(builtin) {
+            bail!("{} has no line {builtin}", path.display());
+        }
+        std::fs::write(
+            &path,
+            text.replacen(builtin, &format!("https_bind = \"{https}\""), 1),
+        )?;
         edge.settings = Settings::load(&state_dir)?;
+        if edge.settings.edge.https_bind != Some(https) {
+            bail!(
+                "hapctl.toml: https_bind is {:?}, not {https}",
+                edge.settings.edge.https_bind
+            );
+        }
         Ok(edge)
     }
 

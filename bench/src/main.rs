@@ -13,6 +13,7 @@ mod api;
 mod api_domains;
 mod app_edge;
 mod blocks;
+mod certs;
 mod cutovers;
 mod daemon;
 mod deliver;
@@ -81,6 +82,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "certs",
+        about: "TLS: `hapctl cert import` to served at 10/100/1,000 certificates, haproxy -c and start with 1,000, handshakes/s during 100 renewals, daemon RSS",
+        run: certs::run,
+        long: true,
+    },
+    Section {
         name: "cutovers",
         about: "consecutive cutovers proven by `hapctl prove --cycle` under probe load and long streams",
         run: cutovers::run,
@@ -92,7 +99,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, and (long, only with --only or --all) cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
@@ -117,6 +124,10 @@ struct Args {
     /// deliver: deliver/rollback pairs (each delivery starts a new version).
     #[arg(long, default_value_t = 10)]
     deliveries: usize,
+    /// certs: numbers of installed certificates to measure `cert import` at, comma-separated
+    /// (the largest is also used for haproxy -c / start, the renewals and the daemon's memory).
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    cert_sizes: Vec<usize>,
     /// cutovers: `hapctl prove --cycle` runs (each proves 2 cutovers).
     #[arg(long, default_value_t = 25)]
     cycles: usize,
@@ -139,6 +150,7 @@ pub struct Ctx {
     pub render_budget_ms: u64,
     pub deliveries: usize,
     pub cycles: usize,
+    pub cert_sizes: Vec<usize>,
     hapctl: Option<PathBuf>,
     demo_app: Option<PathBuf>,
     jobs: u32,
@@ -345,6 +357,9 @@ fn run(args: Args) -> anyhow::Result<bool> {
             );
         }
     }
+    if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
+        bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
+    }
     if args.deliveries == 0 || args.cycles == 0 {
         bail!("--deliveries and --cycles need a positive number");
     }
@@ -354,6 +369,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
         render_budget_ms: args.render_budget_ms,
         deliveries: args.deliveries,
         cycles: args.cycles,
+        cert_sizes: args.cert_sizes.clone(),
         hapctl: args.hapctl.clone(),
         demo_app: args.demo_app.clone(),
         jobs: args.jobs,

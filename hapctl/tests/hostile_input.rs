@@ -1027,6 +1027,9 @@ fn base_body(method: &str, path: &str) -> Option<Value> {
         ("PUT", "/v1/domains/{name}/limits") => {
             json!({"preset": "custom", "rules": {"req_rate": "100:deny", "conn_cur": "50:tarpit-503"}})
         }
+        ("PUT", "/v1/domains/{name}/profiles") => {
+            json!({"profiles": ["wordpress"], "wp_admin_gate": false})
+        }
         ("POST", "/v1/limits/exempt") => json!({"net": "198.51.100.0/24"}),
         ("POST", "/v1/security/clear") => json!({"ip": "198.51.100.9"}),
         ("POST", "/api/ssl") => json!({"domain": OK_NAME}),

@@ -17,6 +17,7 @@ mod error;
 mod limits;
 mod metrics;
 mod policies;
+mod profiles;
 mod renewals;
 mod routes;
 mod v1;
@@ -224,9 +225,10 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
 
     // The access-log socket is read before HAProxy may start, so its first lines are kept.
     let _access_log = match edge.settings.logs.target {
-        crate::settings::LogTarget::File => {
-            Some(crate::logs::Receiver::start(&edge.settings.logs)?)
-        }
+        crate::settings::LogTarget::File => Some(crate::logs::Receiver::start(
+            &edge.settings.logs,
+            edge.settings.haproxy.privileges.worker_group(),
+        )?),
         _ => None,
     };
 

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::{
     auth, certs, compat, compat_certs, compat_dns, compat_security, count_requests, limits,
-    policies, v1, AppState, BODY_LIMIT,
+    policies, profiles, v1, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -92,6 +92,9 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
             Some(json!({"type": "object", "required": ["redirect"], "properties": {"redirect": {"type": "string", "enum": ["off", "301", "308"]},
                 "hsts_max_age": {"type": ["integer", "null"], "minimum": 1, "maximum": crate::model::MAX_HSTS_AGE}, "hsts_include_subdomains": {"type": "boolean"}}}))), put(policies::put_https)),
+        (doc("put", "/v1/domains/{name}/profiles", "A domain's path-protection profiles (wordpress: wp-login cookie challenge and POST limit, xmlrpc POST limit, wp-json batch patch, wp-admin gate) and the per-host wp-admin gate switch; replaces them; a runtime map change, no reload",
+            Some(json!({"type": "object", "required": ["profiles"], "properties": {"profiles": {"type": "array", "items": {"type": "string", "enum": ["wordpress"]}},
+                "wp_admin_gate": {"type": "boolean", "default": true}}}))), put(profiles::put_profiles)),
         (doc("post", "/v1/domains/{name}/suspend", "Answer the domain with the suspended page (503; ACME still answered); a runtime map change, no reload", None), post(policies::post_suspend)),
         (doc("post", "/v1/domains/{name}/resume", "Serve a suspended domain again; a runtime map change, no reload", None), post(policies::post_resume)),
         (doc("get", "/v1/limits", "Rate limits: windows, tarpit, local exemption, default policy, per-domain policies, exempt networks", None), get(limits::get_limits)),

@@ -1,11 +1,13 @@
-//! `hapctl domain add|rm|ls|https|suspend|resume`: domains, their servers and their policies.
+//! `hapctl domain add|rm|ls|https|suspend|resume|limits|profile`: domains, their servers and their policies.
 
 use std::path::Path;
 
 use clap::Subcommand;
 
+use hapctl::edge::ProtectionsChange;
 use hapctl::model::{
-    AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, Profile, Redirect, Server, ServerName,
+    AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, Profile, ProtectProfile, Redirect,
+    Server, ServerName,
 };
 
 use super::limits::RuleArgs;
@@ -61,6 +63,21 @@ pub enum DomainCommand {
         rules: RuleArgs,
         #[arg(long, conflicts_with_all = ["preset", "req_rate", "req_rate_soft", "conn_rate", "conn_cur", "err_rate"])]
         inherit: bool,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// A domain's path-protection profiles (a map change: no reload). Prints the result.
+    Profile {
+        name: String,
+        /// Turn a profile on (wordpress); repeatable.
+        #[arg(long, value_name = "PROFILE")]
+        add: Vec<String>,
+        /// Turn a profile off; repeatable.
+        #[arg(long, value_name = "PROFILE")]
+        rm: Vec<String>,
+        /// on or off: the wordpress wp-admin gate for this host (302 to wp-login).
+        #[arg(long, value_name = "on|off")]
+        wp_admin_gate: Option<String>,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -169,6 +186,37 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                 }
             };
             let report = edge.set_domain_limits(&domain, policy)?;
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Profile {
+            name,
+            add,
+            rm,
+            wp_admin_gate,
+            out,
+        } => {
+            let domain: Domain = name.parse()?;
+            let parse = |v: &[String]| {
+                v.iter()
+                    .map(|p| p.parse::<ProtectProfile>())
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            let (add, rm) = (parse(&add)?, parse(&rm)?);
+            let wp_admin_gate = wp_admin_gate
+                .map(|v| hapctl::protect::parse_switch("wp-admin-gate", &v))
+                .transpose()?;
+            let change = ProtectionsChange::Edit {
+                add,
+                rm,
+                wp_admin_gate,
+            };
+            let (report, after) = open(dir)?.set_protections(&domain, change)?;
+            let profiles: Vec<_> = after.profiles.iter().map(|p| p.name()).collect();
+            eprintln!(
+                "domain {domain}: profiles [{}], wp-admin gate {}",
+                profiles.join(", "),
+                if after.wp_admin_gate { "on" } else { "off" }
+            );
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Suspend { name, out } => {

@@ -47,6 +47,9 @@ pub enum EdgeError {
 
 mod certs;
 mod limits;
+mod profiles;
+
+pub use profiles::ProtectionsChange;
 
 pub use certs::{CertView, RenewOutcome};
 
@@ -64,6 +67,13 @@ pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<Pa
         text = text.replace(
             "http_bind = \"127.0.0.1:8080\"",
             &format!("http_bind = {}", toml_string(bind)),
+        );
+    }
+    // The workers' user is decided here, once, and written down (see `settings::Privileges`).
+    if crate::settings::user_exists(crate::settings::DEFAULT_USER) {
+        text = text.replace(
+            "\nuser = \"\"\n",
+            &format!("\nuser = {}\n", toml_string(crate::settings::DEFAULT_USER)),
         );
     }
     // Parse before writing anything, so a bad value leaves no half-made state behind.
@@ -161,6 +171,7 @@ impl DomainChange {
                 tx.set_https_policy(d, &crate::model::HttpsPolicy::default())?;
                 tx.set_suspended(d, false, unix_now())?;
                 tx.set_domain_limits(d, None)?;
+                tx.set_protections(d, &crate::model::DomainProtections::default())?;
                 DomainResult::Removed
             }
             DomainChange::Remove(_) => DomainResult::NotFound,

@@ -47,6 +47,12 @@ pub enum LogError {
     Read { path: PathBuf, source: io::Error },
     #[error("the access log goes to {0}, not to a file: read it there")]
     NotAFile(String),
+    #[error("HAProxy's workers (group {gid}) cannot reach the access-log socket {socket}: {dir} has no search permission for them; chmod o+x (or g+x with that group) {dir}, or set [logs] socket elsewhere")]
+    Unreachable {
+        socket: PathBuf,
+        dir: PathBuf,
+        gid: u32,
+    },
 }
 
 /// What the receiver did since it started.
@@ -70,9 +76,11 @@ pub struct Receiver {
 
 impl Receiver {
     /// Binds `settings.socket` (replacing a stale socket file nobody reads) and starts writing
-    /// what arrives to `settings.file`.
-    pub fn start(settings: &LogSettings) -> Result<Receiver, LogError> {
-        let socket = bind(&settings.socket)?;
+    /// what arrives to `settings.file`. `worker_gid` is the group HAProxy's workers drop to
+    /// (`Privileges::worker_group`): the socket gets that group (mode 0660), and every folder
+    /// above it must let that group through.
+    pub fn start(settings: &LogSettings, worker_gid: Option<u32>) -> Result<Receiver, LogError> {
+        let socket = bind(&settings.socket, worker_gid)?;
         let file = RotatingFile::open(&settings.file, settings.max_size, settings.keep).map_err(
             |source| LogError::Open {
                 path: settings.file.clone(),
@@ -106,7 +114,7 @@ impl Drop for Receiver {
     }
 }
 
-fn bind(path: &Path) -> Result<UnixDatagram, LogError> {
+fn bind(path: &Path, worker_gid: Option<u32>) -> Result<UnixDatagram, LogError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(LogError::NotASocket(path.to_path_buf()));
@@ -128,11 +136,39 @@ fn bind(path: &Path) -> Result<UnixDatagram, LogError> {
     let socket = UnixDatagram::bind(path).map_err(bind_error)?;
     // Owner and group: HAProxy's workers send as the user they run as.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(bind_error)?;
+    if let Some(gid) = worker_gid {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(bind_error)?;
+        check_reachable(path, gid)?;
+    }
     socket
         .set_read_timeout(Some(READ_TIMEOUT))
         .map_err(bind_error)?;
     set_receive_buffer(&socket);
     Ok(socket)
+}
+
+/// Every folder above `socket` must be searchable by a process of group `gid` that is not the
+/// folder's owner (the workers' user owns none of hapctl's folders).
+fn check_reachable(socket: &Path, gid: u32) -> Result<(), LogError> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in socket.ancestors().skip(1) {
+        if dir.as_os_str().is_empty() {
+            continue;
+        }
+        let meta = std::fs::metadata(dir).map_err(|source| LogError::Bind {
+            path: socket.to_path_buf(),
+            source,
+        })?;
+        let mode = meta.mode();
+        if mode & 0o001 == 0 && !(mode & 0o010 != 0 && meta.gid() == gid) {
+            return Err(LogError::Unreachable {
+                socket: socket.to_path_buf(),
+                dir: dir.to_path_buf(),
+                gid,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn set_receive_buffer(socket: &UnixDatagram) {
@@ -253,8 +289,11 @@ mod tests {
     fn datagrams_become_lines_and_a_second_receiver_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path());
-        let receiver = Receiver::start(&s).unwrap();
-        assert!(matches!(Receiver::start(&s), Err(LogError::SocketInUse(_))));
+        let receiver = Receiver::start(&s, None).unwrap();
+        assert!(matches!(
+            Receiver::start(&s, None),
+            Err(LogError::SocketInUse(_))
+        ));
         let tx = UnixDatagram::unbound().unwrap();
         for i in 0..500 {
             tx.send_to(format!("{{\"n\":{i}}}\n").as_bytes(), &s.socket)
@@ -277,7 +316,7 @@ mod tests {
         assert_eq!(lines.len(), 500);
         assert_eq!(lines[499], "{\"n\":499}");
         // The socket file is stale now: the next receiver takes it over.
-        drop(Receiver::start(&s).unwrap());
+        drop(Receiver::start(&s, None).unwrap());
     }
 
     #[test]
@@ -286,7 +325,10 @@ mod tests {
         let s = settings(dir.path());
         std::fs::create_dir_all(s.socket.parent().unwrap()).unwrap();
         std::fs::write(&s.socket, b"keep me").unwrap();
-        assert!(matches!(Receiver::start(&s), Err(LogError::NotASocket(_))));
+        assert!(matches!(
+            Receiver::start(&s, None),
+            Err(LogError::NotASocket(_))
+        ));
         assert_eq!(std::fs::read(&s.socket).unwrap(), b"keep me");
     }
 }

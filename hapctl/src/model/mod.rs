@@ -8,6 +8,7 @@ mod limits;
 mod name;
 mod presets;
 mod profile;
+mod protections;
 mod server;
 mod state;
 mod tls;
@@ -22,6 +23,7 @@ pub use limits::{
 pub use name::{Domain, DomainName};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};
+pub use protections::{DomainProtections, ProtectProfile, FLAG_WP_GATE_OFF};
 pub use server::{Port, Server, ServerAddr, ServerHost, ServerName, ServerOptions};
 pub use state::{Backend, EdgeState, MAX_SERVERS};
 pub use tls::{CertName, CertSource, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};

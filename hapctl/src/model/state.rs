@@ -8,6 +8,7 @@ use super::error::Invalid;
 use super::limits::Limits;
 use super::name::Domain;
 use super::profile::Profile;
+use super::protections::DomainProtections;
 use super::server::Server;
 use super::tls::HttpsPolicy;
 
@@ -75,4 +76,6 @@ pub struct EdgeState {
     pub suspended: BTreeSet<Domain>,
     /// Per-client rate limits: table windows, policies, exemptions.
     pub limits: Limits,
+    /// Domains with path-protection profiles (`wordpress`, …); absent means none.
+    pub protections: BTreeMap<Domain, DomainProtections>,
 }

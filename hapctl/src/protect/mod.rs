@@ -4,10 +4,12 @@
 //! - `edit`: limit edits from the CLI and the API, checked (pure);
 //! - `maps`: the limit maps and the template's view (pure);
 //! - `table`: parsing `show table` into named counters (pure);
-//! - `stats`: the runtime API side (`show table`, `clear table`).
+//! - `stats`: the runtime API side (`show table`, `clear table`);
+//! - `profiles`: opt-in path protections per domain (`wordpress`), typed rules (pure).
 
 pub mod edit;
 pub mod maps;
+pub mod profiles;
 pub mod stats;
 pub mod table;
 

@@ -25,10 +25,12 @@ pub enum FileId {
     LimitsMap,
     LimitsWildcardsMap,
     ExemptMap,
+    ProfilesMap,
+    ProfilesWildcardsMap,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 18] = [
+    pub const ALL: [FileId; 20] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -47,13 +49,15 @@ impl FileId {
         FileId::LimitsMap,
         FileId::LimitsWildcardsMap,
         FileId::ExemptMap,
+        FileId::ProfilesMap,
+        FileId::ProfilesWildcardsMap,
     ];
 
     /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
-    pub const RENDERED: [FileId; 15] = [
+    pub const RENDERED: [FileId; 17] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -69,11 +73,13 @@ impl FileId {
         FileId::LimitsMap,
         FileId::LimitsWildcardsMap,
         FileId::ExemptMap,
+        FileId::ProfilesMap,
+        FileId::ProfilesWildcardsMap,
     ];
 
     /// Rendered maps that the running worker can take through the runtime API: an apply that
     /// changes only these needs no reload.
-    pub const RUNTIME_MAPS: [FileId; 7] = [
+    pub const RUNTIME_MAPS: [FileId; 9] = [
         FileId::HttpsMap,
         FileId::HttpsWildcardsMap,
         FileId::SuspendedMap,
@@ -81,6 +87,8 @@ impl FileId {
         FileId::LimitsMap,
         FileId::LimitsWildcardsMap,
         FileId::ExemptMap,
+        FileId::ProfilesMap,
+        FileId::ProfilesWildcardsMap,
     ];
 
     /// Stable relative name, used for the snapshot layout and in messages.
@@ -104,6 +112,8 @@ impl FileId {
             FileId::LimitsMap => "maps/limits.map",
             FileId::LimitsWildcardsMap => "maps/limits-wildcards.map",
             FileId::ExemptMap => "maps/limits-exempt.map",
+            FileId::ProfilesMap => "maps/profiles.map",
+            FileId::ProfilesWildcardsMap => "maps/profiles-wildcards.map",
         }
     }
 
@@ -128,6 +138,8 @@ impl FileId {
             FileId::LimitsMap => paths.maps_dir.join("limits.map"),
             FileId::LimitsWildcardsMap => paths.maps_dir.join("limits-wildcards.map"),
             FileId::ExemptMap => paths.maps_dir.join("limits-exempt.map"),
+            FileId::ProfilesMap => paths.maps_dir.join("profiles.map"),
+            FileId::ProfilesWildcardsMap => paths.maps_dir.join("profiles-wildcards.map"),
         }
     }
 
@@ -151,7 +163,9 @@ impl FileId {
             | FileId::SuspendedWildcardsMap
             | FileId::LimitsMap
             | FileId::LimitsWildcardsMap
-            | FileId::ExemptMap => None,
+            | FileId::ExemptMap
+            | FileId::ProfilesMap
+            | FileId::ProfilesWildcardsMap => None,
         }
     }
 }

@@ -76,8 +76,12 @@ pub fn render(
         .max()
         .map(|d| format!("{}s", d.as_secs().max(1)));
     let routes = routes(state, settings)?;
+    let drop_to = settings.haproxy.privileges.effective();
     let ctx = minijinja::context! {
         header => HEADER,
+        user => drop_to.user.map(|a| a.name),
+        group => drop_to.group.map(|a| a.name),
+        chroot => drop_to.chroot.map(|p| p.display().to_string()),
         http_bind => settings.edge.http_bind.to_string(),
         admin_socket => paths.admin_socket.display().to_string(),
         hosts_map => at(FileId::HostsMap),
@@ -104,6 +108,11 @@ pub fn render(
         limits_map => at(FileId::LimitsMap),
         limits_wildcards_map => at(FileId::LimitsWildcardsMap),
         exempt_map => at(FileId::ExemptMap),
+        profiles_map => at(FileId::ProfilesMap),
+        profiles_wildcards_map => at(FileId::ProfilesWildcardsMap),
+        profile_rules => crate::protect::profiles::frontend(),
+        profile_tables => crate::protect::profiles::tables(),
+        normalize_uri => settings.edge.normalize_uri,
         limits => crate::protect::maps::view(&state.limits),
         log_target => logging::log_line(&settings.logs),
         request_id => logging::REQUEST_ID_MARK,
@@ -220,6 +229,10 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
             crate::protect::maps::limits_map(&mut out, &state.limits, true)
         }
         FileId::ExemptMap => crate::protect::maps::exempt_map(&mut out, &state.limits),
+        FileId::ProfilesMap => crate::protect::profiles::map(&mut out, &state.protections, false),
+        FileId::ProfilesWildcardsMap => {
+            crate::protect::profiles::map(&mut out, &state.protections, true)
+        }
         _ => unreachable!("{id:?} is rendered from a template"),
     }
     out.into_bytes()

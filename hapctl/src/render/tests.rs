@@ -206,3 +206,68 @@ fn a_domain_routed_to_an_unconfigured_app_is_an_error() {
         .to_string();
     assert!(e.contains("gone") && e.contains("x.example.com"), "{e}");
 }
+
+#[test]
+fn profiles_are_a_map_and_normalisation_is_a_setting() {
+    use crate::model::{DomainProtections, ProtectProfile};
+    let mut state = sample_state();
+    let mut wp = DomainProtections::default();
+    wp.profiles.insert(ProtectProfile::WordPress);
+    state
+        .protections
+        .insert("shop.example.com".parse().unwrap(), wp.clone());
+    wp.wp_admin_gate = false;
+    state
+        .protections
+        .insert("*.example.com".parse().unwrap(), wp);
+    let on = render(&state, &settings(), &Templates::embedded()).unwrap();
+    assert!(text(&on, FileId::ProfilesMap).ends_with("\nshop.example.com :wordpress:\n"));
+    assert!(text(&on, FileId::ProfilesWildcardsMap)
+        .ends_with("\n.example.com :wordpress:wp-gate-off:\n"));
+    let cfg = text(&on, FileId::Config);
+    assert!(cfg.contains("    expose-experimental-directives\n"));
+    assert!(cfg.contains("http-request normalize-uri path-strip-dotdot full\n"));
+    assert!(cfg.contains("backend st_wp_login\n    stick-table type ipv6 size 100k expire 30m store http_req_rate(60s)\n"));
+    assert!(cfg.contains("str(wordpress:login-cookie)"));
+
+    let toml = DEFAULT_SETTINGS_TOML.replace("# normalize_uri = true", "normalize_uri = false");
+    let off = Settings::parse(Path::new("/srv/h"), Path::new("t"), &toml).unwrap();
+    let cfg = text(
+        &render(&state, &off, &Templates::embedded()).unwrap(),
+        FileId::Config,
+    );
+    assert!(!cfg.contains("normalize-uri") && !cfg.contains("expose-experimental"));
+}
+
+#[test]
+fn workers_drop_privileges_only_when_the_master_starts_as_root() {
+    use crate::settings::{Account, Privileges};
+    let mut s = settings();
+    let account = |name: &str, id| {
+        Some(Account {
+            name: name.into(),
+            id,
+        })
+    };
+    s.haproxy.privileges = Privileges {
+        user: account("haproxy", 102),
+        group: account("haproxy", 105),
+        chroot: Some("/var/empty".into()),
+        master_is_root: true,
+    };
+    let t = Templates::embedded();
+    let cfg = text(&render(&sample_state(), &s, &t).unwrap(), FileId::Config);
+    let global = cfg.split("\ndefaults").next().unwrap();
+    for line in [
+        "    user haproxy\n",
+        "    group haproxy\n",
+        "    chroot /var/empty\n",
+    ] {
+        assert!(global.contains(line), "{line:?} in {global}");
+    }
+    s.haproxy.privileges.master_is_root = false;
+    let cfg = text(&render(&sample_state(), &s, &t).unwrap(), FileId::Config);
+    for word in ["\n    user ", "\n    group ", "\n    chroot "] {
+        assert!(!cfg.contains(word), "{word:?} without root");
+    }
+}

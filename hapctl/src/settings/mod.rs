@@ -15,10 +15,12 @@ use crate::model::bounded;
 
 mod apps;
 mod logs;
+mod privileges;
 mod tls;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
+pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
 pub use tls::{AcmeSettings, TlsSettings, TlsVersion, KEY_TYPES, LETS_ENCRYPT};
 
 /// Name of the settings file inside the state directory.
@@ -86,6 +88,11 @@ pub struct EdgeSettings {
     /// App whose backend serves requests for unknown hosts (instead of the 404 page): for an
     /// edge in front of a single application.
     pub default_app: Option<crate::model::AppName>,
+    /// Normalise every request URI before any rule reads it (`http-request normalize-uri`:
+    /// percent case, unreserved decoding, `//`, `/./`, `/../`), so `/wp-admin//x` and
+    /// `/%77p-admin/x` meet the same rules as `/wp-admin/x`. HAProxy (2.6 at least) ships it as
+    /// an experimental action: on, the config also gets `expose-experimental-directives`.
+    pub normalize_uri: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +107,8 @@ pub struct HaproxySettings {
     pub reload_timeout: Duration,
     /// Bound on starting the master until its first worker is up.
     pub start_timeout: Duration,
+    /// What the workers drop to (`user`, `group`, `chroot`) when the master starts as root.
+    pub privileges: Privileges,
 }
 
 /// Every file and folder hapctl or HAProxy touches.
@@ -195,6 +204,7 @@ struct RawEdge {
     http_bind: Option<String>,
     https_bind: Option<String>,
     default_app: Option<String>,
+    normalize_uri: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -206,6 +216,9 @@ struct RawHaproxy {
     check_timeout: Option<String>,
     reload_timeout: Option<String>,
     start_timeout: Option<String>,
+    user: Option<String>,
+    group: Option<String>,
+    chroot: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -245,6 +258,10 @@ http_bind = "127.0.0.1:8080"
 https_bind = "127.0.0.1:8443"
 # App serving requests for unknown hosts, instead of the 404 page (an edge for one app).
 # default_app = "shop"
+# Normalise request URIs (percent case, unreserved decoding, //, /./, /../) before any rule
+# reads them. An experimental HAProxy action (2.6+): on, the global section also gets
+# expose-experimental-directives. Turn it off only for a HAProxy that refuses it.
+# normalize_uri = true
 
 [haproxy]
 # Path of the haproxy binary (the HAPCTL_HAPROXY_BIN environment variable overrides it).
@@ -255,6 +272,12 @@ systemd_unit = "haproxy.service"
 check_timeout = "30s"
 reload_timeout = "30s"
 start_timeout = "30s"
+# When the master starts as root, its workers drop to this user and group ("" = stay as the
+# starting user; group defaults to the user's primary group). `hapctl init` writes "haproxy"
+# when that user exists. chroot (optional) needs [logs] target = "syslog:HOST:PORT".
+user = ""
+# group = "haproxy"
+# chroot = "/var/empty"
 
 [paths]
 # Every file HAProxy reads. For a production layout use absolute paths under /etc/haproxy.
@@ -405,13 +428,14 @@ impl Settings {
                 format!("{systemd_unit:?} is not a systemd unit name"),
             ));
         }
-        let haproxy = HaproxySettings {
+        let mut haproxy = HaproxySettings {
             binary,
             mode: raw.haproxy.mode.unwrap_or(Mode::Direct),
             systemd_unit,
             check_timeout: duration("haproxy.check_timeout", raw.haproxy.check_timeout, 30)?,
             reload_timeout: duration("haproxy.reload_timeout", raw.haproxy.reload_timeout, 30)?,
             start_timeout: duration("haproxy.start_timeout", raw.haproxy.start_timeout, 30)?,
+            privileges: Privileges::default(),
         };
 
         let p = raw.paths;
@@ -494,6 +518,15 @@ impl Settings {
             .map_err(|(key, message)| value_error(&key, message))?;
         let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))
             .map_err(|(key, message)| value_error(&key, message))?;
+        haproxy.privileges = privileges::resolve(
+            raw.haproxy.user,
+            raw.haproxy.group,
+            raw.haproxy.chroot,
+            haproxy.mode,
+            &logs,
+            |p| resolve(Some(p), ""),
+        )
+        .map_err(|(key, message)| value_error(&key, message))?;
         let api = ApiSettings {
             listen,
             token_file: resolve(raw.api.token_file, "api-token"),
@@ -505,6 +538,7 @@ impl Settings {
                 http_bind,
                 https_bind,
                 default_app,
+                normalize_uri: raw.edge.normalize_uri.unwrap_or(true),
             },
             tls,
             acme,

@@ -17,6 +17,7 @@ use crate::model::{
 
 mod certs;
 mod limits;
+mod profiles;
 
 pub use certs::CertRecord;
 
@@ -135,6 +136,7 @@ CREATE TABLE suspended_domains (
 );
 "#,
     limits::MIGRATION,
+    profiles::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main
@@ -753,6 +755,7 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
     }
 
     state.limits = limits::load(conn)?;
+    profiles::load(conn, &mut state)?;
 
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
     let mut rows = stmt.query([])?;

@@ -75,6 +75,9 @@ impl Edge {
             "edge",
             &[("https_bind", format!("127.0.0.1:{}", edge.https_port))],
         );
+        // `init` picks user = "haproxy" where that user exists; the suites keep root workers
+        // (as before the setting) unless they opt in, as tests/privileges.rs does.
+        edge.set_setting_keys("haproxy", &[("user", String::new())]);
         edge
     }
 
@@ -390,6 +393,15 @@ pub struct Response {
 }
 
 impl Response {
+    /// The first response header `name` (lowercase), value lowercased.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{name}:");
+        self.head
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(str::trim)
+    }
+
     /// What the backend saw in request header `name` (lowercase), as it echoes it.
     pub fn seen(&self, name: &str) -> &str {
         let prefix = format!("x-seen-{name}:");
@@ -410,6 +422,18 @@ pub fn http_get(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Response {
+    http_send(source, "GET", port, host, path, headers)
+}
+
+/// [`http_get`] with another method (a body-less request: send `Content-Length: 0` for POST).
+pub fn http_send(
+    source: Option<Ipv4Addr>,
+    method: &str,
+    port: u16,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
     let target = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = match source {
         None => TcpStream::connect_timeout(&target, Duration::from_secs(5))
@@ -422,7 +446,7 @@ pub fn http_get(
     stream
         .set_write_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req += &format!("{k}: {v}\r\n");
     }
@@ -551,8 +575,10 @@ fn serve(conn: &mut TcpStream, body: &str) {
         .map(str::trim)
         .collect();
     let request_id = request_ids.join(",");
+    // The request line as the backend received it (method, normalised URI, version).
+    let line = head.lines().next().unwrap_or("").trim();
     let resp = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-request-id: {request_id}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nx-seen-cf-connecting-ip: {cf}\r\nx-seen-true-client-ip: {true_client}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen-request-line: {line}\r\nx-seen-request-id: {request_id}\r\nx-seen-real-ip: {real_ip}\r\nx-seen-forwarded-proto: {proto}\r\nx-seen-forwarded-port: {port}\r\nx-seen-cf-connecting-ip: {cf}\r\nx-seen-true-client-ip: {true_client}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = conn.write_all(resp.as_bytes());

@@ -1,0 +1,57 @@
+//! `PUT /v1/domains/{name}/profiles`: a domain's path-protection profiles, a runtime map
+//! change (no reload).
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::{ApiError, PathParam, ValuesBody};
+use super::AppState;
+use crate::edge::ProtectionsChange;
+use crate::model::{Domain, DomainProtections, ProtectProfile};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilesRequest {
+    /// Names, parsed below (an unknown one is refused with the known ones named).
+    profiles: Vec<String>,
+    #[serde(default)]
+    wp_admin_gate: Option<bool>,
+}
+
+impl ProfilesRequest {
+    fn protections(self) -> Result<DomainProtections, ApiError> {
+        let mut p = DomainProtections::default();
+        for name in &self.profiles {
+            let profile: ProtectProfile = name
+                .parse()
+                .map_err(|e: crate::model::Invalid| ApiError::from(e.in_field("profiles")))?;
+            p.profiles.insert(profile);
+        }
+        p.wp_admin_gate = self.wp_admin_gate.unwrap_or(true);
+        Ok(p)
+    }
+}
+
+/// Replaces the domain's profiles; answers with them and the apply report.
+pub async fn put_profiles(
+    State(app): State<AppState>,
+    PathParam(name): PathParam,
+    ValuesBody(req): ValuesBody<ProfilesRequest>,
+) -> Result<Response, ApiError> {
+    let domain: Domain = name.parse()?;
+    let change = ProtectionsChange::Replace(req.protections()?);
+    let (report, after) = app
+        .with_new_edge(move |edge| edge.set_protections(&domain, change))
+        .await?;
+    app.0.metrics.apply(&report);
+    if !report.outcome.is_success() {
+        return Err(ApiError::from_apply(report));
+    }
+    Ok(Json(
+        json!({"profiles": after.profiles, "wp_admin_gate": after.wp_admin_gate, "apply": report}),
+    )
+    .into_response())
+}
