@@ -571,35 +571,19 @@ mod tests {
     /// A key encrypted by the real `openssl pkcs8 -topk8 -v2 aes256`, when openssl is here.
     #[test]
     fn refuses_a_key_encrypted_by_openssl() {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
         let key = KeyType::EcdsaP256.generate().unwrap();
-        let child = Command::new("openssl")
-            .args([
+        let out = super::super::openssl(
+            &[
                 "pkcs8",
                 "-topk8",
                 "-v2",
                 "aes256",
                 "-passout",
                 "pass:hapctl-test",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(mut child) = child else {
-            eprintln!("openssl not found: skipped");
-            return;
-        };
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(key.serialize_pem().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        let text = String::from_utf8(out.stdout).unwrap();
+            ],
+            key.serialize_pem().as_bytes(),
+        );
+        let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("-----BEGIN ENCRYPTED PRIVATE KEY-----"));
         let err = from_pem(&text).unwrap_err();
         assert_eq!(err.code(), "key_encrypted");

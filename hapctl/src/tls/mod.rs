@@ -25,6 +25,25 @@ pub mod renew;
 pub mod x509;
 
 pub use bundle::{Bundle, BundleCheck, BundleError};
+
+/// Runs `openssl ARGS` with `input` on its standard input (tests only). The test command
+/// installs openssl, so a missing one fails the test instead of skipping it.
+#[cfg(test)]
+pub(crate) fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("openssl")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl runs (scripts/test.sh installs it)");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "openssl {args:?} failed");
+    out.stdout
+}
 pub use certs::{CertError, Certs, InstallReport, Installed};
 pub use installed::read as installed_info;
 pub use key::KeyType;
