@@ -12,11 +12,12 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::model::{
     AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, HttpsPolicy, Invalid, Note,
-    Port, ProxyNet, ProxyPreset, Server, ServerOptions, Version,
+    Port, ProxyNet, Server, ServerOptions, Version,
 };
 
 mod certs;
 mod limits;
+mod policies;
 mod profiles;
 
 pub use certs::CertRecord;
@@ -289,24 +290,6 @@ impl Store {
             .is_some())
     }
 
-    /// Trusted proxies with the preset each came from (`None`: added by hand).
-    pub fn trusted_proxies(&self) -> Result<Vec<(ProxyNet, Option<String>)>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT net, preset FROM trusted_proxies ORDER BY net")?;
-        let rows: Vec<(String, Option<String>)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        rows.into_iter()
-            .map(|(net, preset)| {
-                Ok((
-                    net.parse().map_err(corrupt("trusted_proxies", &net))?,
-                    preset,
-                ))
-            })
-            .collect()
-    }
-
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
         app_state(&self.conn, app)
     }
@@ -548,82 +531,12 @@ impl Tx<'_> {
             > 0)
     }
 
-    /// Sets a domain's HTTPS policy (the default one removes its row).
-    pub fn set_https_policy(
-        &self,
-        domain: &Domain,
-        policy: &HttpsPolicy,
-    ) -> Result<(), StoreError> {
-        self.tx.execute(
-            "DELETE FROM https_policies WHERE domain = ?1",
-            [domain.to_string()],
-        )?;
-        if !policy.is_default() {
-            self.tx.execute(
-                "INSERT INTO https_policies (domain, policy) VALUES (?1, ?2)",
-                params![domain.to_string(), policy.map_value()],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Suspends or resumes a domain; returns false when it already was in that state.
-    pub fn set_suspended(
-        &self,
-        domain: &Domain,
-        suspended: bool,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        let changed = if suspended {
-            self.tx.execute(
-                "INSERT OR IGNORE INTO suspended_domains (domain, since) VALUES (?1, ?2)",
-                params![domain.to_string(), now],
-            )?
-        } else {
-            self.tx.execute(
-                "DELETE FROM suspended_domains WHERE domain = ?1",
-                [domain.to_string()],
-            )?
-        };
-        Ok(changed > 0)
-    }
-
     /// Trusts a proxy network; returns false when it was already trusted.
     pub fn add_trusted_proxy(&self, net: &ProxyNet) -> Result<bool, StoreError> {
         Ok(self.tx.execute(
             "INSERT OR IGNORE INTO trusted_proxies (net) VALUES (?1)",
             [net.to_string()],
         )? > 0)
-    }
-
-    /// Makes the networks tagged with `preset` exactly `nets` (a network already trusted by
-    /// hand keeps its row); returns how many were added and removed.
-    pub fn set_preset_proxies(
-        &self,
-        preset: ProxyPreset,
-        nets: &[ProxyNet],
-    ) -> Result<(usize, usize), StoreError> {
-        let keep: std::collections::BTreeSet<String> = nets.iter().map(|n| n.to_string()).collect();
-        let mut stmt = self
-            .tx
-            .prepare("SELECT net FROM trusted_proxies WHERE preset = ?1")?;
-        let current: Vec<String> = stmt
-            .query_map([preset.as_str()], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        let mut removed = 0;
-        for net in current.iter().filter(|n| !keep.contains(*n)) {
-            removed += self
-                .tx
-                .execute("DELETE FROM trusted_proxies WHERE net = ?1", [net])?;
-        }
-        let mut added = 0;
-        for net in &keep {
-            added += self.tx.execute(
-                "INSERT OR IGNORE INTO trusted_proxies (net, preset) VALUES (?1, ?2)",
-                params![net, preset.as_str()],
-            )?;
-        }
-        Ok((added, removed))
     }
 
     /// Returns false when the network was not trusted.
