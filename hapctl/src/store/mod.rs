@@ -16,6 +16,9 @@ use crate::model::{
 };
 
 mod certs;
+mod schema;
+
+use schema::{BLOCK_MIGRATIONS, MIGRATIONS};
 mod limits;
 mod policies;
 mod profiles;
@@ -42,115 +45,6 @@ pub enum StoreError {
         known: i64,
     },
 }
-
-/// Each entry migrates the schema from version `index` to `index + 1`.
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE domains (
-    name TEXT PRIMARY KEY,
-    profile TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE servers (
-    domain TEXT NOT NULL REFERENCES domains(name) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    addr TEXT NOT NULL,
-    weight INTEGER,
-    maxconn INTEGER,
-    check_enabled INTEGER NOT NULL,
-    PRIMARY KEY (domain, position)
-);
-CREATE TABLE trusted_proxies (
-    net TEXT PRIMARY KEY
-);
-CREATE TABLE applies (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    started_at_ms INTEGER NOT NULL,
-    duration_ms INTEGER NOT NULL,
-    trigger TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    message TEXT NOT NULL,
-    checks INTEGER NOT NULL,
-    reloads INTEGER NOT NULL,
-    changed_files TEXT NOT NULL
-);
-"#,
-    r#"
-ALTER TABLE domains ADD COLUMN app TEXT;
-CREATE TABLE generations (
-    app TEXT NOT NULL,
-    version TEXT NOT NULL,
-    port INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    PRIMARY KEY (app, version)
-);
-CREATE TABLE app_state (
-    app TEXT PRIMARY KEY,
-    current TEXT,
-    previous TEXT,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE deliveries (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    app TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    from_version TEXT,
-    to_version TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    message TEXT NOT NULL,
-    started_at_ms INTEGER NOT NULL,
-    duration_ms INTEGER NOT NULL,
-    steps TEXT NOT NULL
-);
-"#,
-    r#"
-CREATE TABLE https_policies (
-    domain TEXT PRIMARY KEY,
-    policy TEXT NOT NULL
-);
-CREATE TABLE certificates (
-    name TEXT PRIMARY KEY,
-    source TEXT NOT NULL,
-    names TEXT NOT NULL,
-    chain_pem TEXT NOT NULL,
-    not_before INTEGER NOT NULL,
-    not_after INTEGER NOT NULL,
-    serial TEXT NOT NULL,
-    issuer TEXT NOT NULL,
-    next_renewal INTEGER,
-    last_error TEXT,
-    failures INTEGER NOT NULL DEFAULT 0,
-    retry_at INTEGER,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-"#,
-    r#"
-ALTER TABLE trusted_proxies ADD COLUMN preset TEXT;
-"#,
-    r#"
-CREATE TABLE suspended_domains (
-    domain TEXT PRIMARY KEY,
-    since INTEGER NOT NULL
-);
-"#,
-    limits::MIGRATION,
-    profiles::MIGRATION,
-];
-
-/// Blocks live in their own database file: a block is committed while an apply holds the main
-/// database's write transaction across a reload, and must not wait for it.
-const BLOCK_MIGRATIONS: &[&str] = &[r#"
-CREATE TABLE blocks (
-    key TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    author TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER
-);
-"#];
 
 /// Which generations of an app are in service and replaced (`None` before the first delivery).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
