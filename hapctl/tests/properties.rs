@@ -16,8 +16,10 @@ use hapctl::store::Store;
 use hapctl::tls::Certs;
 use proptest::prelude::*;
 
+/// A plain label. `xn--` labels are punycode, which the model decodes and checks: random text
+/// there is (rightly) refused, so the generator leaves that prefix to the parser's own tests.
 fn label() -> impl Strategy<Value = String> {
-    "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
+    "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?".prop_filter("not punycode", |l| !l.starts_with("xn--"))
 }
 
 fn domain() -> impl Strategy<Value = Domain> {
