@@ -12,10 +12,31 @@ pub const LOG_LEN: u32 = 16384;
 /// were escaped.
 pub(super) const REQUEST_ID_MARK: &str = "HAPCTLREQUESTIDMARK";
 
+/// The ring the `file` target logs to (`crate::logs` explains why a ring).
+pub const LOG_RING: &str = "hapctl_access";
+
+/// The `ring` section of the `file` target.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct Ring {
+    name: &'static str,
+    maxlen: u32,
+    size: u64,
+    socket: String,
+}
+
+pub(super) fn ring(logs: &LogSettings) -> Option<Ring> {
+    (logs.target == LogTarget::File).then(|| Ring {
+        name: LOG_RING,
+        maxlen: LOG_LEN,
+        size: logs.buffer,
+        socket: logs.socket.display().to_string(),
+    })
+}
+
 /// The `log` line of `global` (address, length, format, facility).
 pub(super) fn log_line(logs: &LogSettings) -> String {
     let (address, format) = match &logs.target {
-        LogTarget::File => (logs.socket.display().to_string(), "raw"),
+        LogTarget::File => (format!("ring@{LOG_RING}"), "raw"),
         LogTarget::Syslog { host, port } => (format!("{host}:{port}"), "rfc5424"),
         LogTarget::Journald => (DEV_LOG.to_string(), "rfc3164"),
     };
@@ -54,10 +75,11 @@ mod tests {
             file: PathBuf::from("/srv/logs/access.log"),
             max_size: 1 << 20,
             keep: 2,
+            buffer: 1 << 20,
         };
         assert_eq!(
             log_line(&logs),
-            "/srv/run/log.sock len 16384 format raw local0 info"
+            "ring@hapctl_access len 16384 format raw local0 info"
         );
         logs.target = LogTarget::Syslog {
             host: "10.0.0.5".into(),

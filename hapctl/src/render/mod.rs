@@ -115,6 +115,7 @@ pub fn render(
         normalize_uri => settings.edge.normalize_uri,
         limits => crate::protect::maps::view(&state.limits),
         log_target => logging::log_line(&settings.logs),
+        log_ring => logging::ring(&settings.logs),
         request_id => logging::REQUEST_ID_MARK,
         backends => backends,
         apps => apps,

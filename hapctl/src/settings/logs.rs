@@ -1,9 +1,10 @@
 //! `[logs]`: where HAProxy's access log goes.
 //!
-//! `file` (the default): HAProxy sends one datagram per request to a unix socket that
-//! `hapctl serve` owns and writes to a rotated file (`crate::logs`). Without a running
-//! `hapctl serve` nobody reads the socket and the kernel refuses HAProxy's datagrams: the lines
-//! are lost (HAProxy counts them in `DroppedLogs` of `show info`), requests are unaffected.
+//! `file` (the default): HAProxy writes each line to a `ring` of `buffer` bytes and streams
+//! the ring to a unix socket that `hapctl serve` owns and writes to a rotated file
+//! (`crate::logs`). Without a running `hapctl serve` the lines wait in the ring and are sent
+//! when it connects; once the ring is full its oldest lines are overwritten. Requests are
+//! never affected.
 //! `syslog:HOST:PORT` sends RFC 5424 over UDP; `journald` sends to `/dev/log`, which systemd's
 //! journal reads on a systemd host.
 
@@ -30,7 +31,7 @@ pub enum LogTarget {
 #[derive(Debug, Clone)]
 pub struct LogSettings {
     pub target: LogTarget,
-    /// The unix datagram socket HAProxy sends to (target `file`).
+    /// The unix stream socket HAProxy's ring is forwarded to (target `file`).
     pub socket: PathBuf,
     /// The access log `hapctl serve` writes; rotated files are `FILE.1` (newest) … `FILE.keep`.
     pub file: PathBuf,
@@ -38,6 +39,9 @@ pub struct LogSettings {
     pub max_size: u64,
     /// Rotated files kept besides the current one.
     pub keep: u32,
+    /// Size of HAProxy's log ring (target `file`), per HAProxy process: what waits there while
+    /// `hapctl serve` is down or behind.
+    pub buffer: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -48,12 +52,17 @@ pub(super) struct RawLogs {
     file: Option<PathBuf>,
     max_size: Option<String>,
     keep: Option<u32>,
+    buffer: Option<String>,
 }
 
 /// Bounds of `max_size`: a file must hold a few long lines; 1 TiB is beyond any sane file.
 const MIN_SIZE: u64 = 64 * 1024;
 const MAX_SIZE: u64 = 1 << 40;
 const MAX_KEEP: u32 = 100;
+/// Bounds of `buffer`: a few long lines; HAProxy allocates it per process (twice during a
+/// reload), so more than 1 GiB is a typo.
+const MIN_BUFFER: u64 = 64 * 1024;
+const MAX_BUFFER: u64 = 1 << 30;
 
 /// An error is `(key, message)`.
 pub(super) fn resolve_logs(
@@ -77,16 +86,20 @@ pub(super) fn resolve_logs(
             }
         },
     };
-    let max_size = match raw.max_size.as_deref() {
-        None => 100 * 1024 * 1024,
-        Some(s) => parse_size(s).map_err(|m| err("max_size", m))?,
-    };
-    if !(MIN_SIZE..=MAX_SIZE).contains(&max_size) {
-        return Err(err(
-            "max_size",
-            format!("{max_size} bytes is outside 64KiB..1TiB"),
-        ));
-    }
+    let max_size = size_in(
+        raw.max_size.as_deref(),
+        100 << 20,
+        MIN_SIZE..=MAX_SIZE,
+        "64KiB..1TiB",
+    )
+    .map_err(|m| err("max_size", m))?;
+    let buffer = size_in(
+        raw.buffer.as_deref(),
+        16 << 20,
+        MIN_BUFFER..=MAX_BUFFER,
+        "64KiB..1GiB",
+    )
+    .map_err(|m| err("buffer", m))?;
     let keep = raw.keep.unwrap_or(5);
     if keep > MAX_KEEP {
         return Err(err("keep", format!("{keep} is more than {MAX_KEEP} files")));
@@ -109,6 +122,7 @@ pub(super) fn resolve_logs(
         file: resolve(raw.file.unwrap_or_else(|| PathBuf::from("logs/access.log"))),
         max_size,
         keep,
+        buffer,
     })
 }
 
@@ -148,6 +162,20 @@ fn parse_syslog(addr: &str) -> Result<LogTarget, String> {
     })
 }
 
+/// A size setting: `default` when absent, else parsed and within `range` (`shown` in errors).
+fn size_in(
+    raw: Option<&str>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    shown: &str,
+) -> Result<u64, String> {
+    let size = raw.map_or(Ok(default), parse_size)?;
+    if !range.contains(&size) {
+        return Err(format!("{size} bytes is outside {shown}"));
+    }
+    Ok(size)
+}
+
 /// `1048576`, `512KiB`, `100MiB`, `1GiB` (also `KB`/`MB`/`GB`, read as powers of 1024).
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -179,7 +207,7 @@ mod tests {
         let s = logs(RawLogs::default()).unwrap();
         assert_eq!(s.target, LogTarget::File);
         assert_eq!(s.file, PathBuf::from("/srv/logs/access.log"));
-        assert_eq!((s.max_size, s.keep), (100 << 20, 5));
+        assert_eq!((s.max_size, s.keep, s.buffer), (100 << 20, 5, 16 << 20));
         let target = |t: &str| {
             logs(RawLogs {
                 target: Some(t.into()),
@@ -224,6 +252,13 @@ mod tests {
             ..RawLogs::default()
         });
         assert_eq!(too_small.unwrap_err().0, "logs.max_size");
+        for bad in ["2GiB", "1KiB", "lots"] {
+            let buffer = logs(RawLogs {
+                buffer: Some(bad.into()),
+                ..RawLogs::default()
+            });
+            assert_eq!(buffer.unwrap_err().0, "logs.buffer", "{bad}");
+        }
         let too_many = logs(RawLogs {
             keep: Some(1000),
             ..RawLogs::default()

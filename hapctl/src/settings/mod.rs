@@ -322,15 +322,17 @@ hook_timeout = "60s"
 order_timeout = "180s"
 
 [logs]
-# Access log, one JSON line per request. "file": HAProxy sends to `socket`, which `hapctl serve`
-# reads and writes to `file` (rotated at max_size, `keep` old files). Without a running
-# `hapctl serve` the lines are dropped by the kernel (requests are not affected).
+# Access log, one JSON line per request. "file": HAProxy keeps the lines in a ring of `buffer`
+# bytes (per HAProxy process) and streams it to `socket`, which `hapctl serve` reads and writes
+# to `file` (rotated at max_size, `keep` old files). While `hapctl serve` is down the lines wait
+# in the ring; the oldest are lost once it is full (requests are never affected).
 # Or "syslog:HOST:PORT" (RFC 5424 over UDP) or "journald" (/dev/log, systemd hosts).
 target = "file"
 socket = "run/log.sock"
 file = "logs/access.log"
 max_size = "100MiB"
 keep = 5
+buffer = "16MiB"
 
 [render]
 # Optional folder whose templates override the embedded ones (same file names).

@@ -279,6 +279,7 @@ mod tests {
             file: "/srv/logs/access.log".into(),
             max_size: 1 << 20,
             keep: 1,
+            buffer: 1 << 20,
         }
     }
 
