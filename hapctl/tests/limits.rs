@@ -9,6 +9,8 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::daemon::Daemon;
+use common::pages::{log_line, override_template, themed_page};
 use common::{http_get, Backend, Edge};
 
 const HOST: &str = "shop.example.com";
@@ -124,6 +126,59 @@ fn a_tarpit_holds_the_request_then_answers_its_status() {
         "{:?}",
         t.elapsed()
     );
+}
+
+#[test]
+fn limit_answers_are_the_limited_page_with_the_request_id() {
+    let (edge, _app) = edge_with(&["--req-rate", "2:deny", "--tarpit", "1"]);
+    let _daemon = Daemon::start(&edge);
+    let a = client(11);
+    assert_eq!(statuses(&edge, a, 2), vec![200, 200]);
+    let denied = edge.get_from(a, HOST, "/");
+    let id = themed_page(&denied, 429, "Too many requests");
+    assert_eq!(
+        denied.header("retry-after"),
+        Some("10"),
+        "the request window"
+    );
+    let line = log_line(&edge, &id);
+    assert_eq!(line["status"], 429, "{line}");
+    assert_eq!(line["denied_by"], "limit:req_rate", "{line}");
+
+    // A tarpit still holds the request, then answers the page (runtime changes, no reload).
+    let before = reloads(&edge);
+    edge.ok(&["limits", "set", "--req-rate", "2:tarpit-503"]);
+    let t = Instant::now();
+    let held = edge.get_from(a, HOST, "/");
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    let id = themed_page(&held, 503, "Too many requests");
+    assert_eq!(held.header("retry-after"), Some("10"));
+    assert_eq!(log_line(&edge, &id)["status"], 503);
+    // A 403 answer carries no Retry-After.
+    edge.ok(&["limits", "set", "--req-rate", "2:deny-403"]);
+    let forbidden = edge.get_from(a, HOST, "/");
+    themed_page(&forbidden, 403, "Too many requests");
+    assert_eq!(forbidden.header("retry-after"), None);
+    assert_eq!(reloads(&edge), before);
+
+    // The page is a template: an override in the templates folder is served (`%` stays text).
+    override_template(
+        &edge,
+        "limited.html.j2",
+        "<p style=\"width:100%\">Slow down <code>{{ request_id }}</code></p>\n",
+    );
+    edge.ok(&["apply"]);
+    assert!(reloads(&edge) > before, "a page is read at load");
+    let b = client(12);
+    assert_eq!(statuses(&edge, b, 2), vec![200, 200]);
+    let themed = edge.get_from(b, HOST, "/");
+    let id = themed_page(&themed, 403, "Slow down");
+    assert!(themed.body.contains("width:100%\""), "{}", themed.body);
+    assert_eq!(log_line(&edge, &id)["denied_by"], "limit:req_rate");
 }
 
 #[test]

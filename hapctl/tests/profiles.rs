@@ -8,6 +8,8 @@ mod common;
 use std::net::Ipv4Addr;
 use std::thread;
 
+use common::daemon::Daemon;
+use common::pages::{log_line, override_template, themed_page};
 use common::{http_send, Backend, Edge, Response};
 
 const WP: &str = "blog.example.com";
@@ -227,6 +229,76 @@ fn the_two_post_limits_trip_at_their_thresholds() {
 }
 
 #[test]
+fn wordpress_denies_answer_themed_pages_with_the_request_id() {
+    let (edge, _app) = wp_edge(&["--tarpit", "1"]);
+    let _daemon = Daemon::start(&edge);
+    let refused = send(&edge, client(2), "POST", WP, "/wp-login.php", "");
+    let id = themed_page(&refused, 403, "refused by a protection rule");
+    assert_eq!(refused.header("retry-after"), None);
+    assert_eq!(log_line(&edge, &id)["denied_by"], "wordpress:login-cookie");
+
+    // The login POST limit: still a tarpit, answered with the limited page.
+    edge.ok(&["domain", "profile", WP, "--wp-login-posts", "1"]);
+    let post = || send(&edge, client(3), "POST", WP, "/wp-login.php", "whplc=1");
+    assert_eq!(post().status, 200);
+    let started = std::time::Instant::now();
+    let held = post();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    let id = themed_page(&held, 429, "Too many requests");
+    assert_eq!(held.header("retry-after"), Some("60"), "the 60 s window");
+    let line = log_line(&edge, &id);
+    assert_eq!(line["denied_by"], "wordpress:login-rate", "{line}");
+    assert_eq!(line["status"], 429, "{line}");
+
+    // An override of the denied page in the templates folder is served.
+    override_template(
+        &edge,
+        "denied.html.j2",
+        "<h1>Nope</h1><code>{{ request_id }}</code>\n",
+    );
+    edge.ok(&["apply"]);
+    let batch = get(&edge, WP, "/wp-json/batch/v1");
+    let id = themed_page(&batch, 403, "<h1>Nope</h1>");
+    assert_eq!(log_line(&edge, &id)["denied_by"], "wordpress:batch");
+}
+
+#[test]
+fn the_post_thresholds_change_at_runtime_and_survive_a_reload() {
+    let (edge, _app) = wp_edge(&["--tarpit", "1"]);
+    let posts = |from: Ipv4Addr, path: &str, n: usize| -> Vec<u16> {
+        (0..n)
+            .map(|_| send(&edge, from, "POST", WP, path, "whplc=1").status)
+            .collect()
+    };
+    let before = reloads(&edge);
+    let out = edge.ok(&["domain", "profile", WP, "--wp-login-posts", "3", "--json"]);
+    assert!(out.contains("no reload"), "{out}");
+    let a = client(7);
+    assert_eq!(posts(a, "/wp-login.php", 4), vec![200, 200, 200, 429]);
+    // Raised at runtime: counted 4 so far, the 5th and 6th pass, the 7th is over 6.
+    edge.ok(&["domain", "profile", WP, "--wp-login-posts", "6"]);
+    assert_eq!(posts(a, "/wp-login.php", 3), vec![200, 200, 429]);
+    edge.ok(&["domain", "profile", WP, "--wp-xmlrpc-posts", "2"]);
+    assert_eq!(posts(client(8), "/xmlrpc.php", 3), vec![200, 200, 429]);
+    assert_eq!(reloads(&edge), before, "thresholds are map values");
+    let map = std::fs::read_to_string(edge.path("live/maps/profiles.map")).unwrap();
+    assert!(map.contains(&format!("\n{WP} 6:2:wordpress:\n")), "{map}");
+
+    // Written to the map file a reload reads: kept by one (the new worker's tables are empty).
+    edge.ok(&["limits", "set", "--tarpit", "2"]);
+    assert!(reloads(&edge) > before);
+    let mut got = posts(client(9), "/wp-login.php", 7);
+    assert_eq!(got.pop(), Some(429), "the 7th login POST is over 6");
+    assert!(got.iter().take(5).all(|s| *s == 200), "{got:?}");
+    let shown = edge.run(&["domain", "profile", WP]);
+    let said = String::from_utf8_lossy(&shown.stderr);
+    assert!(
+        said.contains("wp-login POSTs 6/60s, xmlrpc POSTs 2/60s"),
+        "{said}"
+    );
+}
+
+#[test]
 fn hostile_profile_input_is_refused_with_nothing_written() {
     let (edge, app) = wp_edge(&[]);
     let before = edge.live_files();
@@ -245,6 +317,21 @@ fn hostile_profile_input_is_refused_with_nothing_written() {
         vec!["domain", "profile", "bad host", "--add", "wordpress"],
     ] {
         edge.expect_code(2, &args);
+    }
+    for bad in [
+        "0",
+        "100001",
+        "abc",
+        "5\nhttp-request allow",
+        " 5",
+        "5s",
+        "1e3",
+        "-1",
+    ] {
+        for flag in ["--wp-login-posts", "--wp-xmlrpc-posts"] {
+            let out = edge.expect_code(2, &["domain", "profile", WP, &format!("{flag}={bad}")]);
+            assert!(out.contains(&flag[2..]), "{flag}={bad:?}: {out}");
+        }
     }
     assert_eq!(edge.live_files(), before, "nothing written");
     // The profile is in the map file a reload reads: it survives one (a tarpit change reloads).
@@ -268,11 +355,28 @@ fn the_api_replaces_a_domains_profiles_at_runtime() {
     let on = api.call(
         "PUT",
         &path,
-        Some(&serde_json::json!({"profiles": ["wordpress"], "wp_admin_gate": false})),
+        Some(
+            &serde_json::json!({"profiles": ["wordpress"], "wp_admin_gate": false, "wp_xmlrpc_posts": 2}),
+        ),
     );
     assert_eq!(on.status, 200, "{}", on.text);
     assert_eq!(on.json["profiles"], serde_json::json!(["wordpress"]));
     assert_eq!(on.json["wp_admin_gate"], false);
+    assert_eq!(
+        (
+            on.json["wp_login_posts"].clone(),
+            on.json["wp_xmlrpc_posts"].clone()
+        ),
+        (30.into(), 2.into())
+    );
+    let xmlrpc: Vec<u16> = (0..3)
+        .map(|_| send(&edge, client(9), "POST", PLAIN, "/xmlrpc.php", "").status)
+        .collect();
+    assert_eq!(
+        xmlrpc,
+        vec![200, 200, 429],
+        "the threshold set through the API"
+    );
     assert_eq!(
         send(&edge, client(2), "POST", PLAIN, "/wp-login.php", "").status,
         403
@@ -304,6 +408,20 @@ fn the_api_replaces_a_domains_profiles_at_runtime() {
     ] {
         let r = api.call("PUT", &path, Some(&bad));
         assert_eq!(r.status, 400, "{bad}: {}", r.text);
+    }
+    for field in ["wp_login_posts", "wp_xmlrpc_posts"] {
+        for value in [
+            serde_json::json!(0),
+            serde_json::json!(100001),
+            serde_json::json!(-1),
+            serde_json::json!("10"),
+            serde_json::json!(1.5),
+        ] {
+            let body = serde_json::json!({"profiles": ["wordpress"], field: value});
+            let r = api.call("PUT", &path, Some(&body));
+            assert_eq!(r.status, 400, "{body}: {}", r.text);
+            assert!(r.text.contains(field), "{body}: {}", r.text);
+        }
     }
     assert_eq!(
         send(&edge, client(2), "POST", PLAIN, "/wp-login.php", "").status,

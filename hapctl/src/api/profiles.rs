@@ -1,5 +1,5 @@
-//! `PUT /v1/domains/{name}/profiles`: a domain's path-protection profiles, a runtime map
-//! change (no reload).
+//! `PUT /v1/domains/{name}/profiles`: a domain's path-protection profiles and their
+//! thresholds, a runtime map change (no reload).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -10,7 +10,7 @@ use serde_json::json;
 use super::error::{ApiError, PathParam, ValuesBody};
 use super::AppState;
 use crate::edge::ProtectionsChange;
-use crate::model::{Domain, DomainProtections, ProtectProfile};
+use crate::model::{Domain, DomainProtections, PostLimit, ProtectProfile};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,6 +19,11 @@ pub struct ProfilesRequest {
     profiles: Vec<String>,
     #[serde(default)]
     wp_admin_gate: Option<bool>,
+    /// wordpress POST limits per client per 60 s (default 30 and 60).
+    #[serde(default)]
+    wp_login_posts: Option<u64>,
+    #[serde(default)]
+    wp_xmlrpc_posts: Option<u64>,
 }
 
 impl ProfilesRequest {
@@ -31,6 +36,12 @@ impl ProfilesRequest {
             p.profiles.insert(profile);
         }
         p.wp_admin_gate = self.wp_admin_gate.unwrap_or(true);
+        let posts = |field, n: Option<u64>, default| {
+            n.map_or(Ok(default), |n| PostLimit::new(field, n))
+                .map_err(ApiError::from)
+        };
+        p.wp_login_posts = posts("wp_login_posts", self.wp_login_posts, p.wp_login_posts)?;
+        p.wp_xmlrpc_posts = posts("wp_xmlrpc_posts", self.wp_xmlrpc_posts, p.wp_xmlrpc_posts)?;
         Ok(p)
     }
 }
@@ -51,7 +62,9 @@ pub async fn put_profiles(
         return Err(ApiError::from_apply(report));
     }
     Ok(Json(
-        json!({"profiles": after.profiles, "wp_admin_gate": after.wp_admin_gate, "apply": report}),
+        json!({"profiles": after.profiles, "wp_admin_gate": after.wp_admin_gate,
+            "wp_login_posts": after.wp_login_posts, "wp_xmlrpc_posts": after.wp_xmlrpc_posts,
+            "apply": report}),
     )
     .into_response())
 }

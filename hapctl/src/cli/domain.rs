@@ -6,8 +6,8 @@ use clap::Subcommand;
 
 use hapctl::edge::ProtectionsChange;
 use hapctl::model::{
-    AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, Profile, ProtectProfile, Redirect,
-    Server, ServerName,
+    AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, PostLimit, Profile, ProtectProfile,
+    Redirect, Server, ServerName,
 };
 
 use super::limits::RuleArgs;
@@ -66,7 +66,8 @@ pub enum DomainCommand {
         #[command(flatten)]
         out: JsonFlag,
     },
-    /// A domain's path-protection profiles (a map change: no reload). Prints the result.
+    /// A domain's path-protection profiles and their thresholds (a map change: no reload).
+    /// Prints the result.
     Profile {
         name: String,
         /// Turn a profile on (wordpress); repeatable.
@@ -78,6 +79,14 @@ pub enum DomainCommand {
         /// on or off: the wordpress wp-admin gate for this host (302 to wp-login).
         #[arg(long, value_name = "on|off")]
         wp_admin_gate: Option<String>,
+        /// wordpress: login POSTs per client per 60 s before the tarpit (1-100000, default 30;
+        /// runtime). The 60 s window is fixed.
+        #[arg(long, value_name = "N")]
+        wp_login_posts: Option<String>,
+        /// wordpress: xmlrpc POSTs per client per 60 s before the tarpit (1-100000, default
+        /// 60; runtime).
+        #[arg(long, value_name = "N")]
+        wp_xmlrpc_posts: Option<String>,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -193,6 +202,8 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             add,
             rm,
             wp_admin_gate,
+            wp_login_posts,
+            wp_xmlrpc_posts,
             out,
         } => {
             let domain: Domain = name.parse()?;
@@ -205,17 +216,23 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             let wp_admin_gate = wp_admin_gate
                 .map(|v| hapctl::protect::parse_switch("wp-admin-gate", &v))
                 .transpose()?;
+            let posts =
+                |field, v: Option<String>| v.map(|v| PostLimit::parse(field, &v)).transpose();
             let change = ProtectionsChange::Edit {
                 add,
                 rm,
                 wp_admin_gate,
+                wp_login_posts: posts("wp-login-posts", wp_login_posts)?,
+                wp_xmlrpc_posts: posts("wp-xmlrpc-posts", wp_xmlrpc_posts)?,
             };
             let (report, after) = open(dir)?.set_protections(&domain, change)?;
             let profiles: Vec<_> = after.profiles.iter().map(|p| p.name()).collect();
             eprintln!(
-                "domain {domain}: profiles [{}], wp-admin gate {}",
+                "domain {domain}: profiles [{}], wp-admin gate {}, wp-login POSTs {}/60s, xmlrpc POSTs {}/60s",
                 profiles.join(", "),
-                if after.wp_admin_gate { "on" } else { "off" }
+                if after.wp_admin_gate { "on" } else { "off" },
+                after.wp_login_posts.get(),
+                after.wp_xmlrpc_posts.get()
             );
             Ok(output::print_report(&report, out.json))
         }

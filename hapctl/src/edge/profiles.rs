@@ -1,9 +1,9 @@
-//! Path-protection profiles per domain: a runtime map change, no reload.
+//! Path-protection profiles per domain and their thresholds: a runtime map change, no reload.
 
 use super::certs::require_domain;
 use super::{Edge, EdgeError};
 use crate::apply::ApplyReport;
-use crate::model::{Domain, DomainProtections, ProtectProfile};
+use crate::model::{Domain, DomainProtections, PostLimit, ProtectProfile};
 
 /// A change to a domain's protections: a whole new set (API `PUT`) or an edit (CLI).
 #[derive(Debug, Clone)]
@@ -13,6 +13,8 @@ pub enum ProtectionsChange {
         add: Vec<ProtectProfile>,
         rm: Vec<ProtectProfile>,
         wp_admin_gate: Option<bool>,
+        wp_login_posts: Option<PostLimit>,
+        wp_xmlrpc_posts: Option<PostLimit>,
     },
 }
 
@@ -24,6 +26,8 @@ impl ProtectionsChange {
                 add,
                 rm,
                 wp_admin_gate,
+                wp_login_posts,
+                wp_xmlrpc_posts,
             } => {
                 current.profiles.extend(add);
                 for p in rm {
@@ -32,6 +36,8 @@ impl ProtectionsChange {
                 if let Some(on) = wp_admin_gate {
                     current.wp_admin_gate = on;
                 }
+                current.wp_login_posts = wp_login_posts.unwrap_or(current.wp_login_posts);
+                current.wp_xmlrpc_posts = wp_xmlrpc_posts.unwrap_or(current.wp_xmlrpc_posts);
                 current
             }
         }

@@ -23,7 +23,10 @@ pub use limits::{
 pub use name::{Domain, DomainName};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};
-pub use protections::{DomainProtections, ProtectProfile, FLAG_WP_GATE_OFF};
+pub use protections::{
+    DomainProtections, PostLimit, ProtectProfile, FIELD_WP_LOGIN_POSTS, FIELD_WP_XMLRPC_POSTS,
+    FLAG_WP_GATE_OFF, MAX_POST_LIMIT,
+};
 pub use server::{Port, Server, ServerAddr, ServerHost, ServerName, ServerOptions};
 pub use state::{Backend, EdgeState, MAX_SERVERS};
 pub use tls::{CertName, CertSource, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};

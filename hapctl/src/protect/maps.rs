@@ -21,6 +21,8 @@ struct SlotView {
     fetch: &'static str,
     threshold_field: usize,
     action_field: usize,
+    /// `Retry-After` of its answer: the counter's window (1 s for streams in flight).
+    retry_after: u32,
 }
 
 #[derive(Serialize)]
@@ -28,6 +30,8 @@ struct ActionView {
     code: String,
     verb: &'static str,
     status: u16,
+    /// `Retry-After` is sent with 429 and 503, not with 403.
+    retry: bool,
 }
 
 /// What the template needs: table definition, slot order, one line per action.
@@ -64,6 +68,12 @@ pub fn view(limits: &Limits) -> LimitsView {
                     fetch: s.fetch(),
                     threshold_field,
                     action_field,
+                    retry_after: match s {
+                        Slot::ReqRate | Slot::ReqRateSoft => w.req,
+                        Slot::ConnRate => w.conn,
+                        Slot::ConnCur => 1,
+                        Slot::ErrRate => w.err,
+                    },
                 }
             })
             .collect(),
@@ -79,6 +89,7 @@ pub fn view(limits: &Limits) -> LimitsView {
                     code: a.code(),
                     verb,
                     status,
+                    retry: status != 403,
                 }
             })
             .collect(),

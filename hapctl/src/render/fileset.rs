@@ -27,10 +27,12 @@ pub enum FileId {
     ExemptMap,
     ProfilesMap,
     ProfilesWildcardsMap,
+    LimitedPage,
+    DeniedPage,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 20] = [
+    pub const ALL: [FileId; 22] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -51,13 +53,15 @@ impl FileId {
         FileId::ExemptMap,
         FileId::ProfilesMap,
         FileId::ProfilesWildcardsMap,
+        FileId::LimitedPage,
+        FileId::DeniedPage,
     ];
 
     /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
-    pub const RENDERED: [FileId; 17] = [
+    pub const RENDERED: [FileId; 19] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -75,6 +79,8 @@ impl FileId {
         FileId::ExemptMap,
         FileId::ProfilesMap,
         FileId::ProfilesWildcardsMap,
+        FileId::LimitedPage,
+        FileId::DeniedPage,
     ];
 
     /// Rendered maps that the running worker can take through the runtime API: an apply that
@@ -114,6 +120,8 @@ impl FileId {
             FileId::ExemptMap => "maps/limits-exempt.map",
             FileId::ProfilesMap => "maps/profiles.map",
             FileId::ProfilesWildcardsMap => "maps/profiles-wildcards.map",
+            FileId::LimitedPage => "pages/limited.html",
+            FileId::DeniedPage => "pages/denied.html",
         }
     }
 
@@ -140,6 +148,8 @@ impl FileId {
             FileId::ExemptMap => paths.maps_dir.join("limits-exempt.map"),
             FileId::ProfilesMap => paths.maps_dir.join("profiles.map"),
             FileId::ProfilesWildcardsMap => paths.maps_dir.join("profiles-wildcards.map"),
+            FileId::LimitedPage => paths.pages_dir.join("limited.html"),
+            FileId::DeniedPage => paths.pages_dir.join("denied.html"),
         }
     }
 
@@ -151,6 +161,8 @@ impl FileId {
             FileId::UnknownHostPage => Some("unknown-host.html.j2"),
             FileId::BlockedPage => Some("blocked.html.j2"),
             FileId::SuspendedPage => Some("suspended.html.j2"),
+            FileId::LimitedPage => Some("limited.html.j2"),
+            FileId::DeniedPage => Some("denied.html.j2"),
             FileId::HostsMap
             | FileId::WildcardsMap
             | FileId::BlockedMap

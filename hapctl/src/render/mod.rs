@@ -110,7 +110,11 @@ pub fn render(
         exempt_map => at(FileId::ExemptMap),
         profiles_map => at(FileId::ProfilesMap),
         profiles_wildcards_map => at(FileId::ProfilesWildcardsMap),
-        profile_rules => crate::protect::profiles::frontend(),
+        limited_page => at(FileId::LimitedPage),
+        profile_rules => crate::protect::profiles::frontend(&crate::protect::profiles::PagePaths {
+            denied: at(FileId::DeniedPage),
+            limited: at(FileId::LimitedPage),
+        }),
         profile_tables => crate::protect::profiles::tables(),
         normalize_uri => settings.edge.normalize_uri,
         limits => crate::protect::maps::view(&state.limits),

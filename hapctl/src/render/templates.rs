@@ -4,7 +4,7 @@ use std::path::Path;
 
 use minijinja::Environment;
 
-const EMBEDDED: [(&str, &str); 5] = [
+const EMBEDDED: [(&str, &str); 7] = [
     (
         "haproxy.cfg.j2",
         include_str!("../../templates/haproxy.cfg.j2"),
@@ -24,6 +24,14 @@ const EMBEDDED: [(&str, &str); 5] = [
     (
         "suspended.html.j2",
         include_str!("../../templates/suspended.html.j2"),
+    ),
+    (
+        "limited.html.j2",
+        include_str!("../../templates/limited.html.j2"),
+    ),
+    (
+        "denied.html.j2",
+        include_str!("../../templates/denied.html.j2"),
     ),
 ];
 

@@ -221,9 +221,9 @@ fn profiles_are_a_map_and_normalisation_is_a_setting() {
         .protections
         .insert("*.example.com".parse().unwrap(), wp);
     let on = render(&state, &settings(), &Templates::embedded()).unwrap();
-    assert!(text(&on, FileId::ProfilesMap).ends_with("\nshop.example.com :wordpress:\n"));
+    assert!(text(&on, FileId::ProfilesMap).ends_with("\nshop.example.com 30:60:wordpress:\n"));
     assert!(text(&on, FileId::ProfilesWildcardsMap)
-        .ends_with("\n.example.com :wordpress:wp-gate-off:\n"));
+        .ends_with("\n.example.com 30:60:wordpress:wp-gate-off:\n"));
     let cfg = text(&on, FileId::Config);
     assert!(cfg.contains("    expose-experimental-directives\n"));
     assert!(cfg.contains("http-request normalize-uri path-strip-dotdot full\n"));

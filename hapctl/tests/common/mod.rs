@@ -790,5 +790,6 @@ impl Drop for DemoEdge {
 }
 
 pub mod daemon;
+pub mod pages;
 pub mod pebble;
 pub mod pki;

@@ -4,7 +4,9 @@
 //! The template only places the rendered block; the per-domain switch is the profiles map
 //! (`maps/profiles.map`, a runtime change), read once into `txn.profiles`. Every rule of a
 //! profile runs only when the host's value holds the profile's flag, and never for a client
-//! of the rate-limit exemption map (`txn.limit_exempt`).
+//! of the rate-limit exemption map (`txn.limit_exempt`). A profile's thresholds are numbers in
+//! that map value, read into variables like the rate limits' (`field(N,:)`, compared with
+//! `sub`), so changing one is a runtime change too. A deny answers with a themed page.
 
 pub mod wordpress;
 
@@ -31,8 +33,14 @@ pub enum Action {
     Track { counter: u8, table: &'static str },
     /// Set a transaction variable to `true` (a later rule or the response reads it).
     Flag(&'static str),
-    /// Deny with a status; `tarpit` holds the connection for `timeout tarpit` first.
-    Deny { status: u16, tarpit: bool },
+    /// Set a transaction variable to field `field` of the host's map value (a threshold).
+    Threshold { var: &'static str, field: usize },
+    /// Deny with a status and a page; `tarpit` holds the connection for `timeout tarpit` first.
+    Deny {
+        status: u16,
+        tarpit: bool,
+        page: Page,
+    },
     /// Redirect (a log-format location).
     Redirect { code: u16, location: &'static str },
     /// A response header added when the request set the flag.
@@ -42,6 +50,24 @@ pub enum Action {
         value: &'static str,
     },
 }
+
+/// The themed page a deny answers with.
+#[derive(Clone, Copy)]
+pub enum Page {
+    /// `pages/denied.html`: a rule refused the request.
+    Denied,
+    /// `pages/limited.html` with `Retry-After`: a rate limit.
+    Limited { retry_after: u32 },
+}
+
+/// Where the rendered pages are (`http-request deny ... lf-file PATH`).
+pub struct PagePaths {
+    pub denied: String,
+    pub limited: String,
+}
+
+/// The content type of every page HAProxy answers itself.
+pub const PAGE_TYPE: &str = "\"text/html; charset=utf-8\"";
 
 /// One rule: an action, its condition (ACL names and `{ anonymous }` terms, AND-ed) and,
 /// for a deny or a redirect, the name logged in `txn.denied_by` (`profile:rule`).
@@ -70,8 +96,23 @@ fn flag_acl(profile: ProtectProfile) -> String {
     format!("prof_{0} var(txn.profiles) -m sub :{0}:", profile.name())
 }
 
+/// `deny_status N content-type T lf-file PAGE [hdr Retry-After S]`: the arguments of a
+/// themed deny or tarpit.
+pub fn deny_args(status: u16, page: Page, pages: &PagePaths) -> String {
+    match page {
+        Page::Denied => format!(
+            "deny_status {status} content-type {PAGE_TYPE} lf-file {}",
+            pages.denied
+        ),
+        Page::Limited { retry_after } => format!(
+            "deny_status {status} content-type {PAGE_TYPE} lf-file {} hdr Retry-After {retry_after}",
+            pages.limited
+        ),
+    }
+}
+
 /// The frontend block of every profile, in `ProtectProfile::ALL` order.
-pub fn frontend() -> String {
+pub fn frontend(pages: &PagePaths) -> String {
     let mut out = String::new();
     for profile in ProtectProfile::ALL {
         let r = rules(profile);
@@ -95,6 +136,12 @@ pub fn frontend() -> String {
                         "    http-request track-sc{counter} var(txn.client_ip) table {table} if {cond}"
                     );
                 }
+                Action::Threshold { var, field } => {
+                    let _ = writeln!(
+                        out,
+                        "    http-request set-var(txn.{var}) var(txn.profiles),field({field},:) if {cond}"
+                    );
+                }
                 Action::Flag(var) => {
                     let _ = writeln!(
                         out,
@@ -115,10 +162,15 @@ pub fn frontend() -> String {
                     );
                     let decided = format!("{{ var(txn.denied_by) -m str {by} }}");
                     let _ = match rule.action {
-                        Action::Deny { status, tarpit } => writeln!(
+                        Action::Deny {
+                            status,
+                            tarpit,
+                            page,
+                        } => writeln!(
                             out,
-                            "    http-request {} deny_status {status} if {decided}",
-                            if tarpit { "tarpit" } else { "deny" }
+                            "    http-request {} {} if {decided}",
+                            if tarpit { "tarpit" } else { "deny" },
+                            deny_args(status, page, pages)
                         ),
                         Action::Redirect { code, location } => writeln!(
                             out,

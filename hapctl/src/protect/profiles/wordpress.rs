@@ -1,12 +1,15 @@
 //! The `wordpress` profile: the old manager's WordPress gates (PEER-API §2.7) and its two POST
 //! limits (§2.6), same behaviour, as typed rules.
+//!
+//! The two POST limits are per-domain thresholds (`PostLimit`, default the old 30 and 60) in
+//! the profiles map value, so changing one needs no reload. Their window is the period of the
+//! counting tables (`stick-table ... http_req_rate(60s)`), part of the configuration: it stays
+//! fixed, since changing it would reload and empty the tables.
 
-use super::{Acl, Action, Rule, Rules, Table};
+use super::{Acl, Action, Page, Rule, Rules, Table};
+use crate::model::{FIELD_WP_LOGIN_POSTS, FIELD_WP_XMLRPC_POSTS};
 
-/// POSTs to wp-login.php per client per `WINDOW_SECS` before the tarpit (old: 30 / 60 s).
-pub const LOGIN_POST_LIMIT: u32 = 30;
-/// POSTs to xmlrpc.php per client per `WINDOW_SECS` before the tarpit (old: 60 / 60 s).
-pub const XMLRPC_POST_LIMIT: u32 = 60;
+/// The window of both POST limits, seconds (a table definition: a change reloads).
 pub const WINDOW_SECS: u32 = 60;
 pub const LOGIN_TABLE: &str = "st_wp_login";
 pub const XMLRPC_TABLE: &str = "st_wp_xmlrpc";
@@ -22,10 +25,23 @@ const fn rule(name: &'static str, action: Action, cond: &'static str) -> Rule {
     Rule { name, action, cond }
 }
 
-const fn deny(status: u16) -> Action {
+/// A rule's 403, answered with the denied page.
+const fn deny() -> Action {
     Action::Deny {
-        status,
+        status: 403,
         tarpit: false,
+        page: Page::Denied,
+    }
+}
+
+/// A POST limit's tarpit: 429 with the limited page, retry once the window has passed.
+const fn tarpit() -> Action {
+    Action::Deny {
+        status: 429,
+        tarpit: true,
+        page: Page::Limited {
+            retry_after: WINDOW_SECS,
+        },
     }
 }
 
@@ -75,13 +91,17 @@ pub(super) fn rules() -> Rules {
                 "METH_POST wp_login",
             ),
             rule(
-                "login-rate",
-                Action::Deny {
-                    status: 429,
-                    tarpit: true,
+                "login-limit",
+                Action::Threshold {
+                    var: "wp_login_t",
+                    field: FIELD_WP_LOGIN_POSTS,
                 },
-                // LOGIN_POST_LIMIT (a unit test keeps the two equal).
-                "METH_POST wp_login { sc_http_req_rate(1) gt 30 }",
+                "METH_POST wp_login",
+            ),
+            rule(
+                "login-rate",
+                tarpit(),
+                "METH_POST wp_login { sc_http_req_rate(1),sub(txn.wp_login_t) -m int gt 0 }",
             ),
             rule(
                 "xmlrpc-track",
@@ -92,12 +112,17 @@ pub(super) fn rules() -> Rules {
                 "METH_POST wp_xmlrpc",
             ),
             rule(
-                "xmlrpc-rate",
-                Action::Deny {
-                    status: 429,
-                    tarpit: true,
+                "xmlrpc-limit",
+                Action::Threshold {
+                    var: "wp_xmlrpc_t",
+                    field: FIELD_WP_XMLRPC_POSTS,
                 },
-                "METH_POST wp_xmlrpc { sc_http_req_rate(2) gt 60 }",
+                "METH_POST wp_xmlrpc",
+            ),
+            rule(
+                "xmlrpc-rate",
+                tarpit(),
+                "METH_POST wp_xmlrpc { sc_http_req_rate(2),sub(txn.wp_xmlrpc_t) -m int gt 0 }",
             ),
             rule(
                 "login-form",
@@ -113,16 +138,16 @@ pub(super) fn rules() -> Rules {
                 },
                 "",
             ),
-            rule("login-cookie", deny(403), "METH_POST wp_login !wp_login_cookie"),
-            rule("batch", deny(403), "wp_batch !wp_logged_in"),
+            rule("login-cookie", deny(), "METH_POST wp_login !wp_login_cookie"),
+            rule("batch", deny(), "wp_batch !wp_logged_in"),
             rule(
                 "admin-encoded",
-                deny(403),
+                deny(),
                 "!wp_gate_off !wp_logged_in wp_admin_any wp_encoded_sep",
             ),
             rule(
                 "admin-unsafe",
-                deny(403),
+                deny(),
                 "!wp_gate_off !wp_logged_in wp_admin_path !wp_admin_safe_path",
             ),
             rule(
@@ -140,14 +165,30 @@ pub(super) fn rules() -> Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FLAG_WP_GATE_OFF;
+    use crate::model::{DomainProtections, PostLimit, FLAG_WP_GATE_OFF};
 
     #[test]
-    fn the_conditions_use_the_typed_constants() {
+    fn the_rules_read_the_typed_map_value() {
         let r = rules();
-        let cond = |name| r.rules.iter().find(|x| x.name == name).unwrap().cond;
-        assert!(cond("login-rate").contains(&format!("gt {LOGIN_POST_LIMIT} ")));
-        assert!(cond("xmlrpc-rate").contains(&format!("gt {XMLRPC_POST_LIMIT} ")));
+        let find = |name| r.rules.iter().find(|x| x.name == name).unwrap();
+        // The thresholds come from the fields map_value writes them to.
+        let p = DomainProtections {
+            wp_login_posts: PostLimit::new("t", 7).unwrap(),
+            wp_xmlrpc_posts: PostLimit::new("t", 9).unwrap(),
+            ..Default::default()
+        };
+        let fields: Vec<String> = p.map_value().split(':').map(String::from).collect();
+        for (rule, var, want) in [
+            ("login-limit", "wp_login_t", "7"),
+            ("xmlrpc-limit", "wp_xmlrpc_t", "9"),
+        ] {
+            let Action::Threshold { var: v, field } = find(rule).action else {
+                panic!("{rule} sets a threshold");
+            };
+            assert_eq!((v, fields[field - 1].as_str()), (var, want));
+        }
+        assert!(find("login-rate").cond.contains("sub(txn.wp_login_t)"));
+        assert!(find("xmlrpc-rate").cond.contains("sub(txn.wp_xmlrpc_t)"));
         let off = r.acls.iter().find(|a| a.name == "wp_gate_off").unwrap();
         assert!(off.criterion.contains(&format!(":{FLAG_WP_GATE_OFF}:")));
         assert!(r.acls.iter().any(|a| a.criterion.contains(COOKIE)));
