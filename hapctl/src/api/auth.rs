@@ -7,7 +7,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::AppState;
+use super::{compat, AppState};
 
 /// Compares in time independent of where the strings differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -17,14 +17,21 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Rejects requests without the right `Authorization: Bearer <token>` (but `/health`).
+/// The routes that need no token: the health checks and the old manager's two pages.
+pub fn is_open(path: &str) -> bool {
+    path == "/v1/health" || compat::is_open_path(path)
+}
+
+/// Rejects requests without the right `Authorization: Bearer <token>` (but the open routes).
+/// On the old manager's paths the refusal is its own 401 body (E4).
 pub async fn require_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let Some(expected) = app.token() else {
         return next.run(req).await;
     };
-    if req.uri().path() == "/health" {
+    if is_open(req.uri().path()) {
         return next.run(req).await;
     }
+    let old = compat::is_old_path(req.uri().path());
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -32,6 +39,7 @@ pub async fn require_token(State(app): State<AppState>, req: Request, next: Next
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
         Some(token) if constant_time_eq(token.trim().as_bytes(), expected.as_bytes()) => next.run(req).await,
+        _ if old => compat::unauthorized(),
         Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token").into_response(),
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,

@@ -2,7 +2,7 @@
 //!
 //! Handlers are thin: they parse the request into model types, hand changes to the workers
 //! (`workers.rs`: coalesced applies, the block fast path) or read through one shared
-//! connection, and shape the answer. Certificate work (`certs.rs`, `compat_certs.rs`) runs on
+//! connection, and shape the answer. Certificate work (`certs.rs`, `compat/certs.rs`) runs on
 //! a fresh `Edge` on a blocking thread; the renewal worker (`renewals.rs`) renews on its own.
 //! The route table (`routes.rs`) builds both the router and `/openapi.json`, so the
 //! documentation cannot drift from what is served.
@@ -10,9 +10,6 @@
 mod auth;
 mod certs;
 mod compat;
-mod compat_certs;
-mod compat_dns;
-mod compat_security;
 mod error;
 mod limits;
 mod metrics;
@@ -85,7 +82,7 @@ struct Inner {
     /// Bounds the ACME orders in flight, shared with the renewal worker.
     orders: Arc<renewals::OrderGate>,
     /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
-    dns: compat_dns::PendingDns,
+    dns: compat::PendingDns,
 }
 
 impl AppState {
@@ -275,7 +272,7 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         blocks,
         metrics,
         orders,
-        dns: compat_dns::PendingDns::default(),
+        dns: compat::PendingDns::default(),
     }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{middleware, Json, Router};
@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, compat_certs, compat_dns, compat_security, count_requests, limits,
-    policies, profiles, v1, AppState, BODY_LIMIT,
+    auth, certs, compat, count_requests, limits, policies, profiles, v1, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -81,7 +80,8 @@ fn schema_limits(edge: bool) -> Value {
 /// Every route of the API.
 pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     vec![
-        (doc("get", "/health", "200 when the master runs, a worker exists and the live config is the known-good one (no token needed)", None), get(v1::health)),
+        (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
+        (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
         (doc("get", "/v1/status", "HAProxy master and workers, last applies, generations, counts", None), get(v1::status)),
         (doc("get", "/v1/domains", "List domains", None), get(v1::list_domains)),
         (doc("get", "/v1/domains/{name}", "One domain", None), get(v1::get_domain)),
@@ -132,36 +132,40 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/v1/applies", "Apply history with outcomes and durations", None), get(v1::list_applies)),
         (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),
         (doc("get", "/openapi.json", "This document", None), get(openapi)),
-        (doc("get", "/api/domains", "(edge manager) List domains", None), get(compat::list_domains)),
-        (doc("post", "/api/domain", "(edge manager) Create or replace a domain",
-            Some(json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string"}, "backend_name": {"type": "string"},
-                "template_override": {"type": ["string", "null"]}, "is_wildcard": {"type": "boolean"},
-                "servers": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "address": {"type": "string"}, "port": {"type": "integer"}, "options": {"type": "string"}}}}}}))), post(compat::post_domain)),
-        (doc("delete", "/api/domain", "(edge manager) Remove a domain", Some(json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string"}}}))), delete(compat::delete_domain)),
-        (doc("get", "/api/blocked-ips", "(edge manager) List blocks", None), get(compat::list_blocks)),
-        (doc("post", "/api/blocked-ips", "(edge manager) Block an IP (409 when already blocked)",
+        (doc("get", "/api/domains", "(edge manager) Bare array of domains: id, domain, ssl_enabled, ssl_cert_path, template_override, is_wildcard, backend_name", None), get(compat::list_domains)),
+        (doc("post", "/api/domain", "(edge manager) Create or replace a domain; 200 {status: success, domain_id}; errors E1 (400, 500)",
+            Some(json!({"type": "object", "required": ["domain", "backend_name"], "properties": {"domain": {"type": "string"}, "backend_name": {"type": "string"},
+                "template_override": {"type": ["string", "null"]}, "is_wildcard": {"type": "boolean", "description": "also 1/0 and \"true\"/\"false\""},
+                "servers": {"type": "array", "items": {"type": "object", "required": ["address", "port"], "properties": {"name": {"type": "string"}, "address": {"type": "string"},
+                    "port": {"type": "integer", "description": "also a numeric string"}, "options": {"type": "string", "example": "check weight 10 maxconn 100"}}}}}}))), post(compat::post_domain)),
+        (doc("delete", "/api/domain", "(edge manager) Remove a domain; errors E1 (400, 404, 500)", Some(json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string"}}}))), delete(compat::delete_domain)),
+        (doc("get", "/api/blocked-ips", "(edge manager) Bare array of blocks, newest first: id, ip_address, reason, blocked_at, blocked_by, expiry_time", None), get(compat::list_blocks)),
+        (doc("post", "/api/blocked-ips", "(edge manager) Block an IP or CIDR; 200 {status, blocked_ip_id, message, runtime_map_updated}; E1 409 when already blocked",
             Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "reason": {"type": "string"}, "blocked_by": {"type": "string"}}}))), post(compat::post_block)),
-        (doc("delete", "/api/blocked-ips", "(edge manager) Unblock an IP (404 when absent)", Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}}}))), delete(compat::delete_block)),
-        (doc("post", "/api/blocked-ips/sync", "(edge manager) Rebuild the runtime map", None), post(compat::sync_blocks)),
-        (doc("post", "/api/security/temporary-block", "(edge manager) Block for duration_minutes (default 60)",
-            Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "duration_minutes": {"type": "integer", "default": 60}}}))), post(compat::temporary_block)),
-        (doc("get", "/api/security/stats", "(edge manager) The busiest clients of the stick table (?limit=50&min_req_rate=1); errors E1 (400, 502)", None), get(compat_security::get_stats)),
+        (doc("delete", "/api/blocked-ips", "(edge manager) Unblock; E1 404 when absent", Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}}}))), delete(compat::delete_block)),
+        (doc("post", "/api/blocked-ips/sync", "(edge manager) Rebuild file and runtime map, then read the map back: 200 all present, 207 partial", None), post(compat::sync_blocks)),
+        (doc("post", "/api/security/temporary-block", "(edge manager) Block one address for duration_minutes (default 60); it expires by itself",
+            Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "duration_minutes": {"type": "number", "default": 60}}}))), post(compat::temporary_block)),
+        (doc("get", "/api/security/stats", "(edge manager) The busiest clients of the stick table (?limit=50&min_req_rate=1); errors E1 (400, 502)", None), get(compat::get_stats)),
         (doc("post", "/api/security/clear-expired", "(edge manager) Remove expired blocks now", None), post(compat::clear_expired)),
-        (doc("get", "/api/regenerate", "(edge manager) Re-render and apply", None), get(compat::regenerate)),
-        (doc("post", "/api/config/reload", "(edge manager) Apply; reload through the master if nothing changed", None), post(compat::reload)),
-        (doc("post", "/api/ssl", "(edge manager) HTTP-01 certificate for one domain; errors E1", Some(schema_domain())), post(compat_certs::post_ssl)),
+        (doc("get", "/api/regenerate", "(edge manager) Safe apply of the committed state, a confirmed reload when it changed nothing; errors E2", None), get(compat::regenerate)),
+        (doc("get", "/api/reload", "(edge manager) Reload HAProxy through the master (the live, known-good files), or start it; errors E2", None), get(compat::reload)),
+        (doc("post", "/api/config/reload", "(edge manager) Safe apply, a confirmed reload when it changed nothing; errors E1", None), post(compat::config_reload)),
+        (doc("post", "/api/ssl", "(edge manager) HTTP-01 certificate for one domain; errors E1", Some(schema_domain())), post(compat::post_ssl)),
         (doc("post", "/api/ssl/bundle", "(edge manager) One certificate for primary and its SANs; cleanup is always empty (one certificate serves each name); errors E1",
-            Some(json!({"type": "object", "required": ["primary"], "properties": {"primary": {"type": "string"}, "sans": schema_names()}}))), post(compat_certs::post_bundle)),
+            Some(json!({"type": "object", "required": ["primary"], "properties": {"primary": {"type": "string"}, "sans": schema_names()}}))), post(compat::post_bundle)),
         (doc("post", "/api/certificates/request", "(edge manager) A certificate per domain (+ www.): 200 all, 207 some, 500 none issued",
             Some(json!({"type": "object", "required": ["domains"], "properties": {"domains": {"oneOf": [schema_names(), {"type": "string"}]},
-                "force_renewal": {"type": "boolean"}, "include_www": {"type": "boolean", "default": true}}}))), post(compat_certs::post_certificates_request)),
-        (doc("post", "/api/certificates/renew", "(edge manager) Renew what is due, through the runtime API: never a reload, whatever the message says", None), post(compat_certs::post_renew)),
-        (doc("get", "/api/certificates/status", "(edge manager) One entry per served host name, expiry and days left", None), get(compat_certs::status)),
-        (doc("get", "/api/certificates/{domain}/download", "(edge manager) Chain and PRIVATE KEY of the certificate serving the domain", None), get(compat_certs::get_download)),
-        (doc("get", "/api/certificates/{domain}/key", "(edge manager) The PRIVATE KEY of the certificate serving the domain", None), get(compat_certs::get_key)),
-        (doc("get", "/api/certificates/{domain}/cert", "(edge manager) The chain of the certificate serving the domain", None), get(compat_certs::get_cert)),
-        (doc("post", "/api/ssl/dns-challenge/request", "(edge manager) Start a DNS-01 order for *.<domain>; answers the TXT value for _acme-challenge.<domain> (E3)", Some(schema_domain())), post(compat_dns::post_dns_request)),
-        (doc("post", "/api/ssl/dns-challenge/verify", "(edge manager) Finish it: the wildcard certificate wildcard.<domain> is served (E3)", Some(schema_domain())), post(compat_dns::post_dns_verify)),
+                "force_renewal": {"type": "boolean"}, "include_www": {"type": "boolean", "default": true}}}))), post(compat::post_certificates_request)),
+        (doc("post", "/api/certificates/renew", "(edge manager) Renew what is due, through the runtime API: never a reload, whatever the message says", None), post(compat::post_renew)),
+        (doc("get", "/api/certificates/status", "(edge manager) One entry per served host name, expiry and days left", None), get(compat::status)),
+        (doc("get", "/api/certificates/{domain}/download", "(edge manager) Chain and PRIVATE KEY of the certificate serving the domain", None), get(compat::get_download)),
+        (doc("get", "/api/certificates/{domain}/key", "(edge manager) The PRIVATE KEY of the certificate serving the domain", None), get(compat::get_key)),
+        (doc("get", "/api/certificates/{domain}/cert", "(edge manager) The chain of the certificate serving the domain", None), get(compat::get_cert)),
+        (doc("post", "/api/ssl/dns-challenge/request", "(edge manager) Start a DNS-01 order for *.<domain>; answers the TXT value for _acme-challenge.<domain> (E3)", Some(schema_domain())), post(compat::post_dns_request)),
+        (doc("post", "/api/ssl/dns-challenge/verify", "(edge manager) Finish it: the wildcard certificate wildcard.<domain> is served (E3)", Some(schema_domain())), post(compat::post_dns_verify)),
+        (doc("get", "/", "(edge manager) An HTML page (the old web UI's place; no token needed)", None), get(compat::root)),
+        (doc("get", "/default-page", "(edge manager) The old default page, HTML (no token needed)", None), get(compat::default_page)),
     ]
 }
 
@@ -180,21 +184,34 @@ pub fn router(app: AppState) -> Router {
         router = router.route(path, route);
     }
     router
-        .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this route does not take that method; GET /openapi.json lists them",
-            )
-        })
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(
+        // Unknown paths and methods answer before authentication, as the old manager's did.
+        .route_layer(middleware::from_fn_with_state(
             app.clone(),
             auth::require_token,
         ))
+        .fallback(|uri: Uri| async move { routing_error(&uri, StatusCode::NOT_FOUND) })
+        .method_not_allowed_fallback(|uri: Uri| async move {
+            routing_error(&uri, StatusCode::METHOD_NOT_ALLOWED)
+        })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn_with_state(app.clone(), count_requests))
         .with_state(app)
+}
+
+/// An unknown path or method: in the old envelope on the old manager's paths.
+fn routing_error(uri: &Uri, status: StatusCode) -> axum::response::Response {
+    if compat::is_old_path(uri.path()) {
+        return compat::routing_error(status);
+    }
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        return ApiError::new(
+            status,
+            "method_not_allowed",
+            "this route does not take that method; GET /openapi.json lists them",
+        )
+        .into_response();
+    }
+    ApiError::not_found("no such route; GET /openapi.json lists them").into_response()
 }
 
 /// The OpenAPI 3 document, built from the table.
@@ -209,7 +226,7 @@ pub fn openapi_document() -> Value {
                 "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             }
         });
-        if doc.path != "/health" {
+        if !auth::is_open(doc.path) {
             op["security"] = json!([{"bearer": []}]);
         }
         if let Some(schema) = doc.body {

@@ -46,6 +46,7 @@ pub enum EdgeError {
 }
 
 mod certs;
+mod ids;
 mod limits;
 mod profiles;
 

@@ -16,6 +16,7 @@ use crate::model::{
 };
 
 mod certs;
+mod ids;
 mod schema;
 
 use schema::{BLOCK_MIGRATIONS, MIGRATIONS};

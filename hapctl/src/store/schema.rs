@@ -96,11 +96,13 @@ CREATE TABLE suspended_domains (
 "#,
     super::limits::MIGRATION,
     super::profiles::MIGRATION,
+    super::ids::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main
 /// database's write transaction across a reload, and must not wait for it.
-pub(super) const BLOCK_MIGRATIONS: &[&str] = &[r#"
+pub(super) const BLOCK_MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE blocks (
     key TEXT PRIMARY KEY,
     reason TEXT NOT NULL,
@@ -108,4 +110,6 @@ CREATE TABLE blocks (
     created_at INTEGER NOT NULL,
     expires_at INTEGER
 );
-"#];
+"#,
+    super::ids::BLOCK_MIGRATION,
+];

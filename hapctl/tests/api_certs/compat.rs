@@ -306,6 +306,11 @@ fn the_edge_managers_certificate_routes_keep_their_shapes_against_a_real_ca() {
         )
         .unwrap();
         assert_eq!(r.status, 401, "{part} without the token: {r:?}");
+        assert_eq!(
+            r.json,
+            json!({"error": "Unauthorized - Invalid or missing API key"}),
+            "the old 401 (E4)"
+        );
         no_key(&r);
     }
 

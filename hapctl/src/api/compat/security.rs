@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::compat_certs::{bad, e1};
-use super::limits::{bad_gateway, read_stats, stats_query};
-use super::AppState;
+use super::super::limits::{bad_gateway, read_stats, stats_query};
+use super::super::AppState;
+use super::{bad, e1};
 
 const NOTE: &str = "Rates are per client IP over each counter's window (counter_windows_ms), from the stick table hapctl's rate limits track; IPv4 clients are stored IPv4-mapped and shown as IPv4.";
 

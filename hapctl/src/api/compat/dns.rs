@@ -18,9 +18,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::compat_certs::{bad, cert_path, certs_dir, e3, failed, label_ok, Answer, DomainRequest};
-use super::error::{ApiError, ValuesBody};
-use super::AppState;
+use super::super::error::{ApiError, ValuesBody};
+use super::super::AppState;
+use super::certs::{cert_path, certs_dir, label_ok, DomainRequest};
+use super::{bad, e3, failed, Answer, OldBody};
 use crate::model::{CertName, Domain};
 use crate::tls::acme::PendingOrder;
 
@@ -94,12 +95,12 @@ fn too_many() -> ApiError {
 /// caller publishes at `_acme-challenge.<base>`.
 pub async fn post_dns_request(
     State(app): State<AppState>,
-    body: Result<ValuesBody<DomainRequest>, ApiError>,
+    body: OldBody<DomainRequest>,
 ) -> Response {
     e3(dns_request(app, body).await)
 }
 
-async fn dns_request(app: AppState, body: Result<ValuesBody<DomainRequest>, ApiError>) -> Answer {
+async fn dns_request(app: AppState, body: OldBody<DomainRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let (wildcard, _) = wildcard_of(req.domain.as_deref())?;
     let base = wildcard.name().to_string();
@@ -128,12 +129,12 @@ async fn dns_request(app: AppState, body: Result<ValuesBody<DomainRequest>, ApiE
 /// `wildcard.<base>` is installed.
 pub async fn post_dns_verify(
     State(app): State<AppState>,
-    body: Result<ValuesBody<DomainRequest>, ApiError>,
+    body: OldBody<DomainRequest>,
 ) -> Response {
     e3(dns_verify(app, body).await)
 }
 
-async fn dns_verify(app: AppState, body: Result<ValuesBody<DomainRequest>, ApiError>) -> Answer {
+async fn dns_verify(app: AppState, body: OldBody<DomainRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let (wildcard, name) = wildcard_of(req.domain.as_deref())?;
     let base = wildcard.name().to_string();

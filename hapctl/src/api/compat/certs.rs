@@ -4,9 +4,8 @@
 //!
 //! - Every error of these routes is in the route's own envelope: E1
 //!   `{"status":"error","message"}`, E3 `{"success":false,"error"}` for the DNS flow. That
-//!   includes refused bodies, parsed as strictly as every hapctl route (an unknown field or a
-//!   wrong type is a 400 naming it; 415 without JSON, 413 over 1 MiB). A 401 keeps the API's
-//!   own shape: the token layer answers before any route.
+//!   includes refused bodies (a wrong type is a 400 naming the field; 415 without JSON, 413
+//!   over 1 MiB); unknown fields are ignored, as they were.
 //! - `/api/ssl/bundle` answers `cleanup` with empty lists, always: each host name is served
 //!   by exactly one certificate (the one named after it, else the one expiring last; see
 //!   `tls::crtlist`), so overlapping certificates never compete and no file is superseded,
@@ -16,7 +15,7 @@
 //! - `/api/certificates/request` without `force_renewal` keeps a current ACME certificate
 //!   that covers the names, as certbot kept an unexpired lineage, instead of ordering again;
 //!   at most 100 domains per request.
-//! - The DNS-01 two-call flow is in `compat_dns.rs`.
+//! - The DNS-01 two-call flow is in `dns.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -27,57 +26,17 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{ApiError, PathParam, ValuesBody};
-use super::AppState;
+use super::super::error::{ApiError, PathParam, ValuesBody};
+use super::super::AppState;
+use super::{bad, cap, e1, failed, Answer, Ignored, OldBody};
 use crate::clock::unix_now;
 use crate::edge::{CertView, Edge, EdgeError};
 use crate::model::{CertName, Domain};
 use crate::tls::x509;
 
-/// Longest message in an answer (the old manager cut certbot's stderr at 800).
-const MAX_MESSAGE: usize = 800;
 const MAX_DOMAINS: usize = 100;
 /// Let's Encrypt's limit, which the old route enforced.
 const MAX_NAMES: usize = 100;
-
-pub(super) type Answer = Result<Response, ApiError>;
-
-pub(super) fn cap(message: &str) -> String {
-    match message.char_indices().nth(MAX_MESSAGE) {
-        Some((i, _)) => format!("{}…", &message[..i]),
-        None => message.to_string(),
-    }
-}
-
-/// E1: `{"status":"error","message"}`, with hapctl's status code.
-pub(super) fn e1(answer: Answer) -> Response {
-    answer.unwrap_or_else(|e| {
-        (
-            e.status,
-            Json(json!({"status": "error", "message": cap(&e.message)})),
-        )
-            .into_response()
-    })
-}
-
-/// E3: `{"success":false,"error"}`, with hapctl's status code.
-pub(super) fn e3(answer: Answer) -> Response {
-    answer.unwrap_or_else(|e| {
-        (
-            e.status,
-            Json(json!({"success": false, "error": cap(&e.message)})),
-        )
-            .into_response()
-    })
-}
-
-pub(super) fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "invalid", message)
-}
-
-pub(super) fn failed(message: impl Into<String>) -> ApiError {
-    ApiError::internal(message)
-}
 
 /// Where a certificate's PEM (chain and key) is, as the old `cert_path` said.
 pub(super) fn cert_path(dir: &Path, name: &CertName) -> String {
@@ -157,21 +116,19 @@ fn required_domain(domain: Option<&str>) -> Result<Domain, ApiError> {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DomainRequest {
     #[serde(default)]
     pub(super) domain: Option<String>,
+    #[serde(flatten)]
+    _other: Ignored,
 }
 
 /// `POST /api/ssl`: one HTTP-01 certificate for `domain`.
-pub async fn post_ssl(
-    State(app): State<AppState>,
-    body: Result<ValuesBody<DomainRequest>, ApiError>,
-) -> Response {
+pub async fn post_ssl(State(app): State<AppState>, body: OldBody<DomainRequest>) -> Response {
     e1(ssl(app, body).await)
 }
 
-async fn ssl(app: AppState, body: Result<ValuesBody<DomainRequest>, ApiError>) -> Answer {
+async fn ssl(app: AppState, body: OldBody<DomainRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let domain = required_domain(req.domain.as_deref())?;
     let name = CertName::for_host(&domain.to_string())?;
@@ -190,12 +147,13 @@ async fn ssl(app: AppState, body: Result<ValuesBody<DomainRequest>, ApiError>) -
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct BundleRequest {
     #[serde(default)]
     primary: Option<Value>,
     #[serde(default)]
     sans: Option<Value>,
+    #[serde(flatten)]
+    _other: Ignored,
 }
 
 /// The names of a bundle, checked in the old route's order and with its messages.
@@ -253,19 +211,17 @@ fn bundle_names(req: BundleRequest) -> Result<Vec<Domain>, ApiError> {
 /// `POST /api/ssl/bundle`: one certificate named after `primary` for it and its SANs.
 pub async fn post_bundle(
     State(app): State<AppState>,
-    body: Result<ValuesBody<Option<BundleRequest>>, ApiError>,
+    body: OldBody<Option<BundleRequest>>,
 ) -> Response {
     e1(bundle(app, body).await)
 }
 
-async fn bundle(
-    app: AppState,
-    body: Result<ValuesBody<Option<BundleRequest>>, ApiError>,
-) -> Answer {
+async fn bundle(app: AppState, body: OldBody<Option<BundleRequest>>) -> Answer {
     let ValuesBody(req) = body?;
     let names = bundle_names(req.unwrap_or(BundleRequest {
         primary: None,
         sans: None,
+        _other: Ignored::new(),
     }))?;
     let primary = names[0].clone();
     let name = CertName::for_host(&primary.to_string())?;
@@ -297,7 +253,6 @@ async fn bundle(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CertificatesRequest {
     #[serde(default)]
     domains: Option<Value>,
@@ -305,6 +260,8 @@ pub struct CertificatesRequest {
     force_renewal: Option<bool>,
     #[serde(default)]
     include_www: Option<bool>,
+    #[serde(flatten)]
+    _other: Ignored,
 }
 
 /// `domains` as the old route read it: a list, or one string wrapped in a list; every entry
@@ -383,15 +340,12 @@ fn request_one(
 /// 200 when all succeeded, 207 when some did, 500 when none did.
 pub async fn post_certificates_request(
     State(app): State<AppState>,
-    body: Result<ValuesBody<CertificatesRequest>, ApiError>,
+    body: OldBody<CertificatesRequest>,
 ) -> Response {
     e1(certificates_request(app, body).await)
 }
 
-async fn certificates_request(
-    app: AppState,
-    body: Result<ValuesBody<CertificatesRequest>, ApiError>,
-) -> Answer {
+async fn certificates_request(app: AppState, body: OldBody<CertificatesRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let domains = requested_domains(req.domains)?;
     let (force, www) = (
@@ -447,7 +401,7 @@ async fn renew(app: AppState) -> Answer {
         .with_acme(|edge| edge.renew_due(false))
         .await
         .map_err(|e| failed(format!("Certificate renewal failed: {}", e.message)))?;
-    super::renewals::record(&app.0.metrics, &outcomes);
+    super::super::renewals::record(&app.0.metrics, &outcomes);
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| o.error.as_ref().map(|e| format!("{}: {e}", o.name)))

@@ -1,0 +1,335 @@
+//! `GET /api/domains`, `POST /api/domain`, `DELETE /api/domain` (`PEER-API.md` §1.2).
+//!
+//! The body is read as the old route read it (unknown fields ignored, a port as a number or a
+//! numeric string, `is_wildcard` any truthy value), then through the same model parsers as
+//! `/v1`: a free-text server option is mapped to a typed one or refused, never pasted.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::super::error::{ApiError, ValuesBody};
+use super::super::v1::backend;
+use super::super::AppState;
+use super::certs::cert_path;
+use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
+use crate::edge::{DomainChange, DomainResult};
+use crate::model::{Domain, Port, Profile, ServerAddr, ServerName, ServerOptions};
+
+#[derive(Deserialize)]
+pub struct DomainBody {
+    #[serde(default)]
+    domain: Option<Value>,
+    #[serde(default)]
+    backend_name: Option<Value>,
+    #[serde(default)]
+    template_override: Option<Value>,
+    #[serde(default)]
+    servers: Option<Value>,
+    #[serde(default)]
+    is_wildcard: Option<Value>,
+    #[serde(flatten)]
+    _other: Ignored,
+}
+
+/// Maps the old free-text server options onto typed ones; anything else is refused.
+fn parse_options(text: &str, field: &str) -> Result<ServerOptions, ApiError> {
+    let mut options = ServerOptions {
+        check: false,
+        ..ServerOptions::default()
+    };
+    let mut words = text.split_whitespace();
+    while let Some(word) = words.next() {
+        let mut number = |name: &str| {
+            words
+                .next()
+                .and_then(|n| n.parse::<u32>().ok())
+                .ok_or_else(|| ApiError::invalid(field, format!("`{name}` needs a number")))
+        };
+        match word {
+            "check" => options.check = true,
+            "weight" => options.weight = Some(u16::try_from(number("weight")?).unwrap_or(u16::MAX)),
+            "maxconn" => options.maxconn = Some(number("maxconn")?),
+            other => {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("server option {:?} is not supported; hapctl accepts check, weight N and maxconn N", crate::model::bounded(other)),
+                ))
+            }
+        }
+    }
+    options
+        .validate()
+        .map_err(|e| ApiError::invalid(field, e.to_string()))
+}
+
+fn profile(template_override: Option<&str>) -> Result<Profile, ApiError> {
+    match template_override.map(str::trim) {
+        None | Some("") | Some("default") => Ok(Profile::Default),
+        Some("websocket") => Ok(Profile::WebSocket),
+        Some("sse") => Ok(Profile::Sse),
+        Some(other) => Err(ApiError::invalid(
+            "template_override",
+            format!("template override {:?} is not supported: hapctl renders no free text; use default, websocket or sse", crate::model::bounded(other)),
+        )),
+    }
+}
+
+/// `is_wildcard` as the old route took it (any truthy value), without Python's surprises: a
+/// string must say yes or no (`"false"` was true there), a list or object is refused.
+fn truthy(v: Option<&Value>) -> Result<bool, ApiError> {
+    let refuse = || {
+        ApiError::invalid(
+            "is_wildcard",
+            "is_wildcard must be true/false, 1/0 or \"true\"/\"false\"",
+        )
+    };
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::Number(n)) => Ok(n.as_f64().ok_or_else(refuse)? != 0.0),
+        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "" | "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(refuse()),
+        },
+        Some(_) => Err(refuse()),
+    }
+}
+
+/// A port as a JSON integer or a numeric string (SQLite's affinity made both work).
+fn port(v: Option<&Value>, field: &str) -> Result<Port, ApiError> {
+    let digits = match v {
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid(field, format!("{field} is required")))
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                field,
+                format!("{field} must be a number from 1 to 65535"),
+            ))
+        }
+    };
+    digits
+        .parse::<Port>()
+        .map_err(|e| ApiError::invalid(field, e.to_string()))
+}
+
+type ServerItem = (Option<ServerName>, ServerAddr, ServerOptions);
+
+fn server(i: usize, item: &Map<String, Value>) -> Result<ServerItem, ApiError> {
+    let at = |name: &str| format!("servers[{i}].{name}");
+    let address = text(item.get("address"), &at("address"))?.ok_or_else(|| {
+        ApiError::invalid(&at("address"), format!("{} is required", at("address")))
+    })?;
+    let host = ServerAddr::parse_host(&address)
+        .map_err(|e| ApiError::invalid(&at("address"), e.to_string()))?;
+    let addr = ServerAddr {
+        host,
+        port: port(item.get("port"), &at("port"))?,
+    };
+    let name = text(item.get("name"), &at("name"))?
+        .map(|n| n.parse::<ServerName>())
+        .transpose()
+        .map_err(|e| ApiError::invalid(&at("name"), e.to_string()))?;
+    let options = text(item.get("options"), &at("options"))?;
+    Ok((
+        name,
+        addr,
+        parse_options(options.as_deref().unwrap_or(""), &at("options"))?,
+    ))
+}
+
+fn servers(v: Option<&Value>) -> Result<Vec<ServerItem>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::Object(map) => server(i, map),
+                _ => Err(ApiError::invalid(
+                    &format!("servers[{i}]"),
+                    format!("servers[{i}] must be an object with address and port"),
+                )),
+            })
+            .collect(),
+        Some(_) => Err(ApiError::invalid(
+            "servers",
+            "servers must be a list of objects",
+        )),
+    }
+}
+
+/// The domain as hapctl stores it: a wildcard flagged by `is_wildcard` without its `*.` gets
+/// it (the old system stored it bare and matched it as a suffix all the same).
+fn parse_domain(name: &str, is_wildcard: bool) -> Result<Domain, ApiError> {
+    let name = if is_wildcard && !name.starts_with("*.") {
+        format!("*.{name}")
+    } else {
+        name.to_string()
+    };
+    name.parse::<Domain>()
+        .map_err(|e| ApiError::invalid("domain", e.to_string()))
+}
+
+/// Fails unless the apply loaded the change; every failure is the old 500.
+fn loaded(report: crate::apply::ApplyReport) -> Result<(), ApiError> {
+    if report.outcome.is_success() {
+        Ok(())
+    } else {
+        Err(as_500(ApiError::from_apply(report)))
+    }
+}
+
+pub async fn post_domain(State(app): State<AppState>, body: OldBody<DomainBody>) -> Response {
+    e1(put(app, body).await)
+}
+
+async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
+    let ValuesBody(req) = body?;
+    let missing = "Domain and backend_name are required";
+    let name = required(req.domain.as_ref(), "domain", missing)?;
+    // Required, as before; hapctl names its backends itself (`docs/compat.md`).
+    required(req.backend_name.as_ref(), "backend_name", missing)?;
+    let domain = parse_domain(&name, truthy(req.is_wildcard.as_ref())?)?;
+    let template = text(req.template_override.as_ref(), "template_override")?;
+    let backend = backend(
+        servers(req.servers.as_ref())?,
+        profile(template.as_deref())?,
+    )?;
+    let (report, _) = app
+        .domain_job(Some(DomainChange::Put(domain.clone(), backend)))
+        .await
+        .map_err(as_500)?;
+    loaded(report)?;
+    let stored = domain.to_string();
+    let id = app.read(move |edge| edge.domain_id(&stored)).await?;
+    Ok(Json(json!({"status": "success", "domain_id": id})).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct NameBody {
+    #[serde(default)]
+    domain: Option<Value>,
+    #[serde(flatten)]
+    _other: Ignored,
+}
+
+pub async fn delete_domain(State(app): State<AppState>, body: OldBody<NameBody>) -> Response {
+    e1(remove(app, body).await)
+}
+
+async fn remove(app: AppState, body: OldBody<NameBody>) -> Answer {
+    let ValuesBody(req) = body?;
+    let name = required(req.domain.as_ref(), "domain", "Domain is required")?;
+    let exact = parse_domain(&name, false)?;
+    let wildcard = (!exact.is_wildcard())
+        .then(|| parse_domain(&name, true).ok())
+        .flatten();
+    // The name as posted, else the wildcard an `is_wildcard` post stored under it.
+    let found = app
+        .read(move |edge| {
+            let state = edge.state()?;
+            let exists =
+                |d: &Domain| state.domains.contains_key(d) || state.app_domains.contains_key(d);
+            Ok([Some(exact), wildcard].into_iter().flatten().find(exists))
+        })
+        .await?;
+    let not_found = || ApiError::not_found("Domain not found");
+    let domain = found.ok_or_else(not_found)?;
+    let (report, result) = app
+        .domain_job(Some(DomainChange::Remove(domain)))
+        .await
+        .map_err(as_500)?;
+    if result == Some(DomainResult::NotFound) {
+        return Err(not_found());
+    }
+    loaded(report)?;
+    Ok(
+        Json(json!({"status": "success", "message": "Domain configuration removed"}))
+            .into_response(),
+    )
+}
+
+/// A bare array, one object per domain with servers, in id (creation) order.
+pub async fn list_domains(State(app): State<AppState>) -> Response {
+    let dir = super::certs::certs_dir(&app);
+    e1(app
+        .read(move |edge| {
+            let state = edge.state()?;
+            let ids = edge.domain_ids()?;
+            let certs = edge.certificates()?;
+            let mut rows: Vec<(Option<i64>, Value)> = state
+                .domains
+                .iter()
+                .map(|(domain, backend)| {
+                    let name = domain.to_string();
+                    let cert = certs
+                        .iter()
+                        .find(|v| !v.record.name.is_default() && v.serves.contains(&name));
+                    let id = ids.get(&name).copied();
+                    let row = json!({
+                        "id": id,
+                        "domain": name,
+                        "ssl_enabled": i32::from(cert.is_some()),
+                        "ssl_cert_path": cert.map(|v| cert_path(&dir, &v.record.name)),
+                        "template_override": match backend.profile() { Profile::Default => Value::Null, p => json!(p.to_string()) },
+                        "is_wildcard": i32::from(domain.is_wildcard()),
+                        "backend_name": domain.backend_name(),
+                    });
+                    (id, row)
+                })
+                .collect();
+            rows.sort_by_key(|(id, _)| id.unwrap_or(i64::MAX));
+            let list: Vec<Value> = rows.into_iter().map(|(_, row)| row).collect();
+            Ok((StatusCode::OK, Json(list)).into_response())
+        })
+        .await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_inputs_are_read_safely() {
+        assert_eq!(port(Some(&json!("8080")), "p").unwrap().get(), 8080);
+        assert_eq!(port(Some(&json!(80)), "p").unwrap().get(), 80);
+        for bad in [
+            json!("80a"),
+            json!(0),
+            json!(70000),
+            json!(1.5),
+            json!(true),
+            json!(""),
+        ] {
+            assert!(port(Some(&bad), "servers[0].port").is_err(), "{bad}");
+        }
+        for (v, want) in [
+            (json!(1), true),
+            (json!(0), false),
+            (json!("yes"), true),
+            (json!("false"), false),
+            (json!(null), false),
+            (json!(true), true),
+        ] {
+            assert_eq!(truthy(Some(&v)).unwrap(), want, "{v}");
+        }
+        assert!(truthy(Some(&json!("maybe"))).is_err());
+        assert!(truthy(Some(&json!([1]))).is_err());
+        let o = parse_options("check weight 5 maxconn 100", "o").unwrap();
+        assert_eq!((o.check, o.weight, o.maxconn), (true, Some(5), Some(100)));
+        let e = parse_options("check inter 2s", "servers[0].options").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("servers[0].options"));
+        assert_eq!(
+            parse_domain("w.example.com", true).unwrap().to_string(),
+            "*.w.example.com"
+        );
+    }
+}
