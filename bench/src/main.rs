@@ -20,6 +20,7 @@ mod deliver;
 mod domain_add;
 mod fixture;
 mod harness;
+mod protect;
 mod render;
 mod rss;
 mod stats;
@@ -82,6 +83,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "protect",
+        about: "protections: req/s with the standard protections ON vs OFF, threshold change to enforced, `security top` on a 200k-entry table",
+        run: protect::run,
+        long: false,
+    },
+    Section {
         name: "certs",
         about: "TLS: `hapctl cert import` to served at 10/100/1,000 certificates, haproxy -c and start with 1,000, handshakes/s during 100 renewals, daemon RSS",
         run: certs::run,
@@ -99,7 +106,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, protect, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {

@@ -1,0 +1,294 @@
+//! Traffic for the protections section: a kept-alive HTTP backend (HAProxy reuses its
+//! connections, so the backend is not what limits the rate), a kept-alive client, closed-loop
+//! load rounds, and CPU readings from `/proc` (`schedstat` of every thread of a process).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Bound on every read and write of the bench's sockets.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request head larger than this is not one of ours.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// A backend on 127.0.0.1 answering every request with 200 and a small body, many requests
+/// per connection. Drop shuts the listener down (its accept fails, the loop ends);
+/// connections end when HAProxy closes them or at the idle bound.
+pub struct KeepAliveBackend {
+    pub port: u16,
+    fd: std::os::fd::RawFd,
+}
+
+impl KeepAliveBackend {
+    pub fn start(body: &'static str) -> anyhow::Result<KeepAliveBackend> {
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let fd = listener.as_raw_fd();
+        thread::spawn(move || {
+            while let Ok((conn, _)) = listener.accept() {
+                thread::spawn(move || answer_all(conn, body));
+            }
+        });
+        Ok(KeepAliveBackend { port, fd })
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for KeepAliveBackend {
+    fn drop(&mut self) {
+        // SAFETY: the listener owning `fd` lives until its accept fails, which is what this
+        // causes; shutdown(2) neither closes nor frees the descriptor.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+    }
+}
+
+/// Answers each complete request head (the bench sends no request bodies) until the peer
+/// closes, an error or the idle bound.
+fn answer_all(mut conn: TcpStream, body: &str) {
+    let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = conn.set_nodelay(true);
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        while let Some(end) = head_end(&buf) {
+            buf.drain(..end);
+            if conn.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if buf.len() > MAX_HEAD {
+            return;
+        }
+    }
+}
+
+/// The length of the first complete head in `buf`, its blank line included.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+/// A kept-alive client of the edge: one connection, requests one after the other.
+pub struct Client {
+    stream: TcpStream,
+    request: Vec<u8>,
+    pending: Vec<u8>,
+}
+
+impl Client {
+    /// Connects to the edge on 127.0.0.1:`port`; every request is `GET path` with that Host
+    /// and the extra header lines (each ending in CRLF).
+    pub fn connect(port: u16, host: &str, path: &str, headers: &str) -> anyhow::Result<Client> {
+        let target = SocketAddr::from(([127, 0, 0, 1], port));
+        let stream = TcpStream::connect_timeout(&target, IO_TIMEOUT)
+            .with_context(|| format!("connect to the edge on {target}"))?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        stream.set_nodelay(true)?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: hapctl-bench\r\nAccept: */*\r\n{headers}\r\n"
+        );
+        Ok(Client {
+            stream,
+            request: request.into_bytes(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// One request; the answer's status (its body is read and dropped).
+    pub fn get(&mut self) -> anyhow::Result<u16> {
+        self.stream
+            .write_all(&self.request)
+            .context("send a request to the edge")?;
+        let end = loop {
+            if let Some(end) = head_end(&self.pending) {
+                break end;
+            }
+            self.fill()?;
+        };
+        let head = String::from_utf8_lossy(&self.pending[..end]).into_owned();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .with_context(|| format!("no status line in {head:?}"))?;
+        let length = head
+            .split("\r\n")
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+            .with_context(|| format!("an answer without content-length: {head:?}"))?;
+        while self.pending.len() < end + length {
+            self.fill()?;
+        }
+        self.pending.drain(..end + length);
+        Ok(status)
+    }
+
+    fn fill(&mut self) -> anyhow::Result<()> {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk).context("read from the edge")?;
+        if n == 0 {
+            bail!("the edge closed the connection mid-answer");
+        }
+        self.pending.extend_from_slice(&chunk[..n]);
+        if self.pending.len() > MAX_HEAD * 4 {
+            bail!("an answer larger than {} bytes", MAX_HEAD * 4);
+        }
+        Ok(())
+    }
+}
+
+/// What one load round did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Round {
+    pub secs: f64,
+    /// Answers inside the measured window.
+    pub ok: u64,
+    pub not_ok: u64,
+    /// CPU seconds used in the window, by process.
+    pub haproxy_cpu: f64,
+    pub daemon_cpu: f64,
+    pub bench_cpu: f64,
+}
+
+impl Round {
+    pub fn per_s(&self) -> f64 {
+        self.ok as f64 / self.secs.max(1e-9)
+    }
+
+    /// HAProxy CPU per answered request, in microseconds.
+    pub fn haproxy_us_per_req(&self) -> f64 {
+        self.haproxy_cpu * 1e6 / (self.ok.max(1) as f64)
+    }
+}
+
+/// The processes whose CPU a round reads.
+pub struct Watched {
+    pub haproxy: Vec<i32>,
+    pub daemon: i32,
+}
+
+/// `clients` kept-alive clients, each with its own header lines, in a closed loop for
+/// `warmup` (not counted) and then `measure`.
+pub fn round(
+    port: u16,
+    host: &str,
+    path: &str,
+    headers: &[String],
+    warmup: Duration,
+    measure: Duration,
+    watched: &Watched,
+) -> anyhow::Result<Round> {
+    let barrier = Arc::new(Barrier::new(headers.len() + 1));
+    // Clients stay alive until the window's CPU was read (a thread's time leaves
+    // /proc/PID/task when it exits).
+    let done = Arc::new(Barrier::new(headers.len() + 1));
+    let window = Arc::new(std::sync::Mutex::new(None::<(Instant, Instant)>));
+    // All connected before any thread waits at the barrier (an error leaves none waiting).
+    let clients = headers
+        .iter()
+        .map(|h| Client::connect(port, host, path, h))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut threads = Vec::new();
+    for mut client in clients {
+        let (barrier, done, window) = (barrier.clone(), done.clone(), window.clone());
+        threads.push(thread::spawn(move || -> anyhow::Result<(u64, u64)> {
+            barrier.wait();
+            let (from, to) = window.lock().unwrap().expect("set before the barrier");
+            let counted = closed_loop(&mut client, from, to);
+            done.wait();
+            counted
+        }));
+    }
+    let start = Instant::now();
+    let from = start + warmup;
+    *window.lock().unwrap() = Some((from, from + measure));
+    barrier.wait();
+    thread::sleep(from.saturating_duration_since(Instant::now()));
+    let before = Sample::now(watched);
+    thread::sleep((from + measure).saturating_duration_since(Instant::now()));
+    let after = Sample::now(watched);
+    done.wait();
+    let mut r = Round {
+        secs: measure.as_secs_f64(),
+        ..Round::default()
+    };
+    for t in threads {
+        let (ok, not_ok) = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client panicked"))??;
+        r.ok += ok;
+        r.not_ok += not_ok;
+    }
+    r.haproxy_cpu = after.haproxy - before.haproxy;
+    r.daemon_cpu = after.daemon - before.daemon;
+    r.bench_cpu = after.bench - before.bench;
+    Ok(r)
+}
+
+/// Requests until `to`; answers from `from` on are counted (200, other).
+fn closed_loop(client: &mut Client, from: Instant, to: Instant) -> anyhow::Result<(u64, u64)> {
+    let (mut ok, mut not_ok) = (0, 0);
+    loop {
+        let status = client.get()?;
+        let now = Instant::now();
+        if now >= to {
+            return Ok((ok, not_ok));
+        }
+        if now >= from {
+            if status == 200 {
+                ok += 1;
+            } else {
+                not_ok += 1;
+            }
+        }
+    }
+}
+
+/// CPU seconds so far of the watched processes and of the bench.
+struct Sample {
+    haproxy: f64,
+    daemon: f64,
+    bench: f64,
+}
+
+impl Sample {
+    fn now(w: &Watched) -> Sample {
+        Sample {
+            haproxy: w.haproxy.iter().map(|p| cpu_secs(&p.to_string())).sum(),
+            daemon: cpu_secs(&w.daemon.to_string()),
+            bench: cpu_secs("self"),
+        }
+    }
+}
+
+/// CPU time of every thread of a process (`/proc/PID/task/*/schedstat`, first field: ns on
+/// a CPU), in seconds; 0 for a process that is gone.
+pub fn cpu_secs(pid: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e9
+}
