@@ -7,8 +7,9 @@ use std::path::Path;
 
 use hapctl::haproxy::{Validator, Verdict};
 use hapctl::model::{
-    Backend, BlockKey, Domain, EdgeState, Hsts, HttpsPolicy, Profile, Redirect, Server, ServerAddr,
-    ServerName, ServerOptions, MAX_HSTS_AGE,
+    Backend, BlockKey, Domain, EdgeState, Hsts, HttpsPolicy, Interval, Profile, ProxyProtocol,
+    Redirect, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Sni, TextContext, Verify,
+    MAX_HSTS_AGE,
 };
 use hapctl::render::{self, FileId, Templates};
 use hapctl::settings::{Settings, DEFAULT_SETTINGS_TOML};
@@ -53,17 +54,52 @@ fn server_addr() -> impl Strategy<Value = ServerAddr> {
     .prop_filter_map("usable address", |s| s.parse().ok())
 }
 
+fn tls() -> impl Strategy<Value = ServerTls> {
+    (
+        prop_oneof![Just(Verify::None), Just(Verify::System)],
+        prop_oneof![
+            Just(None),
+            Just(Some(Sni::RequestHost)),
+            "[a-z]{1,10}\\.example".prop_map(|n| Some(Sni::Name(n.parse().unwrap()))),
+        ],
+    )
+        .prop_map(|(verify, sni)| ServerTls { verify, sni })
+}
+
 fn options() -> impl Strategy<Value = ServerOptions> {
     (
-        prop::option::of(0u16..=256),
-        prop::option::of(1u32..=1_000_000),
-        any::<bool>(),
+        (
+            prop::option::of(0u16..=256),
+            prop::option::of(1u32..=1_000_000),
+            any::<bool>(),
+            prop::option::of((100u32..=3_600_000).prop_map(|ms| ms.to_string())),
+            prop::option::of(1u8..=100),
+            prop::option::of(1u8..=100),
+        ),
+        (
+            any::<bool>(),
+            prop::option::of(prop_oneof![
+                Just(ProxyProtocol::V1),
+                Just(ProxyProtocol::V2)
+            ]),
+            prop::option::of(tls()),
+        ),
     )
-        .prop_map(|(weight, maxconn, check)| ServerOptions {
-            weight,
-            maxconn,
-            check,
-        })
+        .prop_map(
+            |((weight, maxconn, check, inter, fall, rise), (backup, send_proxy, tls))| {
+                ServerOptions {
+                    weight,
+                    maxconn,
+                    check,
+                    inter: inter.map(|ms| ms.parse::<Interval>().unwrap()),
+                    fall,
+                    rise,
+                    backup,
+                    send_proxy,
+                    tls,
+                }
+            },
+        )
 }
 
 fn profile() -> impl Strategy<Value = Profile> {
@@ -148,7 +184,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn parsers_round_trip(d in domain(), a in server_addr(), k in block_key(), p in profile()) {
+    fn parsers_round_trip(d in domain(), a in server_addr(), k in block_key(), p in profile(), o in options()) {
+        let text = TextContext { resolvers: false };
+        prop_assert_eq!(ServerOptions::parse_text(&o.to_text(), text).unwrap(), o.clone());
         prop_assert_eq!(d.to_string().parse::<Domain>().unwrap(), d.clone());
         prop_assert_eq!(a.to_string().parse::<ServerAddr>().unwrap(), a.clone());
         prop_assert_eq!(k.to_string().parse::<BlockKey>().unwrap(), k);
@@ -161,6 +199,7 @@ proptest! {
         let _ = s.parse::<ServerAddr>();
         let _ = s.parse::<BlockKey>();
         let _ = s.parse::<Profile>();
+        let _ = ServerOptions::parse_text(&s, TextContext { resolvers: true });
     }
 
     #[test]

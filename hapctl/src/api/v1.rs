@@ -14,8 +14,8 @@ use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
 use crate::edge::{DomainChange, DomainResult, Edge};
 use crate::model::{
-    AppName, Backend, BlockKey, Domain, EdgeState, Note, Profile, Server, ServerAddr, ServerName,
-    ServerOptions, Ttl, Version,
+    AppName, Backend, BlockKey, Domain, EdgeState, Interval, Note, Profile, ProxyProtocol, Server,
+    ServerAddr, ServerName, ServerOptions, ServerTls, Ttl, Version,
 };
 
 pub async fn health(State(app): State<AppState>) -> Response {
@@ -144,6 +144,13 @@ pub struct ServerRequest {
     weight: Option<u64>,
     maxconn: Option<u64>,
     check: Option<bool>,
+    inter: Option<Interval>,
+    fall: Option<u64>,
+    rise: Option<u64>,
+    #[serde(default)]
+    backup: bool,
+    send_proxy: Option<ProxyProtocol>,
+    tls: Option<ServerTls>,
 }
 
 #[derive(Deserialize)]
@@ -230,6 +237,12 @@ pub async fn put_domain(
                         maxconn: range("maxconn", s.maxconn, 1_000_000, "must be 1 to 1000000")?
                             .map(|m| m as u32),
                         check: s.check.unwrap_or(true),
+                        inter: s.inter,
+                        fall: range("fall", s.fall, 100, "must be 1 to 100")?.map(|n| n as u8),
+                        rise: range("rise", s.rise, 100, "must be 1 to 100")?.map(|n| n as u8),
+                        backup: s.backup,
+                        send_proxy: s.send_proxy,
+                        tls: s.tls,
                     };
                     Ok((s.name, s.address, options))
                 })

@@ -10,6 +10,7 @@ mod presets;
 mod profile;
 mod protections;
 mod server;
+mod server_options;
 mod state;
 mod tls;
 
@@ -27,6 +28,9 @@ pub use protections::{
     DomainProtections, PostLimit, ProtectProfile, FIELD_WP_LOGIN_POSTS, FIELD_WP_XMLRPC_POSTS,
     FLAG_WP_GATE_OFF, MAX_POST_LIMIT,
 };
-pub use server::{Port, Server, ServerAddr, ServerHost, ServerName, ServerOptions};
+pub use server::{HostName, Port, Server, ServerAddr, ServerHost, ServerName};
+pub use server_options::{
+    Interval, ProxyProtocol, ServerOptions, ServerTls, Sni, TextContext, Verify,
+};
 pub use state::{Backend, EdgeState, MAX_SERVERS};
 pub use tls::{CertName, CertSource, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};

@@ -57,6 +57,9 @@ pub enum Profile {
     WebSocket,
     /// Server-sent events: long server timeout, no buffering delay.
     Sse,
+    /// The old manager's long-lived backends (its `websocket` and `longlived` templates):
+    /// 6 h server, tunnel and keep-alive timeouts, no buffering delay.
+    LongLived,
     /// Servers are health-checked with `GET <path>` expecting a 2xx/3xx.
     HttpCheck(HttpPath),
 }
@@ -69,6 +72,7 @@ impl FromStr for Profile {
             "default" => Ok(Profile::Default),
             "websocket" => Ok(Profile::WebSocket),
             "sse" => Ok(Profile::Sse),
+            "long-lived" => Ok(Profile::LongLived),
             "http-check" => Ok(Profile::HttpCheck(HttpPath("/".into()))),
             _ => match s.strip_prefix("http-check:") {
                 Some(path) => {
@@ -79,7 +83,7 @@ impl FromStr for Profile {
                 None => Err(Invalid::new(
                     "profile",
                     s,
-                    "must be default, websocket, sse, http-check or http-check:/path",
+                    "must be default, websocket, sse, long-lived, http-check or http-check:/path",
                 )),
             },
         }
@@ -92,6 +96,7 @@ impl fmt::Display for Profile {
             Profile::Default => f.write_str("default"),
             Profile::WebSocket => f.write_str("websocket"),
             Profile::Sse => f.write_str("sse"),
+            Profile::LongLived => f.write_str("long-lived"),
             Profile::HttpCheck(p) => write!(f, "http-check:{p}"),
         }
     }
@@ -104,7 +109,13 @@ mod tests {
 
     #[test]
     fn profiles_round_trip() {
-        for s in ["default", "websocket", "sse", "http-check:/healthz?full=1"] {
+        for s in [
+            "default",
+            "websocket",
+            "sse",
+            "long-lived",
+            "http-check:/healthz?full=1",
+        ] {
             assert_eq!(s.parse::<Profile>().unwrap().to_string(), s);
         }
         assert_eq!(

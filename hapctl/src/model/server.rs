@@ -6,14 +6,58 @@ use std::num::NonZeroU16;
 use std::str::FromStr;
 
 use super::error::{describe_char, find_blank_or_control, serde_via_str, Invalid};
-use super::name::DomainName;
+use super::server_options::ServerOptions;
 
 /// Where a server lives.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ServerHost {
     V4(Ipv4Addr),
     V6(Ipv6Addr),
-    Name(DomainName),
+    Name(HostName),
+}
+
+/// A server's host name: a DNS name, or a container name as Docker's DNS answers it (`_` is
+/// allowed: `wp_site_1`). Lowercase ASCII, labels of 1–63 letters, digits, `-` and `_` (not
+/// starting or ending with `-`), at most 253 characters. Unlike a routed [`DomainName`], it is
+/// only ever resolved, never matched against a client's Host.
+///
+/// [`DomainName`]: super::DomainName
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HostName(String);
+
+impl FromStr for HostName {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<HostName, Invalid> {
+        let err = |rule: String| Invalid::new("server address", s, rule);
+        let lower = s.strip_suffix('.').unwrap_or(s).to_ascii_lowercase();
+        if lower.is_empty() || lower.len() > 253 {
+            return Err(err("a host name has 1 to 253 characters".into()));
+        }
+        if let Some(c) = lower
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(*c)))
+        {
+            return Err(err(format!(
+                "contains {}; a host name has letters, digits, '-', '_' and '.'",
+                describe_char(c)
+            )));
+        }
+        for label in lower.split('.') {
+            if label.is_empty() || label.len() > 63 {
+                return Err(err("each dot-separated label has 1 to 63 characters".into()));
+            }
+            if label.starts_with('-') || label.ends_with('-') {
+                return Err(err(format!("label {label:?} starts or ends with '-'")));
+            }
+        }
+        Ok(HostName(lower))
+    }
+}
+
+impl fmt::Display for HostName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// A TCP port, 1–65535.
@@ -94,9 +138,7 @@ impl ServerAddr {
                 .map(|_| ServerHost::V4(v4))
                 .map_err(err);
         }
-        DomainName::from_str(ip)
-            .map(ServerHost::Name)
-            .map_err(|e| e.in_field("server address"))
+        HostName::from_str(ip).map(ServerHost::Name)
     }
 }
 
@@ -192,86 +234,6 @@ impl fmt::Display for ServerName {
 }
 serde_via_str!(ServerName);
 
-/// The options a server may carry; there is deliberately no free-text option.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerOptions {
-    /// 0–256 (HAProxy's range); `None` keeps HAProxy's default of 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<u16>,
-    /// 1–1,000,000 concurrent connections; `None` is unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maxconn: Option<u32>,
-    /// Health checks on (default) or off.
-    #[serde(default = "default_check")]
-    pub check: bool,
-}
-
-fn default_check() -> bool {
-    true
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            weight: None,
-            maxconn: None,
-            check: true,
-        }
-    }
-}
-
-impl ServerOptions {
-    pub fn validate(self) -> Result<ServerOptions, Invalid> {
-        if let Some(w) = self.weight.filter(|w| *w > 256) {
-            return Err(Invalid::new("weight", &w.to_string(), "must be 0 to 256"));
-        }
-        if let Some(m) = self.maxconn.filter(|m| *m == 0 || *m > 1_000_000) {
-            return Err(Invalid::new(
-                "maxconn",
-                &m.to_string(),
-                "must be 1 to 1000000",
-            ));
-        }
-        Ok(self)
-    }
-
-    /// Applies one `key=value` (or `check` / `nocheck`) setting, as written on the command line.
-    pub fn set(&mut self, item: &str) -> Result<(), Invalid> {
-        let number = |field: &'static str, v: &str| {
-            v.parse::<u32>()
-                .map_err(|_| Invalid::new(field, v, "must be a whole number"))
-        };
-        match item.split_once('=') {
-            None if item == "check" => self.check = true,
-            None if item == "nocheck" => self.check = false,
-            Some(("check", v)) => {
-                self.check = match v {
-                    "on" | "true" | "yes" => true,
-                    "off" | "false" | "no" => false,
-                    _ => return Err(Invalid::new("check", v, "must be on or off")),
-                }
-            }
-            Some(("weight", v)) => {
-                let w = number("weight", v)?;
-                self.weight = Some(
-                    u16::try_from(w).map_err(|_| Invalid::new("weight", v, "must be 0 to 256"))?,
-                );
-            }
-            Some(("maxconn", v)) => self.maxconn = Some(number("maxconn", v)?),
-            _ => {
-                return Err(Invalid::new(
-                    "server option",
-                    item,
-                    "known options are weight=N, maxconn=N, check=on|off (or check / nocheck)",
-                ))
-            }
-        }
-        *self = self.validate()?;
-        Ok(())
-    }
-}
-
 /// One server of a domain's backend.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Server {
@@ -313,6 +275,9 @@ mod tests {
         assert_eq!(addr("10.0.0.1:80").unwrap(), "10.0.0.1:80");
         assert_eq!(addr("[2001:DB8::1]:8080").unwrap(), "[2001:db8::1]:8080");
         assert_eq!(addr("App.Internal:9000").unwrap(), "app.internal:9000");
+        // Docker's container names.
+        assert_eq!(addr("wp_site_1:80").unwrap(), "wp_site_1:80");
+        assert_eq!(addr("whp_php-fpm_1.:9000").unwrap(), "whp_php-fpm_1:9000");
         assert_eq!(addr("127.0.0.1:65535").unwrap(), "127.0.0.1:65535");
     }
 
@@ -353,14 +318,18 @@ mod tests {
             ServerOptions {
                 weight: Some(5),
                 maxconn: Some(100),
-                check: false
+                check: false,
+                ..ServerOptions::default()
             }
         );
         for bad in [
             "10.0.0.1:80,weight=300",
             "10.0.0.1:80,maxconn=0",
-            "10.0.0.1:80,backup",
+            "10.0.0.1:80,backups",
             "10.0.0.1:80,weight=x",
+            "10.0.0.1:80,fall=0",
+            "10.0.0.1:80,inter=50ms",
+            "10.0.0.1:80,sni=%[src]",
         ] {
             assert!(
                 Server::parse_spec(bad, ServerName::nth(1)).is_err(),

@@ -2,10 +2,11 @@
 
 use std::fmt::Write;
 
-use crate::model::{EdgeState, Profile};
+use crate::model::{EdgeState, Profile, ServerHost};
 
-/// Every domain's backend section, in domain order.
-pub(super) fn sections(state: &EdgeState) -> String {
+/// Every domain's backend section, in domain order. With `resolvers` (the section's name),
+/// servers named by host name are resolved at runtime and may start unresolved.
+pub(super) fn sections(state: &EdgeState, resolvers: Option<&str>) -> String {
     // Roughly 200 bytes per backend: one allocation for 10,000 domains.
     let mut out = String::with_capacity(state.domains.len() * 256);
     for (domain, backend) in &state.domains {
@@ -14,6 +15,7 @@ pub(super) fn sections(state: &EdgeState) -> String {
             Profile::Default => "default",
             Profile::WebSocket => "websocket",
             Profile::Sse => "sse",
+            Profile::LongLived => "long-lived",
             Profile::HttpCheck(_) => "http-check",
         };
         // Writing to a String cannot fail.
@@ -27,6 +29,9 @@ pub(super) fn sections(state: &EdgeState) -> String {
             Profile::Sse => {
                 "    balance roundrobin\n    timeout server 1h\n    option http-no-delay\n"
             }
+            Profile::LongLived => {
+                "    balance roundrobin\n    timeout server 6h\n    timeout tunnel 6h\n    timeout http-keep-alive 6h\n    option http-no-delay\n"
+            }
             Profile::Default | Profile::HttpCheck(_) => "    balance roundrobin\n",
         });
         if let Profile::HttpCheck(path) = profile {
@@ -37,14 +42,12 @@ pub(super) fn sections(state: &EdgeState) -> String {
         }
         for s in backend.servers() {
             let _ = write!(out, "    server {} {}", s.name, s.addr);
-            if s.options.check {
-                out.push_str(" check");
+            let options = s.options.to_text();
+            if !options.is_empty() {
+                let _ = write!(out, " {options}");
             }
-            if let Some(w) = s.options.weight {
-                let _ = write!(out, " weight {w}");
-            }
-            if let Some(m) = s.options.maxconn {
-                let _ = write!(out, " maxconn {m}");
+            if let (Some(r), ServerHost::Name(_)) = (resolvers, &s.addr.host) {
+                let _ = write!(out, " resolvers {r} init-addr last,libc,none");
             }
             out.push('\n');
         }

@@ -53,7 +53,8 @@ pub fn render(
     // One backend per domain, written directly: at 10,000 domains a template loop costs
     // several times the whole render budget. The shape of a backend is typed logic (its
     // profile), not free text, so it is not part of the overridable templates.
-    let backends = backends::sections(state);
+    let resolvers = settings.resolvers.as_ref();
+    let backends = backends::sections(state, resolvers.map(|_| crate::settings::RESOLVERS_NAME));
     let apps: Vec<AppView> = settings
         .apps
         .iter()
@@ -120,6 +121,11 @@ pub fn render(
         limits => crate::protect::maps::view(&state.limits),
         log_target => logging::log_line(&settings.logs),
         log_ring => logging::ring(&settings.logs),
+        resolvers => resolvers.map(|r| minijinja::context! {
+            name => crate::settings::RESOLVERS_NAME,
+            nameservers => r.nameservers.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            hold_valid => r.hold_valid.to_string(),
+        }),
         request_id => logging::REQUEST_ID_MARK,
         backends => backends,
         apps => apps,

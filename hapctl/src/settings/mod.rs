@@ -16,11 +16,13 @@ use crate::model::bounded;
 mod apps;
 mod logs;
 mod privileges;
+mod resolvers;
 mod tls;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
+pub use resolvers::{ResolverSettings, RESOLVERS_NAME};
 pub use tls::{AcmeSettings, TlsSettings, TlsVersion, KEY_TYPES, LETS_ENCRYPT};
 
 /// Name of the settings file inside the state directory.
@@ -69,6 +71,8 @@ pub struct Settings {
     pub tls: TlsSettings,
     pub acme: AcmeSettings,
     pub logs: LogSettings,
+    /// `[resolvers]`, if the servers' names are resolved at runtime.
+    pub resolvers: Option<ResolverSettings>,
 }
 
 /// The HTTP API daemon (`hapctl serve`).
@@ -189,6 +193,7 @@ struct RawSettings {
     acme: tls::RawAcme,
     #[serde(default)]
     logs: logs::RawLogs,
+    resolvers: Option<resolvers::RawResolvers>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -333,6 +338,12 @@ file = "logs/access.log"
 max_size = "100MiB"
 keep = 5
 buffer = "16MiB"
+
+# [resolvers]
+# DNS servers that resolve the servers' host names at runtime (e.g. Docker's 127.0.0.11:53
+# for container names such as wp_site_1). Without it, names resolve once when HAProxy loads.
+# nameservers = ["127.0.0.11:53"]
+# hold_valid = "10s"
 
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
@@ -520,6 +531,8 @@ impl Settings {
             .map_err(|(key, message)| value_error(&key, message))?;
         let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))
             .map_err(|(key, message)| value_error(&key, message))?;
+        let resolvers = resolvers::resolve_resolvers(raw.resolvers)
+            .map_err(|(key, message)| value_error(&key, message))?;
         haproxy.privileges = privileges::resolve(
             raw.haproxy.user,
             raw.haproxy.group,
@@ -545,6 +558,7 @@ impl Settings {
             tls,
             acme,
             logs,
+            resolvers,
             haproxy,
             paths,
             render,

@@ -12,7 +12,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::model::{
     AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, HttpsPolicy, Invalid, Note,
-    Port, ProxyNet, Server, ServerOptions, Version,
+    Port, ProxyNet, Server, ServerOptions, TextContext, Version,
 };
 
 mod certs;
@@ -345,8 +345,8 @@ impl Tx<'_> {
             params![name, backend.profile().to_string(), now],
         )?;
         let mut insert = self.tx.prepare_cached(
-            "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled, extra_options)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for (i, s) in backend.servers().iter().enumerate() {
             insert.execute(params![
@@ -356,7 +356,8 @@ impl Tx<'_> {
                 s.addr.to_string(),
                 s.options.weight,
                 s.options.maxconn,
-                s.options.check
+                s.options.check,
+                s.options.extra_text()
             ])?;
         }
         Ok(!existed)
@@ -487,17 +488,20 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
 
     let mut servers: std::collections::BTreeMap<String, Vec<Server>> = Default::default();
     let mut stmt = conn.prepare(
-        "SELECT domain, name, addr, weight, maxconn, check_enabled FROM servers ORDER BY domain, position",
+        "SELECT domain, name, addr, weight, maxconn, check_enabled, extra_options FROM servers ORDER BY domain, position",
     )?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         let domain: String = r.get(0)?;
         let name: String = r.get(1)?;
         let addr: String = r.get(2)?;
+        let extra: String = r.get(6)?;
         let options = ServerOptions {
             weight: r.get(3)?,
             maxconn: r.get(4)?,
             check: r.get(5)?,
+            ..ServerOptions::parse_text(&extra, TextContext { resolvers: false })
+                .map_err(corrupt("servers", &domain))?
         }
         .validate()
         .map_err(corrupt("servers", &domain))?;

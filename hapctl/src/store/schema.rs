@@ -97,6 +97,8 @@ CREATE TABLE suspended_domains (
     super::limits::MIGRATION,
     super::profiles::MIGRATION,
     super::ids::MIGRATION,
+    // Server options beyond weight/maxconn/check, in `ServerOptions::to_text` form.
+    "ALTER TABLE servers ADD COLUMN extra_options TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

@@ -167,7 +167,7 @@ fn refused_domain_input_gets_an_e1_400_naming_the_field_and_changes_nothing() {
         ),
         (
             with(
-                json!({"name": "s1", "address": "127.0.0.1", "port": app.port, "options": "check inter 2s"}),
+                json!({"name": "s1", "address": "127.0.0.1", "port": app.port, "options": "check redir /elsewhere"}),
                 json!({}),
             ),
             "servers[0].options",
@@ -211,7 +211,7 @@ fn refused_domain_input_gets_an_e1_400_naming_the_field_and_changes_nothing() {
         (
             with(
                 ok.clone(),
-                json!({"template_override": "hap_backend_websocket"}),
+                json!({"template_override": "hap_backend_custom"}),
             ),
             "template_override",
         ),

@@ -17,7 +17,7 @@ use super::super::AppState;
 use super::certs::cert_path;
 use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
 use crate::edge::{DomainChange, DomainResult};
-use crate::model::{Domain, Port, Profile, ServerAddr, ServerName, ServerOptions};
+use crate::model::{Domain, Port, Profile, ServerAddr, ServerName, ServerOptions, TextContext};
 
 #[derive(Deserialize)]
 pub struct DomainBody {
@@ -35,46 +35,37 @@ pub struct DomainBody {
     _other: Ignored,
 }
 
-/// Maps the old free-text server options onto typed ones; anything else is refused.
-fn parse_options(text: &str, field: &str) -> Result<ServerOptions, ApiError> {
-    let mut options = ServerOptions {
-        check: false,
-        ..ServerOptions::default()
-    };
-    let mut words = text.split_whitespace();
-    while let Some(word) = words.next() {
-        let mut number = |name: &str| {
-            words
-                .next()
-                .and_then(|n| n.parse::<u32>().ok())
-                .ok_or_else(|| ApiError::invalid(field, format!("`{name}` needs a number")))
-        };
-        match word {
-            "check" => options.check = true,
-            "weight" => options.weight = Some(u16::try_from(number("weight")?).unwrap_or(u16::MAX)),
-            "maxconn" => options.maxconn = Some(number("maxconn")?),
-            other => {
-                return Err(ApiError::invalid(
-                    field,
-                    format!("server option {:?} is not supported; hapctl accepts check, weight N and maxconn N", crate::model::bounded(other)),
-                ))
-            }
-        }
-    }
-    options
-        .validate()
-        .map_err(|e| ApiError::invalid(field, e.to_string()))
+/// The old free-text server options, typed (`ServerOptions::parse_text`); anything else is
+/// refused naming the token.
+fn parse_options(text: &str, field: &str, context: TextContext) -> Result<ServerOptions, ApiError> {
+    ServerOptions::parse_text(text, context).map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 
+/// A profile as the old clients read it back: the old template name where one exists.
+fn template_name(profile: &Profile) -> Value {
+    match profile {
+        Profile::Default => Value::Null,
+        Profile::LongLived => json!("hap_backend_longlived"),
+        Profile::HttpCheck(p) if p.as_str() == "/" => json!("hap_backend_http_check"),
+        p => json!(p.to_string()),
+    }
+}
+
+/// The old template names (and hapctl's own profile names) as profiles.
 fn profile(template_override: Option<&str>) -> Result<Profile, ApiError> {
     match template_override.map(str::trim) {
-        None | Some("") | Some("default") => Ok(Profile::Default),
-        Some("websocket") => Ok(Profile::WebSocket),
-        Some("sse") => Ok(Profile::Sse),
-        Some(other) => Err(ApiError::invalid(
-            "template_override",
-            format!("template override {:?} is not supported: hapctl renders no free text; use default, websocket or sse", crate::model::bounded(other)),
-        )),
+        None | Some("") | Some("hap_backend") | Some("hap_backend_basic") => Ok(Profile::Default),
+        Some("hap_backend_http_check") => Ok(Profile::HttpCheck("/".parse().expect("a valid path"))),
+        Some("hap_backend_websocket") | Some("hap_backend_longlived") => Ok(Profile::LongLived),
+        Some(other) => other.parse().map_err(|_| {
+            ApiError::invalid(
+                "template_override",
+                format!(
+                    "template override {:?} is not supported: use hap_backend_basic, hap_backend_http_check, hap_backend_longlived, hap_backend_websocket, or a hapctl profile (default, websocket, sse, long-lived, http-check:/path)",
+                    crate::model::bounded(other)
+                ),
+            )
+        }),
     }
 }
 
@@ -122,7 +113,11 @@ fn port(v: Option<&Value>, field: &str) -> Result<Port, ApiError> {
 
 type ServerItem = (Option<ServerName>, ServerAddr, ServerOptions);
 
-fn server(i: usize, item: &Map<String, Value>) -> Result<ServerItem, ApiError> {
+fn server(
+    i: usize,
+    item: &Map<String, Value>,
+    context: TextContext,
+) -> Result<ServerItem, ApiError> {
     let at = |name: &str| format!("servers[{i}].{name}");
     let address = text(item.get("address"), &at("address"))?.ok_or_else(|| {
         ApiError::invalid(&at("address"), format!("{} is required", at("address")))
@@ -141,18 +136,18 @@ fn server(i: usize, item: &Map<String, Value>) -> Result<ServerItem, ApiError> {
     Ok((
         name,
         addr,
-        parse_options(options.as_deref().unwrap_or(""), &at("options"))?,
+        parse_options(options.as_deref().unwrap_or(""), &at("options"), context)?,
     ))
 }
 
-fn servers(v: Option<&Value>) -> Result<Vec<ServerItem>, ApiError> {
+fn servers(v: Option<&Value>, context: TextContext) -> Result<Vec<ServerItem>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
             .map(|(i, item)| match item {
-                Value::Object(map) => server(i, map),
+                Value::Object(map) => server(i, map, context),
                 _ => Err(ApiError::invalid(
                     &format!("servers[{i}]"),
                     format!("servers[{i}] must be an object with address and port"),
@@ -200,7 +195,12 @@ async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
     let domain = parse_domain(&name, truthy(req.is_wildcard.as_ref())?)?;
     let template = text(req.template_override.as_ref(), "template_override")?;
     let backend = backend(
-        servers(req.servers.as_ref())?,
+        servers(
+            req.servers.as_ref(),
+            TextContext {
+                resolvers: app.settings().resolvers.is_some(),
+            },
+        )?,
         profile(template.as_deref())?,
     )?;
     let (report, _) = app
@@ -279,7 +279,7 @@ pub async fn list_domains(State(app): State<AppState>) -> Response {
                         "domain": name,
                         "ssl_enabled": i32::from(cert.is_some()),
                         "ssl_cert_path": cert.map(|v| cert_path(&dir, &v.record.name)),
-                        "template_override": match backend.profile() { Profile::Default => Value::Null, p => json!(p.to_string()) },
+                        "template_override": template_name(backend.profile()),
                         "is_wildcard": i32::from(domain.is_wildcard()),
                         "backend_name": domain.backend_name(),
                     });
@@ -323,9 +323,10 @@ mod tests {
         }
         assert!(truthy(Some(&json!("maybe"))).is_err());
         assert!(truthy(Some(&json!([1]))).is_err());
-        let o = parse_options("check weight 5 maxconn 100", "o").unwrap();
+        let plain = TextContext { resolvers: false };
+        let o = parse_options("check weight 5 maxconn 100 inter 2s", "o", plain).unwrap();
         assert_eq!((o.check, o.weight, o.maxconn), (true, Some(5), Some(100)));
-        let e = parse_options("check inter 2s", "servers[0].options").unwrap_err();
+        let e = parse_options("check redir /x", "servers[0].options", plain).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("servers[0].options"));
         assert_eq!(
             parse_domain("w.example.com", true).unwrap().to_string(),

@@ -142,8 +142,15 @@ pub(super) fn failed(message: impl Into<String>) -> ApiError {
 /// that did not take, the database) keeps its message and becomes a 500.
 pub(super) fn as_500(e: ApiError) -> ApiError {
     if e.status.is_server_error() || e.status == StatusCode::UNPROCESSABLE_ENTITY {
+        // The old 500s carried HAProxy's own words ("Safe reload failed: …"): the first one.
+        let why = e
+            .apply
+            .as_ref()
+            .and_then(|a| a.haproxy_messages.first())
+            .map(|m| format!("{}: {m}", e.message));
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: why.unwrap_or(e.message.clone()),
             ..e
         }
     } else {
