@@ -12,6 +12,7 @@ pub mod edge;
 pub mod fault;
 pub mod fsutil;
 pub mod haproxy;
+pub mod legacy;
 pub mod logs;
 pub mod model;
 pub mod process;

@@ -14,6 +14,7 @@ mod cert;
 mod deliver;
 mod domain;
 mod haproxy;
+mod import_legacy;
 mod init;
 mod limits;
 mod logs;
@@ -97,6 +98,8 @@ enum Command {
     /// Measure a cutover from outside while COMMAND runs: long streams, a short-request probe,
     /// master PID and workers, version served. Exit 0 only when every check passes (9: one failed).
     Prove(prove::ProveArgs),
+    /// Import the old manager's database, certificates and lists (plan first; --dry-run).
+    ImportLegacy(import_legacy::ImportArgs),
 }
 
 /// `--json` of the commands that change something.
@@ -181,6 +184,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Serve(args) => serve::run(dir, args),
         Command::Generations(out) => deliver::generations(dir, out),
         Command::Prove(args) => prove::run(dir, args),
+        Command::ImportLegacy(args) => import_legacy::run(dir, args),
     }
 }
 

@@ -45,11 +45,13 @@ pub enum EdgeError {
     },
 }
 
+mod batch;
 mod certs;
 mod ids;
 mod limits;
 mod profiles;
 
+pub use batch::StateChange;
 pub use profiles::ProtectionsChange;
 
 pub use certs::{CertView, RenewOutcome};
