@@ -20,11 +20,13 @@ mod deliver;
 mod domain_add;
 mod fixture;
 mod harness;
+mod logs;
 mod protect;
 mod render;
 mod rss;
 mod stats;
 mod sys;
+mod traffic;
 
 use std::cell::OnceCell;
 use std::io::BufRead;
@@ -89,6 +91,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "logs",
+        about: "access-log lines lost at the highest rate the edge reaches (target 0 at 20,000 req/s), steady and with a reload every 2 s",
+        run: logs::run,
+        long: false,
+    },
+    Section {
         name: "certs",
         about: "TLS: `hapctl cert import` to served at 10/100/1,000 certificates, haproxy -c and start with 1,000, handshakes/s during 100 renewals, daemon RSS",
         run: certs::run,
@@ -106,7 +114,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, protect, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, protect, logs, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use super::traffic::Client;
 use crate::api::Api;
 use crate::harness::Edge;
 use crate::stats::Summary;
+use crate::traffic::Client;
 
 /// The client's real IP, from a trusted proxy's X-Forwarded-For (127.0.0.0/8 is trusted).
 const CLIENT: &str = "203.0.113.250";

@@ -16,7 +16,6 @@
 
 mod enforce;
 mod table;
-mod traffic;
 
 use std::time::{Duration, Instant};
 
@@ -28,8 +27,8 @@ use crate::daemon::{mib, Daemon, Memory};
 use crate::fixture::{self, Servers};
 use crate::harness::Edge;
 use crate::stats::{ms, Summary};
+use crate::traffic::{self, KeepAliveBackend, Round, Watched};
 use crate::{Ctx, Report, Table, Target};
-use traffic::{KeepAliveBackend, Round, Watched};
 
 const BODY: &str = "hapctl-bench backend\n";
 const TARGET_RATIO: f64 = 0.9;

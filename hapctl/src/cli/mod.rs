@@ -75,8 +75,10 @@ enum Command {
     /// Trusted proxies: peers whose X-Forwarded-For names the real client.
     #[command(subcommand)]
     Proxy(proxy::ProxyCommand),
+    /// Rate limits and tarpits per client IP: presets, thresholds, exemptions (no reload)
     #[command(subcommand)]
     Limits(limits::LimitsCommand),
+    /// Who the rate limits see: top clients from HAProxy's stick tables, clear one client
     #[command(subcommand)]
     Security(limits::SecurityCommand),
     /// Render the desired state and apply it through the safe path.

@@ -3,7 +3,7 @@
 
 use rusqlite::types::Value;
 
-use crate::model::{Invalid, Port, Profile, ServerOptions, TextContext};
+use crate::model::{Port, Profile, ServerOptions, TextContext};
 
 /// How a cell looks in a reason: text quoted and bounded, other types named.
 pub fn show(v: &Value) -> String {
@@ -69,20 +69,12 @@ pub fn server_options(v: &Value, context: TextContext) -> Result<ServerOptions, 
 /// out header rewrites: hapctl's default is its nearest form.
 pub fn profile(v: &Value) -> Result<Profile, String> {
     let name = text("template_override", v)?.unwrap_or_default();
-    let wanted = match name.trim() {
-        "" | "hap_backend" | "hap_backend_basic" => "default",
-        // The old long-lived and websocket templates rendered the same 6 h directives (the
-        // compat API maps them the same way).
-        "hap_backend_longlived" | "hap_backend_websocket" => "long-lived",
-        "hap_backend_http_check" => "http-check",
-        other => {
-            return Err(format!(
-                "template_override {:?} has no hapctl profile (known: hap_backend_basic, hap_backend_http_check, hap_backend_longlived, hap_backend_websocket)",
-                crate::model::bounded(other)
-            ))
-        }
-    };
-    wanted.parse().map_err(|e: Invalid| e.to_string())
+    Profile::from_template(&name).ok_or_else(|| {
+        format!(
+            "template_override {:?} has no hapctl profile (known: hap_backend_basic, hap_backend_http_check, hap_backend_longlived, hap_backend_websocket)",
+            crate::model::bounded(&name)
+        )
+    })
 }
 
 /// A naive date and time: `YYYY-MM-DD[T ]HH:MM:SS[.ffffff]` (Python's `isoformat()` leaves

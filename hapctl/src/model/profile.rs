@@ -64,6 +64,20 @@ pub enum Profile {
     HttpCheck(HttpPath),
 }
 
+impl Profile {
+    /// The old manager's backend template (`template_override`, empty for its default) as a
+    /// profile; `None` for a name it did not ship. Its `longlived` and `websocket` templates
+    /// rendered the same 6 h directives, hence one profile.
+    pub fn from_template(name: &str) -> Option<Profile> {
+        match name.trim() {
+            "" | "hap_backend" | "hap_backend_basic" => Some(Profile::Default),
+            "hap_backend_longlived" | "hap_backend_websocket" => Some(Profile::LongLived),
+            "hap_backend_http_check" => Some(Profile::HttpCheck(HttpPath("/".into()))),
+            _ => None,
+        }
+    }
+}
+
 impl FromStr for Profile {
     type Err = Invalid;
     /// `default`, `websocket`, `sse`, `http-check` (path `/`) or `http-check:/path`.

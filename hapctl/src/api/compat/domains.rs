@@ -53,16 +53,15 @@ fn template_name(profile: &Profile) -> Value {
 
 /// The old template names (and hapctl's own profile names) as profiles.
 fn profile(template_override: Option<&str>) -> Result<Profile, ApiError> {
-    match template_override.map(str::trim) {
-        None | Some("") | Some("hap_backend") | Some("hap_backend_basic") => Ok(Profile::Default),
-        Some("hap_backend_http_check") => Ok(Profile::HttpCheck("/".parse().expect("a valid path"))),
-        Some("hap_backend_websocket") | Some("hap_backend_longlived") => Ok(Profile::LongLived),
-        Some(other) => other.parse().map_err(|_| {
+    let name = template_override.unwrap_or("").trim();
+    match Profile::from_template(name) {
+        Some(p) => Ok(p),
+        None => name.parse().map_err(|_| {
             ApiError::invalid(
                 "template_override",
                 format!(
                     "template override {:?} is not supported: use hap_backend_basic, hap_backend_http_check, hap_backend_longlived, hap_backend_websocket, or a hapctl profile (default, websocket, sse, long-lived, http-check:/path)",
-                    crate::model::bounded(other)
+                    crate::model::bounded(name)
                 ),
             )
         }),

@@ -1,4 +1,4 @@
-//! Traffic for the protections section: a kept-alive HTTP backend (HAProxy reuses its
+//! Traffic for the protections and logs sections: a kept-alive HTTP backend (HAProxy reuses its
 //! connections, so the backend is not what limits the rate), a kept-alive client, closed-loop
 //! load rounds, and CPU readings from `/proc` (`schedstat` of every thread of a process).
 
