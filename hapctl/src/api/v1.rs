@@ -78,6 +78,8 @@ struct DomainView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     servers: Option<&'a [Server]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    sse_routing: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     app: Option<&'a AppName>,
 }
 
@@ -88,6 +90,7 @@ fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainVie
             backend: Some(domain.backend_name()),
             profile: Some(backend.profile()),
             servers: Some(backend.servers()),
+            sse_routing: Some(backend.sse_routing()),
             app: None,
         });
     }
@@ -96,6 +99,7 @@ fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainVie
         backend: None,
         profile: None,
         servers: None,
+        sse_routing: None,
         app: Some(app),
     })
 }
@@ -159,6 +163,8 @@ pub struct PutDomainRequest {
     #[serde(default)]
     servers: Vec<ServerRequest>,
     profile: Option<Profile>,
+    /// Event streams to the backend's long-lived twin (off when absent).
+    sse_routing: Option<bool>,
     /// Route to a delivered application instead of servers.
     app: Option<AppName>,
 }
@@ -202,6 +208,12 @@ pub async fn put_domain(
 ) -> Result<Response, ApiError> {
     let domain = parse_domain(&name)?;
     let change = match (req.app, req.servers.is_empty()) {
+        (Some(_), _) if req.sse_routing.is_some() => {
+            return Err(ApiError::invalid(
+                "sse_routing",
+                "sse_routing needs the domain's own servers; an app domain has none",
+            ))
+        }
         (Some(_), false) => {
             return Err(ApiError::invalid(
                 "app",
@@ -247,7 +259,9 @@ pub async fn put_domain(
                     Ok((s.name, s.address, options))
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
-            DomainChange::Put(domain, backend(servers, req.profile.unwrap_or_default())?)
+            let backend = backend(servers, req.profile.unwrap_or_default())?;
+            let sse = req.sse_routing.unwrap_or(false);
+            DomainChange::Put(domain, backend.with_sse_routing(sse))
         }
     };
     let (report, result) = app.domain_job(Some(change)).await?;

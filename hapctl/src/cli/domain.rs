@@ -1,4 +1,4 @@
-//! `hapctl domain add|rm|ls|https|suspend|resume|limits|profile`: domains, their servers and their policies.
+//! `hapctl domain add|rm|ls|https|suspend|resume|limits|profile|sse`: domains, their servers and their policies.
 
 use std::path::Path;
 
@@ -32,6 +32,19 @@ pub enum DomainCommand {
         /// default, websocket, sse, http-check or http-check:/path.
         #[arg(long, default_value = "default")]
         profile: String,
+        /// Send event streams (Accept: text/event-stream, ?action=stream) to a long-lived twin
+        /// of the backend (6 h, no delay), as the old manager did.
+        #[arg(long, conflicts_with = "app")]
+        sse_routing: bool,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Per-request SSE routing of a domain on or off (event streams to its long-lived twin
+    /// backend; a reload).
+    Sse {
+        name: String,
+        #[arg(value_name = "on|off")]
+        state: String,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -126,6 +139,7 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             name,
             servers,
             profile,
+            sse_routing,
             out,
             app: None,
         } => {
@@ -135,7 +149,7 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                 .enumerate()
                 .map(|(i, spec)| Server::parse_spec(spec, ServerName::nth(i + 1)))
                 .collect::<Result<Vec<_>, _>>()?;
-            let backend = Backend::new(servers, profile)?;
+            let backend = Backend::new(servers, profile)?.with_sse_routing(sse_routing);
             let (report, created) = open(dir)?.put_domain(&name, &backend)?;
             if let Some(created) = created {
                 eprintln!(
@@ -143,6 +157,31 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                     if created { "added" } else { "replaced" }
                 );
             }
+            Ok(output::print_report(&report, out.json))
+        }
+        DomainCommand::Sse { name, state, out } => {
+            let on = match state.as_str() {
+                "on" => true,
+                "off" => false,
+                other => return Err(Invalid::new("state", other, "must be on or off").into()),
+            };
+            let domain: Domain = name.parse()?;
+            let mut edge = open(dir)?;
+            let state = edge.state()?;
+            let Some(backend) = state.domains.get(&domain) else {
+                if state.app_domains.contains_key(&domain) {
+                    return Err(Failure::input(anyhow::anyhow!(
+                        "domain {domain} is routed to an app: SSE routing needs its own servers"
+                    )));
+                }
+                return Err(
+                    hapctl::edge::EdgeError::Apply(hapctl::apply::ApplyError::NotFound(format!(
+                        "domain {domain} does not exist; `hapctl domain ls` lists them"
+                    )))
+                    .into(),
+                );
+            };
+            let (report, _) = edge.put_domain(&domain, &backend.clone().with_sse_routing(on))?;
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Rm { name, out } => {

@@ -80,6 +80,7 @@ pub fn print_domains(state: &EdgeState, json: bool) {
                     "backend": domain.backend_name(),
                     "profile": backend.profile(),
                     "servers": backend.servers(),
+                    "sse_routing": backend.sse_routing(),
                 })
             })
             .collect();

@@ -76,6 +76,19 @@ impl Profile {
             _ => None,
         }
     }
+
+    /// Whether the old manager sent a domain's event streams to an `-sse-backend` twin: its
+    /// default, `websocket` and `longlived` templates rendered one and its exact-domain ACLs
+    /// routed to it; `basic`, `http_check` and its wildcard ACLs had none (`docs/compat.md`).
+    pub fn template_sse_routing(name: &str, wildcard: bool) -> bool {
+        let twin = [
+            "",
+            "hap_backend",
+            "hap_backend_websocket",
+            "hap_backend_longlived",
+        ];
+        !wildcard && twin.contains(&name.trim())
+    }
 }
 
 impl FromStr for Profile {

@@ -20,6 +20,9 @@ pub const MAX_SERVERS: usize = 64;
 pub struct Backend {
     servers: Vec<Server>,
     profile: Profile,
+    /// Event-stream requests (`Accept: text/event-stream`, `?action=stream`) go to a
+    /// long-lived twin of this backend (the old manager's `-sse-backend`).
+    sse_routing: bool,
 }
 
 impl Backend {
@@ -48,7 +51,23 @@ impl Backend {
                 ));
             }
         }
-        Ok(Backend { servers, profile })
+        Ok(Backend {
+            servers,
+            profile,
+            sse_routing: false,
+        })
+    }
+
+    /// The same backend with per-request SSE routing on or off.
+    pub fn with_sse_routing(self, on: bool) -> Backend {
+        Backend {
+            sse_routing: on,
+            ..self
+        }
+    }
+
+    pub fn sse_routing(&self) -> bool {
+        self.sse_routing
     }
 
     pub fn servers(&self) -> &[Server] {

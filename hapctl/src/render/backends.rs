@@ -1,11 +1,23 @@
-//! The domains' backend sections of haproxy.cfg, one per domain, shaped by its profile.
+//! The domains' backend sections of haproxy.cfg, one per domain, shaped by its profile, and the
+//! long-lived twin of each domain with per-request SSE routing.
 
 use std::fmt::Write;
 
-use crate::model::{EdgeState, Profile, ServerHost};
+use crate::model::{Backend, Domain, EdgeState, Profile, ServerHost};
 
-/// Every domain's backend section, in domain order. With `resolvers` (the section's name),
-/// servers named by host name are resolved at runtime and may start unresolved.
+/// The old manager's `-sse-backend` directives: no buffering delay, 6 h for a stream to stay
+/// open (and to wait between events).
+const SSE_TWIN: &str = "    balance roundrobin\n    timeout server 6h\n    timeout tunnel 6h\n    timeout http-keep-alive 6h\n    option http-no-delay\n";
+
+/// The twin backend's name. `_` never occurs in a domain name and app backends may not start
+/// with `d_`/`w_`, so it cannot collide with another backend.
+pub(super) fn sse_twin(domain: &Domain) -> String {
+    format!("{}_sse", domain.backend_name())
+}
+
+/// Every domain's backend section (and SSE twin), in domain order. With `resolvers` (the
+/// section's name), servers named by host name are resolved at runtime and may start
+/// unresolved.
 pub(super) fn sections(state: &EdgeState, resolvers: Option<&str>) -> String {
     // Roughly 200 bytes per backend: one allocation for 10,000 domains.
     let mut out = String::with_capacity(state.domains.len() * 256);
@@ -18,39 +30,64 @@ pub(super) fn sections(state: &EdgeState, resolvers: Option<&str>) -> String {
             Profile::LongLived => "long-lived",
             Profile::HttpCheck(_) => "http-check",
         };
-        // Writing to a String cannot fail.
-        let _ = write!(
-            out,
-            "\nbackend {}\n    # {domain} ({kind})\n",
-            domain.backend_name()
-        );
-        out.push_str(match profile {
+        let directives = match profile {
             Profile::WebSocket => "    balance leastconn\n    timeout tunnel 1h\n",
             Profile::Sse => {
                 "    balance roundrobin\n    timeout server 1h\n    option http-no-delay\n"
             }
-            Profile::LongLived => {
-                "    balance roundrobin\n    timeout server 6h\n    timeout tunnel 6h\n    timeout http-keep-alive 6h\n    option http-no-delay\n"
-            }
+            Profile::LongLived => SSE_TWIN,
             Profile::Default | Profile::HttpCheck(_) => "    balance roundrobin\n",
-        });
-        if let Profile::HttpCheck(path) = profile {
-            let _ = write!(
-                out,
-                "    option httpchk GET {path}\n    http-check expect rstatus ^[23]\n"
+        };
+        let name = domain.backend_name();
+        section(
+            &mut out,
+            &name,
+            &format!("{domain} ({kind})"),
+            directives,
+            backend,
+            resolvers,
+        );
+        if backend.sse_routing() {
+            let comment = format!("{domain}: event streams (SSE routing)");
+            section(
+                &mut out,
+                &sse_twin(domain),
+                &comment,
+                SSE_TWIN,
+                backend,
+                resolvers,
             );
-        }
-        for s in backend.servers() {
-            let _ = write!(out, "    server {} {}", s.name, s.addr);
-            let options = s.options.to_text();
-            if !options.is_empty() {
-                let _ = write!(out, " {options}");
-            }
-            if let (Some(r), ServerHost::Name(_)) = (resolvers, &s.addr.host) {
-                let _ = write!(out, " resolvers {r} init-addr last,libc,none");
-            }
-            out.push('\n');
         }
     }
     out
+}
+
+/// One backend section with `backend`'s health check and servers. Writing to a String cannot
+/// fail.
+fn section(
+    out: &mut String,
+    name: &str,
+    comment: &str,
+    directives: &str,
+    backend: &Backend,
+    resolvers: Option<&str>,
+) {
+    let _ = write!(out, "\nbackend {name}\n    # {comment}\n{directives}");
+    if let Profile::HttpCheck(path) = backend.profile() {
+        let _ = write!(
+            out,
+            "    option httpchk GET {path}\n    http-check expect rstatus ^[23]\n"
+        );
+    }
+    for s in backend.servers() {
+        let _ = write!(out, "    server {} {}", s.name, s.addr);
+        let options = s.options.to_text();
+        if !options.is_empty() {
+            let _ = write!(out, " {options}");
+        }
+        if let (Some(r), ServerHost::Name(_)) = (resolvers, &s.addr.host) {
+            let _ = write!(out, " resolvers {r} init-addr last,libc,none");
+        }
+        out.push('\n');
+    }
 }

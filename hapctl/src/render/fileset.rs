@@ -29,10 +29,12 @@ pub enum FileId {
     ProfilesWildcardsMap,
     LimitedPage,
     DeniedPage,
+    SseMap,
+    NotConfiguredPage,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 22] = [
+    pub const ALL: [FileId; 24] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -55,13 +57,15 @@ impl FileId {
         FileId::ProfilesWildcardsMap,
         FileId::LimitedPage,
         FileId::DeniedPage,
+        FileId::SseMap,
+        FileId::NotConfiguredPage,
     ];
 
     /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
-    pub const RENDERED: [FileId; 19] = [
+    pub const RENDERED: [FileId; 21] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -81,6 +85,8 @@ impl FileId {
         FileId::ProfilesWildcardsMap,
         FileId::LimitedPage,
         FileId::DeniedPage,
+        FileId::SseMap,
+        FileId::NotConfiguredPage,
     ];
 
     /// Rendered maps that the running worker can take through the runtime API: an apply that
@@ -122,6 +128,8 @@ impl FileId {
             FileId::ProfilesWildcardsMap => "maps/profiles-wildcards.map",
             FileId::LimitedPage => "pages/limited.html",
             FileId::DeniedPage => "pages/denied.html",
+            FileId::SseMap => "maps/sse.map",
+            FileId::NotConfiguredPage => "pages/not-configured.html",
         }
     }
 
@@ -150,6 +158,8 @@ impl FileId {
             FileId::ProfilesWildcardsMap => paths.maps_dir.join("profiles-wildcards.map"),
             FileId::LimitedPage => paths.pages_dir.join("limited.html"),
             FileId::DeniedPage => paths.pages_dir.join("denied.html"),
+            FileId::SseMap => paths.maps_dir.join("sse.map"),
+            FileId::NotConfiguredPage => paths.pages_dir.join("not-configured.html"),
         }
     }
 
@@ -163,6 +173,7 @@ impl FileId {
             FileId::SuspendedPage => Some("suspended.html.j2"),
             FileId::LimitedPage => Some("limited.html.j2"),
             FileId::DeniedPage => Some("denied.html.j2"),
+            FileId::NotConfiguredPage => Some("not-configured.html.j2"),
             FileId::HostsMap
             | FileId::WildcardsMap
             | FileId::BlockedMap
@@ -177,7 +188,8 @@ impl FileId {
             | FileId::LimitsWildcardsMap
             | FileId::ExemptMap
             | FileId::ProfilesMap
-            | FileId::ProfilesWildcardsMap => None,
+            | FileId::ProfilesWildcardsMap
+            | FileId::SseMap => None,
         }
     }
 }

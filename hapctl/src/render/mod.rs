@@ -90,6 +90,9 @@ pub fn render(
         blocked_map => at(FileId::BlockedMap),
         trusted_proxies_file => at(FileId::TrustedProxies),
         unknown_host_page => at(FileId::UnknownHostPage),
+        not_configured_page => at(FileId::NotConfiguredPage),
+        unknown_host_200 => settings.edge.unknown_host == crate::settings::UnknownHost::NotConfigured,
+        sse_map => at(FileId::SseMap),
         blocked_page => at(FileId::BlockedPage),
         https_bind => settings.edge.https_bind.map(|a| a.to_string()),
         https_port_suffix => settings.edge.https_bind.map(|a| match a.port() {
@@ -243,6 +246,18 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
         FileId::ProfilesMap => crate::protect::profiles::map(&mut out, &state.protections, false),
         FileId::ProfilesWildcardsMap => {
             crate::protect::profiles::map(&mut out, &state.protections, true)
+        }
+        // Keyed by the backend the host routed to, not by host: the route's own lookup (exact
+        // name before wildcard, app domains) decides, and the twin follows it.
+        FileId::SseMap => {
+            for (domain, _) in state.domains.iter().filter(|(_, b)| b.sse_routing()) {
+                let _ = writeln!(
+                    out,
+                    "{} {}",
+                    domain.backend_name(),
+                    backends::sse_twin(domain)
+                );
+            }
         }
         _ => unreachable!("{id:?} is rendered from a template"),
     }

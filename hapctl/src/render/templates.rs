@@ -4,7 +4,7 @@ use std::path::Path;
 
 use minijinja::Environment;
 
-const EMBEDDED: [(&str, &str); 7] = [
+const EMBEDDED: [(&str, &str); 8] = [
     (
         "haproxy.cfg.j2",
         include_str!("../../templates/haproxy.cfg.j2"),
@@ -32,6 +32,10 @@ const EMBEDDED: [(&str, &str); 7] = [
     (
         "denied.html.j2",
         include_str!("../../templates/denied.html.j2"),
+    ),
+    (
+        "not-configured.html.j2",
+        include_str!("../../templates/not-configured.html.j2"),
     ),
 ];
 

@@ -18,12 +18,14 @@ mod logs;
 mod privileges;
 mod resolvers;
 mod tls;
+mod unknown_host;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
 pub use resolvers::{ResolverSettings, RESOLVERS_NAME};
 pub use tls::{AcmeSettings, TlsSettings, TlsVersion, KEY_TYPES, LETS_ENCRYPT};
+pub use unknown_host::UnknownHost;
 
 /// Name of the settings file inside the state directory.
 pub const SETTINGS_FILE: &str = "hapctl.toml";
@@ -97,6 +99,8 @@ pub struct EdgeSettings {
     /// `/%77p-admin/x` meet the same rules as `/wp-admin/x`. HAProxy (2.6 at least) ships it as
     /// an experimental action: on, the config also gets `expose-experimental-directives`.
     pub normalize_uri: bool,
+    /// The answer for an unknown host: the 404 page or the old 200 "site not configured" one.
+    pub unknown_host: UnknownHost,
 }
 
 #[derive(Debug, Clone)]
@@ -210,6 +214,7 @@ struct RawEdge {
     https_bind: Option<String>,
     default_app: Option<String>,
     normalize_uri: Option<bool>,
+    unknown_host: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -267,6 +272,9 @@ https_bind = "127.0.0.1:8443"
 # reads them. An experimental HAProxy action (2.6+): on, the global section also gets
 # expose-experimental-directives. Turn it off only for a HAProxy that refuses it.
 # normalize_uri = true
+# Unknown hosts get "404" (the unknown-host page) or "200" (the old manager's "site not
+# configured" page on /). Both pages are templates (render.templates_dir).
+# unknown_host = "404"
 
 [haproxy]
 # Path of the haproxy binary (the HAPCTL_HAPROXY_BIN environment variable overrides it).
@@ -554,6 +562,8 @@ impl Settings {
                 https_bind,
                 default_app,
                 normalize_uri: raw.edge.normalize_uri.unwrap_or(true),
+                unknown_host: unknown_host::resolve(raw.edge.unknown_host.as_deref())
+                    .map_err(|(key, message)| value_error(&key, message))?,
             },
             tls,
             acme,

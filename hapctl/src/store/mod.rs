@@ -341,8 +341,8 @@ impl Tx<'_> {
         let name = domain.to_string();
         let existed = self.remove_domain(domain)?;
         self.tx.execute(
-            "INSERT INTO domains (name, profile, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
-            params![name, backend.profile().to_string(), now],
+            "INSERT INTO domains (name, profile, created_at, updated_at, sse_routing) VALUES (?1, ?2, ?3, ?3, ?4)",
+            params![name, backend.profile().to_string(), now, backend.sse_routing()],
         )?;
         let mut insert = self.tx.prepare_cached(
             "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled, extra_options)
@@ -513,7 +513,7 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
         servers.entry(domain).or_default().push(server);
     }
 
-    let mut stmt = conn.prepare("SELECT name, profile, app FROM domains")?;
+    let mut stmt = conn.prepare("SELECT name, profile, app, sse_routing FROM domains")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         let name: String = r.get(0)?;
@@ -528,7 +528,8 @@ fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
             servers.remove(&name).unwrap_or_default(),
             profile.parse().map_err(corrupt("domains", &name))?,
         )
-        .map_err(corrupt("domains", &name))?;
+        .map_err(corrupt("domains", &name))?
+        .with_sse_routing(r.get(3)?);
         state.domains.insert(domain, backend);
     }
 

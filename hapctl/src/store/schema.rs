@@ -99,6 +99,8 @@ CREATE TABLE suspended_domains (
     super::ids::MIGRATION,
     // Server options beyond weight/maxconn/check, in `ServerOptions::to_text` form.
     "ALTER TABLE servers ADD COLUMN extra_options TEXT NOT NULL DEFAULT '';",
+    // Per-request SSE routing to the domain's long-lived twin backend (0 off, 1 on).
+    "ALTER TABLE domains ADD COLUMN sse_routing INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

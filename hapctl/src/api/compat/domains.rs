@@ -201,7 +201,11 @@ async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
             },
         )?,
         profile(template.as_deref())?,
-    )?;
+    )?
+    .with_sse_routing(Profile::template_sse_routing(
+        template.as_deref().unwrap_or(""),
+        domain.is_wildcard(),
+    ));
     let (report, _) = app
         .domain_job(Some(DomainChange::Put(domain.clone(), backend)))
         .await
