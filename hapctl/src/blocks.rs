@@ -408,20 +408,17 @@ fn apply_each(
     };
     let (added, present, removed) = (of(Want::Added), of(Want::Present), of(Want::Removed));
 
-    // Already-blocked keys are added only where the worker lacks them (no duplicates).
+    // Keys are added only where the worker lacks them (no duplicates): a new key too, since a
+    // reload between the file write and this push starts a worker that loaded it from the file.
+    let wanted: Vec<BlockKey> = added.iter().chain(&present).copied().collect();
     let found = runtime
-        .lookup_many(&present.iter().map(probe).collect::<Vec<_>>())
+        .lookup_many(&wanted.iter().map(probe).collect::<Vec<_>>())
         .map_err(err)?;
-    let missing = present
+    let to_add: Vec<String> = wanted
         .iter()
         .zip(&found)
         .filter(|(k, f)| !is_key(f, k))
-        .map(|(k, _)| *k);
-    let to_add: Vec<String> = added
-        .iter()
-        .copied()
-        .chain(missing)
-        .map(|k| k.to_string())
+        .map(|(k, _)| k.to_string())
         .collect();
     let bulk = to_add.len() > PAYLOAD_THRESHOLD;
     if bulk {

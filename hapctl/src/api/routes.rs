@@ -42,7 +42,12 @@ fn schema_server() -> Value {
     json!({"type": "object", "required": ["address"], "properties": {
         "address": {"type": "string", "example": "10.0.0.5:8080"},
         "name": {"type": "string"}, "weight": {"type": "integer", "minimum": 0, "maximum": 256},
-        "maxconn": {"type": "integer", "minimum": 1}, "check": {"type": "boolean"}}})
+        "maxconn": {"type": "integer", "minimum": 1}, "check": {"type": "boolean"},
+        "inter": {"type": "string", "example": "2s"}, "fall": {"type": "integer", "minimum": 1, "maximum": 100},
+        "rise": {"type": "integer", "minimum": 1, "maximum": 100}, "backup": {"type": "boolean"},
+        "send_proxy": {"type": "string", "enum": ["v1", "v2"]},
+        "tls": {"type": "object", "properties": {"verify": {"type": "string", "enum": ["none", "system"]},
+            "sni": {"type": "string", "example": "host"}}}}})
 }
 
 fn schema_names() -> Value {
@@ -87,7 +92,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/v1/domains/{name}", "One domain", None), get(v1::get_domain)),
         (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes",
             Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
-                "profile": {"type": "string", "enum": ["default", "websocket", "sse", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}}}))), put(v1::put_domain)),
+                "profile": {"type": "string", "enum": ["default", "websocket", "sse", "long-lived", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}}}))), put(v1::put_domain)),
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
             Some(json!({"type": "object", "required": ["redirect"], "properties": {"redirect": {"type": "string", "enum": ["off", "301", "308"]},

@@ -154,7 +154,17 @@ pub struct ServerRequest {
     #[serde(default)]
     backup: bool,
     send_proxy: Option<ProxyProtocol>,
+    #[serde(default, deserialize_with = "tls_object")]
     tls: Option<ServerTls>,
+}
+
+/// `tls` as a JSON object only: serde would also read the struct from an array (`[]`).
+fn tls_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ServerTls>, D::Error> {
+    let object: Option<serde_json::Map<String, serde_json::Value>> = Option::deserialize(d)?;
+    object
+        .map(|m| serde_json::from_value(serde_json::Value::Object(m)))
+        .transpose()
+        .map_err(serde::de::Error::custom)
 }
 
 #[derive(Deserialize)]

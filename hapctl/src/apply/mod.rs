@@ -448,8 +448,9 @@ impl<'a> Applier<'a> {
                 .filter(|l| !l.starts_with('#'))
                 .filter_map(|l| l.split_once(' '))
                 .collect();
-            let map = RuntimeMap::new(
-                self.master.socket().clone(),
+            // The apply lock is held: the worker's own socket, without the master's hop.
+            let map = RuntimeMap::on_worker(
+                CliSocket::new(&self.settings.paths.admin_socket, Duration::from_secs(5)),
                 id.path(&self.settings.paths).display().to_string(),
             );
             map.replace_all(entries.iter().copied())?;

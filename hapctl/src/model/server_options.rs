@@ -54,9 +54,8 @@ impl fmt::Display for Interval {
 }
 serde_via_str!(Interval);
 
-/// The PROXY protocol header sent to the server before the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The PROXY protocol header sent to the server before the request (`v1`, `v2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProxyProtocol {
     V1,
     V2,
@@ -71,15 +70,57 @@ impl ProxyProtocol {
     }
 }
 
-/// How the server's certificate is checked when the edge speaks TLS to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// How the server's certificate is checked when the edge speaks TLS to it (`none`, `system`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verify {
     /// Not checked (`verify none`): the old manager's usual choice for self-signed backends.
     None,
     /// Checked against the system's CA store (`verify required ca-file @system-ca`).
     System,
 }
+
+// Through strings (serde_via_str), so a wrong JSON type is a typed error naming the rule.
+impl FromStr for ProxyProtocol {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<ProxyProtocol, Invalid> {
+        match s {
+            "v1" => Ok(ProxyProtocol::V1),
+            "v2" => Ok(ProxyProtocol::V2),
+            _ => Err(Invalid::new("send_proxy", s, "must be v1 or v2")),
+        }
+    }
+}
+
+impl fmt::Display for ProxyProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProxyProtocol::V1 => "v1",
+            ProxyProtocol::V2 => "v2",
+        })
+    }
+}
+serde_via_str!(ProxyProtocol);
+
+impl FromStr for Verify {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Verify, Invalid> {
+        match s {
+            "none" => Ok(Verify::None),
+            "system" => Ok(Verify::System),
+            _ => Err(Invalid::new("verify", s, "must be none or system")),
+        }
+    }
+}
+
+impl fmt::Display for Verify {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verify::None => "none",
+            Verify::System => "system",
+        })
+    }
+}
+serde_via_str!(Verify);
 
 /// The SNI the edge sends to the server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
