@@ -501,7 +501,19 @@ fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
     )
     .unwrap();
     drop(db);
-    let before_certs = edge.ok(&["cert", "ls"]);
+    // Name, source and what it serves: the days left may tick over during the test.
+    let certs = || -> Vec<String> {
+        edge.ok(&["cert", "ls"])
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                [f.first(), f.get(1), f.get(3)]
+                    .map(|x| x.copied().unwrap_or(""))
+                    .join("\t")
+            })
+            .collect()
+    };
+    let before_certs = certs();
     let reloads = edge.show_proc().master.reloads;
     let out = edge.expect_code(3, &old.args(&[]));
     assert!(
@@ -513,11 +525,7 @@ fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
         "HAProxy's message is shown: {out}"
     );
     assert!(out.contains("nothing was changed"), "{out}");
-    assert_eq!(
-        edge.ok(&["cert", "ls"]),
-        before_certs,
-        "the certificates were taken out"
-    );
+    assert_eq!(certs(), before_certs, "the certificates were taken out");
     assert_eq!(edge.ok(&["domain", "ls"]), "");
     assert_eq!(edge.ok(&["block", "ls"]), "");
     assert_eq!(edge.ok(&["proxy", "ls"]), "");
