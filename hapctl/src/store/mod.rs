@@ -10,14 +10,17 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use state::load_state;
+
 use crate::model::{
-    AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, HttpsPolicy, Invalid, Note,
-    Port, ProxyNet, Server, ServerOptions, TextContext, Version,
+    AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, Invalid, Note, Port,
+    ProxyNet, Version,
 };
 
 mod certs;
 mod ids;
 mod schema;
+mod state;
 
 use schema::{BLOCK_MIGRATIONS, MIGRATIONS};
 mod limits;
@@ -483,103 +486,6 @@ fn corrupt<'k>(table: &'static str, key: &'k str) -> impl FnOnce(Invalid) -> Sto
     }
 }
 
-fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
-    let mut state = EdgeState::default();
-
-    let mut servers: std::collections::BTreeMap<String, Vec<Server>> = Default::default();
-    let mut stmt = conn.prepare(
-        "SELECT domain, name, addr, weight, maxconn, check_enabled, extra_options FROM servers ORDER BY domain, position",
-    )?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let domain: String = r.get(0)?;
-        let name: String = r.get(1)?;
-        let addr: String = r.get(2)?;
-        let extra: String = r.get(6)?;
-        let options = ServerOptions {
-            weight: r.get(3)?,
-            maxconn: r.get(4)?,
-            check: r.get(5)?,
-            ..ServerOptions::parse_text(&extra, TextContext { resolvers: false })
-                .map_err(corrupt("servers", &domain))?
-        }
-        .validate()
-        .map_err(corrupt("servers", &domain))?;
-        let server = Server {
-            name: name.parse().map_err(corrupt("servers", &domain))?,
-            addr: addr.parse().map_err(corrupt("servers", &domain))?,
-            options,
-        };
-        servers.entry(domain).or_default().push(server);
-    }
-
-    let mut stmt = conn.prepare("SELECT name, profile, app, sse_routing FROM domains")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let name: String = r.get(0)?;
-        let profile: String = r.get(1)?;
-        let domain: Domain = name.parse().map_err(corrupt("domains", &name))?;
-        if let Some(app) = r.get::<_, Option<String>>(2)? {
-            let app: AppName = app.parse().map_err(corrupt("domains", &name))?;
-            state.app_domains.insert(domain, app);
-            continue;
-        }
-        let backend = Backend::new(
-            servers.remove(&name).unwrap_or_default(),
-            profile.parse().map_err(corrupt("domains", &name))?,
-        )
-        .map_err(corrupt("domains", &name))?
-        .with_sse_routing(r.get(3)?);
-        state.domains.insert(domain, backend);
-    }
-
-    let mut stmt = conn.prepare(
-        "SELECT s.app, g.version, g.port FROM app_state s JOIN generations g
-         ON g.app = s.app AND g.version = s.current",
-    )?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let app: String = r.get(0)?;
-        let app: AppName = app.parse().map_err(corrupt("app_state", &app))?;
-        let generation = generation_row(app.as_str(), r.get(1)?, r.get(2)?)?;
-        state.live_generations.insert(app, generation);
-    }
-
-    let mut stmt = conn.prepare("SELECT domain, policy FROM https_policies")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let domain: String = r.get(0)?;
-        let policy: String = r.get(1)?;
-        let policy =
-            HttpsPolicy::from_map_value(&policy).map_err(corrupt("https_policies", &domain))?;
-        let domain: Domain = domain.parse().map_err(corrupt("https_policies", &domain))?;
-        state.https.insert(domain, policy);
-    }
-
-    let mut stmt = conn.prepare("SELECT domain FROM suspended_domains")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let domain: String = r.get(0)?;
-        state.suspended.insert(
-            domain
-                .parse()
-                .map_err(corrupt("suspended_domains", &domain))?,
-        );
-    }
-
-    state.limits = limits::load(conn)?;
-    profiles::load(conn, &mut state)?;
-
-    let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let net: String = r.get(0)?;
-        let net: ProxyNet = net.parse().map_err(corrupt("trusted_proxies", &net))?;
-        state.trusted_proxies.insert(net);
-    }
-    Ok(state)
-}
-
 fn generation_row(app: &str, version: String, port: u16) -> Result<Generation, StoreError> {
     Ok(Generation {
         version: version.parse().map_err(corrupt("generations", app))?,
@@ -654,7 +560,7 @@ fn load_blocks(conn: &Connection) -> Result<Vec<Block>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ServerName;
+    use crate::model::{Server, ServerName};
 
     fn backend(addr: &str) -> Backend {
         Backend::new(
