@@ -16,11 +16,12 @@ const HOST: &str = "shop.example.com";
 /// Short streams and settle, so each proof takes about three seconds. The streams (2.5 s) must
 /// outlive the command, also on a loaded machine: a rollback took 2.1 s once in CI, longer
 /// than the 1.5 s streams used before.
+const STREAM_LINES: u64 = 50;
 const FAST: &[&str] = &[
     "--streams",
     "2",
     "--stream-lines",
-    "50",
+    "50", // STREAM_LINES
     "--stream-interval-ms",
     "50",
     "--settle",
@@ -304,7 +305,10 @@ fn deliver_and_rollback_pass_every_check_ten_times_in_a_row() {
             failed += p["probe"]["failed"].as_u64().unwrap();
             for s in p["streams"].as_array().unwrap() {
                 streams += 1;
-                if s["final_chunk"] == true && s["received"] == 30 && s["foreign_lines"] == 0 {
+                if s["final_chunk"] == true
+                    && s["received"] == STREAM_LINES
+                    && s["foreign_lines"] == 0
+                {
                     intact += 1;
                 }
             }

@@ -12,6 +12,9 @@ use super::table::{self, ClientRow, TableError, COUNTERS};
 use crate::haproxy::{CliSocket, RuntimeError};
 use crate::settings::Settings;
 
+/// How long `clear` waits for streams that still hold a client's entry.
+const CLEAR_PATIENCE: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StatsError {
     #[error("cannot read the stick table {TABLE} through the admin socket: {0}")]
@@ -77,17 +80,25 @@ impl Stats {
     }
 
     /// Forgets one client's counters (its entry is removed; the next request starts at 1).
+    /// HAProxy refuses while a stream still holds the entry ("Entry currently in use"): the
+    /// client's last request is finishing, so this retries for up to `CLEAR_PATIENCE`.
     pub fn clear(&self, ip: IpAddr) -> Result<(), StatsError> {
         let command = format!("clear table {TABLE} key {}", table::table_key(ip));
-        let answer = self.run(&command)?;
-        if answer.trim().is_empty() {
-            Ok(())
-        } else {
-            Err(RuntimeError::Refused {
-                command,
-                answer: answer.trim().to_string(),
+        let deadline = std::time::Instant::now() + CLEAR_PATIENCE;
+        loop {
+            let answer = self.run(&command)?;
+            let answer = answer.trim();
+            if answer.is_empty() {
+                return Ok(());
             }
-            .into())
+            if !answer.contains("in use") || std::time::Instant::now() >= deadline {
+                return Err(RuntimeError::Refused {
+                    command,
+                    answer: answer.to_string(),
+                }
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
