@@ -46,6 +46,8 @@ pub enum BlockError {
         runtime: String,
         reload: String,
     },
+    #[error("the blocks are committed and written to {path}, but the running HAProxy does not load that map: it was not started from hapctl's configuration; run `hapctl apply` (or `hapctl haproxy adopt` when a unit runs HAProxy)")]
+    NotLoaded { path: String },
 }
 
 /// One requested change.
@@ -79,6 +81,10 @@ pub enum Enforcement {
     Reload,
     /// HAProxy is not running: the file is written, it is read at start.
     NotRunning,
+    /// The running HAProxy was not started from hapctl's configuration, so it has no blocked
+    /// map: the file is written; the block applies once HAProxy loads hapctl's files (the
+    /// next apply's reload, or `hapctl haproxy adopt`).
+    NotLoaded,
     /// Nothing changed in the map.
     Unchanged,
 }
@@ -93,6 +99,17 @@ pub struct BlockReport {
     /// Why the runtime path was not enough, when `enforcement` is `reload`.
     pub runtime_error: Option<String>,
     pub duration_ms: f64,
+}
+
+/// Where the running worker stands after [`Blocks::reconcile`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerMap {
+    /// Its blocked map matches the file (or needed no change).
+    InLine,
+    /// No HAProxy runs: it reads the file when it starts.
+    NotRunning,
+    /// Its configuration has no blocked map: it was not started from hapctl's files.
+    NotLoaded,
 }
 
 /// The block fast path of one edge.
@@ -217,8 +234,15 @@ impl<'a> Blocks<'a> {
                     replace_whole(&runtime, all)
                 }
             });
-            if let Err(runtime_error) = result {
-                return self.reload_instead(runtime_error);
+            match result {
+                Ok(()) => {}
+                // Reloading would not help: the files it would read do not declare the map.
+                Err(RuntimeFailure::NotLoaded(why)) => {
+                    return Ok((Enforcement::NotLoaded, Some(why)));
+                }
+                Err(RuntimeFailure::Transient(e) | RuntimeFailure::Final(e)) => {
+                    return self.reload_instead(e);
+                }
             }
             match self.master_reloads() {
                 Some(now) if now != seen && Instant::now() < deadline => seen = now,
@@ -278,23 +302,37 @@ impl<'a> Blocks<'a> {
         &self,
         load: impl FnOnce() -> Result<Vec<BlockKey>, StoreError>,
         force_runtime: bool,
-    ) -> Result<(), BlockError> {
+    ) -> Result<WorkerMap, BlockError> {
         let _lock = self.lock()?;
         let all = &load()?;
         let changed = self.write_file(all)?;
         let needed = changed || force_runtime || self.pending_marker().exists();
-        if needed && self.master_reloads().is_some() {
+        let worker = if self.master_reloads().is_none() {
+            WorkerMap::NotRunning
+        } else if !needed {
+            WorkerMap::InLine
+        } else {
             let deadline = Instant::now() + self.settings.haproxy.reload_timeout;
             let runtime = self.runtime();
-            retry_transient(deadline, || replace_whole(&runtime, all)).map_err(|runtime| {
-                BlockError::NotEnforced {
-                    path: self.map_path().display().to_string(),
-                    runtime,
-                    reload: "not attempted".into(),
+            match retry_transient(deadline, || replace_whole(&runtime, all)) {
+                Ok(()) => WorkerMap::InLine,
+                Err(RuntimeFailure::NotLoaded(why)) => {
+                    tracing::info!(
+                        "{why}: the blocks reach HAProxy with the reload that loads hapctl's files"
+                    );
+                    WorkerMap::NotLoaded
                 }
-            })?;
-        }
-        self.clear_pending()
+                Err(RuntimeFailure::Transient(runtime) | RuntimeFailure::Final(runtime)) => {
+                    return Err(BlockError::NotEnforced {
+                        path: self.map_path().display().to_string(),
+                        runtime,
+                        reload: "not attempted".into(),
+                    })
+                }
+            }
+        };
+        self.clear_pending()?;
+        Ok(worker)
     }
 
     fn pending_marker(&self) -> std::path::PathBuf {
@@ -338,9 +376,23 @@ impl<'a> Blocks<'a> {
         before: &[u8],
     ) -> Result<(), BlockError> {
         if self.file_now() != before {
-            self.reconcile(load, true)?;
+            self.sync(load)?;
         }
         Ok(())
+    }
+
+    /// [`Blocks::reconcile`] of the runtime map too, where a worker without the map is an
+    /// error: it runs after HAProxy loaded hapctl's files.
+    pub fn sync(
+        &self,
+        load: impl FnOnce() -> Result<Vec<BlockKey>, StoreError>,
+    ) -> Result<(), BlockError> {
+        match self.reconcile(load, true)? {
+            WorkerMap::NotLoaded => Err(BlockError::NotLoaded {
+                path: self.map_path().display().to_string(),
+            }),
+            WorkerMap::InLine | WorkerMap::NotRunning => Ok(()),
+        }
     }
 }
 
@@ -349,21 +401,22 @@ impl<'a> Blocks<'a> {
 fn retry_transient<T>(
     deadline: Instant,
     mut op: impl FnMut() -> Result<T, RuntimeFailure>,
-) -> Result<T, String> {
+) -> Result<T, RuntimeFailure> {
     loop {
         match op() {
-            Ok(v) => return Ok(v),
             Err(RuntimeFailure::Transient(_)) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(10))
             }
-            Err(RuntimeFailure::Transient(e) | RuntimeFailure::Final(e)) => return Err(e),
+            other => return other,
         }
     }
 }
 
-/// A runtime operation's failure: a socket hiccup worth retrying, or a real answer.
+/// A runtime operation's failure: a socket hiccup worth retrying, a worker whose configuration
+/// has no blocked map, or a real answer.
 enum RuntimeFailure {
     Transient(String),
+    NotLoaded(String),
     Final(String),
 }
 
@@ -372,6 +425,7 @@ impl From<RuntimeError> for RuntimeFailure {
         match &e {
             RuntimeError::Socket(s) if s.is_transient() => RuntimeFailure::Transient(e.to_string()),
             RuntimeError::NoAnswer { .. } => RuntimeFailure::Transient(e.to_string()),
+            RuntimeError::UnknownMap { .. } => RuntimeFailure::NotLoaded(e.to_string()),
             _ => RuntimeFailure::Final(e.to_string()),
         }
     }

@@ -7,6 +7,7 @@
 //! Any failure restores the known-good set (and reloads back if the live config changed) and
 //! rolls the desired-state change back, and the outcome says exactly what happened.
 
+mod layout;
 mod snapshot;
 
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, WorkerMap};
 use crate::clock::{unix_millis, unix_now};
 use crate::fault;
 use crate::fsutil::{self, LockFile};
@@ -24,6 +25,7 @@ use crate::settings::Settings;
 use crate::store::{ApplyRecord, Store, StoreError, Tx};
 use crate::tls::Certs;
 
+pub use layout::LayoutMismatch;
 pub use snapshot::{KnownGood, Snapshot};
 
 /// How long an apply waits for another one to finish.
@@ -124,6 +126,8 @@ pub enum ApplyError {
     Blocks(#[from] crate::blocks::BlockError),
     #[error(transparent)]
     Certs(#[from] crate::tls::CertError),
+    #[error(transparent)]
+    Layout(#[from] layout::LayoutMismatch),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -265,10 +269,11 @@ impl<'a> Applier<'a> {
         // The blocked map is the block path's: bring it in line with the database first, so
         // the set validated below carries the current blocks.
         let blocks = Blocks::new(self.settings);
-        blocks.reconcile(|| store.block_keys(unix_now()), false)?;
+        let worker = blocks.reconcile(|| store.block_keys(unix_now()), false)?;
         let tx = store.begin()?;
         let value = change(&tx)?;
-        let (report, loaded) = self.converge(&tx, &blocks)?;
+        let stale_worker = worker == WorkerMap::NotLoaded;
+        let (report, loaded) = self.converge(&tx, &blocks, stale_worker)?;
         if report.outcome.is_success() {
             tx.record_apply(&record(&report, trigger))?;
             tx.commit()?;
@@ -295,11 +300,13 @@ impl<'a> Applier<'a> {
 
     /// Makes the live files and HAProxy match the state in `tx`, restoring the previous set on
     /// any failure. On success, also returns the set now loaded (to promote), unless nothing
-    /// changed.
+    /// changed. `stale_worker`: the running worker lacks hapctl's blocked map, so it was not
+    /// started from these files: it is reloaded even when they are unchanged.
     fn converge(
         &self,
         tx: &Tx,
         blocks: &Blocks,
+        stale_worker: bool,
     ) -> Result<(ApplyReport, Option<Snapshot>), ApplyError> {
         let mut p = Progress::new();
         let state = tx.load_state()?;
@@ -309,9 +316,13 @@ impl<'a> Applier<'a> {
         let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
         p.changed = new.differing(&live);
 
-        if p.changed.is_empty() {
+        if p.changed.is_empty() && !stale_worker {
             let message = "the live files already match the desired state".into();
             return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
+        }
+        // Before the first write: a master that loads other files cannot take this set.
+        if let Ok(procs) = self.master.show_proc() {
+            layout::check(self.settings, &new, procs.master.pid)?;
         }
 
         // Without a validator nothing can be trusted: stop before the first write.
@@ -329,7 +340,8 @@ impl<'a> Applier<'a> {
         let target = self.rollback_target(&live, &mut p)?;
         p.step("snapshot");
 
-        if p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
+        if !stale_worker
+            && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
             && self.master.show_proc().is_ok()
         {
             // Recovery reloads after a crash here, so the worker cannot keep maps the files lost.
@@ -423,7 +435,9 @@ impl<'a> Applier<'a> {
 
         fault::point("before-commit");
         let changed: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
-        let message = if running {
+        let message = if running && changed.is_empty() {
+            "the files were already hapctl's, but the running HAProxy had not loaded them (its worker had no blocked map): checked and reloaded".into()
+        } else if running {
             format!("{} changed, HAProxy reloaded", changed.join(", "))
         } else {
             format!(

@@ -18,6 +18,14 @@ pub enum HaproxyCommand {
     Status(JsonOut),
     /// Reload through the master (never a restart) and confirm the new worker.
     Reload,
+    /// Take over the HAProxy a systemd unit runs: one checked reload when the unit already
+    /// loads hapctl's files; otherwise check the unit's new command line, install it as a
+    /// drop-in, restart once, then apply.
+    Adopt {
+        /// Check and tell what would be done; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub fn run(dir: &Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
@@ -41,6 +49,15 @@ pub fn run(dir: &Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
         HaproxyCommand::Status(out) => {
             output::print_haproxy_status(&edge.supervisor().status(), out.json);
             Ok(0)
+        }
+        HaproxyCommand::Adopt { dry_run } => {
+            let adoption = edge.adopt(dry_run)?;
+            for step in &adoption.steps {
+                println!("{step}");
+            }
+            Ok(adoption
+                .apply
+                .map_or(0, |report| output::print_report(&report, false)))
         }
         HaproxyCommand::Reload => {
             let master = hapctl::haproxy::Master::from_settings(&edge.settings);

@@ -1,7 +1,7 @@
 //! Everything the CLI prints: tables for people, JSON for machines.
 
 use hapctl::apply::ApplyReport;
-use hapctl::blocks::BlockReport;
+use hapctl::blocks::{BlockReport, Enforcement};
 use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
 use hapctl::edge::{DryRun, Edge, EdgeError};
 use hapctl::haproxy::Status;
@@ -270,6 +270,13 @@ pub fn print_block_report(keys: &[BlockKey], report: &BlockReport, json: bool) {
     }
     if !report.expired.is_empty() {
         println!("expired and removed: {}", report.expired.join(" "));
+    }
+    if report.enforcement == Enforcement::NotLoaded {
+        println!(
+            "NOT enforced yet: committed and written to the map file, but the running HAProxy was not started from hapctl's configuration ({}); it takes effect when HAProxy loads hapctl's files: `hapctl apply`, or `hapctl haproxy adopt` when a unit runs HAProxy",
+            report.runtime_error.as_deref().unwrap_or("no blocked map")
+        );
+        return;
     }
     let how = serde_json::to_value(report.enforcement).unwrap_or_default();
     println!(

@@ -38,6 +38,9 @@ pub enum EdgeError {
         "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
     )]
     AlreadyInitialised { path: PathBuf },
+    /// `hapctl haproxy adopt` refused or stopped; the message says why and what to do.
+    #[error("{0}")]
+    Adopt(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -45,12 +48,14 @@ pub enum EdgeError {
     },
 }
 
+mod adopt;
 mod batch;
 mod certs;
 mod ids;
 mod limits;
 mod profiles;
 
+pub use adopt::Adoption;
 pub use batch::StateChange;
 pub use profiles::ProtectionsChange;
 
@@ -327,7 +332,7 @@ impl Edge {
     /// Rebuilds the blocked map file and the running worker's map from the database, whole
     /// and atomically (`prepare map` / `commit map`).
     pub fn sync_blocks(&mut self) -> Result<(), EdgeError> {
-        Ok(Blocks::new(&self.settings).reconcile(|| self.store.block_keys(unix_now()), true)?)
+        Ok(Blocks::new(&self.settings).sync(|| self.store.block_keys(unix_now()))?)
     }
 
     pub fn block_count(&self) -> Result<usize, EdgeError> {

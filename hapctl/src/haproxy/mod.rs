@@ -1,6 +1,7 @@
 //! Everything that talks to HAProxy: `haproxy -c`, the master CLI (process list, reload),
 //! the CLI socket client, and running the master (direct or through systemd).
 
+mod cmdline;
 mod master;
 pub(crate) mod messages;
 mod proc_list;
@@ -8,11 +9,13 @@ pub(crate) mod runtime;
 mod socket;
 mod ssl;
 mod supervisor;
+pub(crate) mod systemctl;
 pub(crate) mod validator;
 
 #[cfg(test)]
 mod testutil;
 
+pub use cmdline::{has_configuration, Layout, MasterCommand};
 pub use master::{Master, MasterError, ReloadError, ReloadReport};
 pub use proc_list::{MasterProc, ParseError, ProcList, WorkerProc};
 pub use runtime::{Lookup, RuntimeError, RuntimeMap};

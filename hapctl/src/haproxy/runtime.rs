@@ -23,7 +23,16 @@ pub enum RuntimeError {
     /// The connection closed without an answer: the master was re-executing.
     #[error("HAProxy gave no answer to `{command}` (reloading?)")]
     NoAnswer { command: String },
+    /// The running worker's configuration has no such map: it was not started from the files
+    /// that declare it (HAProxy adopted from another configuration, or not reloaded yet).
+    #[error(
+        "the running HAProxy does not load the map {map} (its configuration does not use it yet)"
+    )]
+    UnknownMap { map: String },
 }
+
+/// HAProxy's answer to any map command naming a map its configuration does not load.
+const UNKNOWN_MAP: &str = "Unknown map identifier";
 
 /// One map file as the current worker holds it.
 pub struct RuntimeMap {
@@ -61,7 +70,18 @@ impl RuntimeMap {
     }
 
     fn command(&self, command: &str) -> Result<String, RuntimeError> {
-        Ok(self.socket.command(&format!("{}{command}", self.route))?)
+        self.send(&format!("{}{command}", self.route))
+    }
+
+    /// Sends one line (commands already routed) and turns "no such map" into its own error.
+    fn send(&self, line: &str) -> Result<String, RuntimeError> {
+        let answer = self.socket.command(line)?;
+        if answer.trim_start().starts_with(UNKNOWN_MAP) {
+            return Err(RuntimeError::UnknownMap {
+                map: self.map.clone(),
+            });
+        }
+        Ok(answer)
     }
 
     /// Runs a command whose success answer is empty.
@@ -109,7 +129,7 @@ impl RuntimeMap {
                 .map(|k| format!("{}{verb} {} {k}{suffix}", self.route, self.map))
                 .collect::<Vec<_>>()
                 .join(";");
-            let answer = self.socket.command(&line)?;
+            let answer = self.send(&line)?;
             lines.extend(
                 answer
                     .lines()
@@ -352,5 +372,19 @@ mod tests {
             map.lookup("10.11.249.1").unwrap(),
             Lookup::Found("10.11.249.1".into())
         );
+
+        // A map the worker's configuration does not load is its own error, for every verb.
+        let absent = RuntimeMap::new(map.socket.clone(), "/nowhere/blocked.map");
+        let unknown = |r: Result<(), RuntimeError>| {
+            assert!(
+                matches!(&r, Err(RuntimeError::UnknownMap { map }) if map == "/nowhere/blocked.map"),
+                "{r:?}"
+            )
+        };
+        unknown(absent.replace_all([("10.0.0.1", "1")]));
+        unknown(absent.add("10.0.0.1", "1"));
+        unknown(absent.remove("10.0.0.1"));
+        unknown(absent.lookup("10.0.0.1").map(|_| ()));
+        unknown(absent.keys().map(|_| ()));
     }
 }

@@ -11,16 +11,15 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::process::{pid_alive, run_with_timeout, send_signal, ProcessError};
+use crate::process::{pid_alive, send_signal, ProcessError};
 use crate::settings::{Mode, Settings};
 
 use super::master::{Master, MasterError, SOCKET_TIMEOUT};
 use super::messages::{self, LogMark};
 use super::proc_list::ProcList;
 use super::socket::{CliSocket, SocketError};
+use super::systemctl::{systemctl, systemd_main_pid};
 
-/// Bound on `systemctl show`, which only reads the unit's state.
-const SYSTEMCTL_QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between two looks at a starting or stopping process.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long a master gets to die after SIGKILL before we give up on it.
@@ -480,55 +479,6 @@ fn log_excerpt(mark: Option<&LogMark>) -> Vec<String> {
     }
 }
 
-/// `systemctl` arguments for ACTION on UNIT.
-fn systemctl_args(action: &str, options: &[&str], unit: &str) -> Vec<String> {
-    // Never wait for a password prompt: a non-interactive caller would hang until the timeout.
-    ["--no-ask-password", action]
-        .iter()
-        .chain(options)
-        .chain([&unit])
-        .map(|s| s.to_string())
-        .collect()
-}
-
-/// Runs `systemctl ACTION [OPTIONS] UNIT`; its stdout on success.
-fn systemctl(
-    action: &'static str,
-    options: &[&str],
-    unit: &str,
-    timeout: Duration,
-) -> Result<String, SupervisorError> {
-    let output = run_with_timeout(
-        Command::new("systemctl").args(systemctl_args(action, options, unit)),
-        timeout,
-    )?;
-    if !output.status.success() {
-        return Err(SupervisorError::Systemctl {
-            action,
-            unit: unit.to_string(),
-            message: format!(
-                "{}: {}",
-                output.status,
-                messages::last_lines(&String::from_utf8_lossy(&output.stderr), 5).join(" | ")
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-const MAIN_PID_OPTIONS: [&str; 2] = ["--property=MainPID", "--value"];
-
-fn systemd_main_pid(unit: &str) -> Result<Option<i32>, SupervisorError> {
-    let out = systemctl("show", &MAIN_PID_OPTIONS, unit, SYSTEMCTL_QUERY_TIMEOUT)?;
-    let pid: i32 = out.trim().parse().map_err(|_| SupervisorError::Systemctl {
-        action: "show",
-        unit: unit.to_string(),
-        message: format!("MainPID is not a number: {:?}", out.trim()),
-    })?;
-    // MainPID=0: the unit has no running main process.
-    Ok((pid > 0).then_some(pid))
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{http_get, TestEdge};
@@ -741,28 +691,6 @@ mod tests {
                 unit: "edge.service".into(),
                 master_socket: PathBuf::from("/srv/h/run/master.sock"),
             }
-        );
-    }
-
-    #[test]
-    fn systemctl_command_lines() {
-        assert_eq!(
-            systemctl_args("start", &[], "haproxy.service"),
-            ["--no-ask-password", "start", "haproxy.service"]
-        );
-        assert_eq!(
-            systemctl_args("stop", &[], "haproxy.service"),
-            ["--no-ask-password", "stop", "haproxy.service"]
-        );
-        assert_eq!(
-            systemctl_args("show", &MAIN_PID_OPTIONS, "haproxy.service"),
-            [
-                "--no-ask-password",
-                "show",
-                "--property=MainPID",
-                "--value",
-                "haproxy.service"
-            ]
         );
     }
 }
