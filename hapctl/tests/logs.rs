@@ -288,7 +288,11 @@ fn lines_logged_while_the_daemon_is_down_wait_in_the_ring_and_arrive_when_it_sta
                 .is_some_and(|p| p.starts_with("/between/"))
         })
         .count();
-    assert_eq!((records.len(), between), (500, 200));
+    // Measured: HAProxy 3.0 writes the first line after the daemon went away into the closed
+    // connection (it notices the close only then), so that one line is lost, uncounted; 2.6
+    // notices before writing and loses none (docs/haproxy-versions.md).
+    let lost = usize::from(common::haproxy_version() >= (3, 0));
+    assert_eq!((records.len(), between), (500 - lost, 200 - lost));
     assert_eq!(dropped_logs(&edge), 0);
 }
 

@@ -244,10 +244,12 @@ mod tests {
         std::fs::write(dir.path().join(crate::settings::SETTINGS_FILE), toml).unwrap();
         let settings = Settings::load(dir.path()).unwrap();
         let text = drop_in_text(&settings);
+        // HAPCTL_HAPROXY_BIN (another version under test) overrides the binary.
+        let bin = settings.haproxy.binary.display();
         let files = "-f /etc/haproxy/haproxy.cfg -f /etc/haproxy/generation.cfg";
-        assert!(text.contains(&format!("ExecStart=\nExecStart=/usr/sbin/haproxy -Ws -S /run/haproxy-master.sock,level,admin {files} -p /run/haproxy.pid\n")), "{text}");
-        assert!(text.contains(&format!("ExecStartPre=/usr/sbin/haproxy -c -q {files}\n")));
-        assert!(text.contains(&format!("ExecReload=\nExecReload=/usr/sbin/haproxy -c -q {files}\nExecReload=/bin/kill -USR2 $MAINPID\n")));
+        assert!(text.contains(&format!("ExecStart=\nExecStart={bin} -Ws -S /run/haproxy-master.sock,level,admin {files} -p /run/haproxy.pid\n")), "{text}");
+        assert!(text.contains(&format!("ExecStartPre={bin} -c -q {files}\n")));
+        assert!(text.contains(&format!("ExecReload=\nExecReload={bin} -c -q {files}\nExecReload=/bin/kill -USR2 $MAINPID\n")));
         assert_eq!(
             drop_in_path("haproxy.service"),
             Path::new("/etc/systemd/system/haproxy.service.d/hapctl.conf")

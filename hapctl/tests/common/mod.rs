@@ -15,8 +15,12 @@ use std::time::{Duration, Instant};
 
 use hapctl::haproxy::{CliSocket, Master, ProcList};
 
-/// The real haproxy binary: `.ci/run` installs it; a test never skips without it.
+/// The real haproxy binary: `HAPCTL_HAPROXY_BIN` (test.sh runs the suites again on 3.0
+/// that way), else Debian's, which `.ci/run` installs; a test never skips without it.
 pub fn haproxy_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os(hapctl::settings::HAPROXY_BIN_ENV) {
+        return PathBuf::from(bin);
+    }
     for dir in std::env::var("PATH")
         .unwrap_or_default()
         .split(':')
@@ -28,6 +32,16 @@ pub fn haproxy_bin() -> PathBuf {
         }
     }
     panic!("haproxy is not installed: run ./scripts/test.sh, which installs it");
+}
+
+/// The HAProxy under test's (major, minor) version, for the few measured differences.
+pub fn haproxy_version() -> (u32, u32) {
+    let version = hapctl::haproxy::Validator::new(haproxy_bin(), Duration::from_secs(10))
+        .version()
+        .expect("haproxy -v");
+    let mut parts = version.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (next(), next())
 }
 
 /// A port nothing listens on right now.
