@@ -8,6 +8,8 @@ mod common;
 // The container harness (a crate root finds its modules next to it, hence the path).
 #[path = "systemd_lab/container.rs"]
 mod container;
+#[path = "systemd_lab/probe.rs"]
+mod probe;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use container::Container;
+use probe::Probe;
 
 /// The shell blocks (```sh) of the README section `## {title}`, joined.
 fn readme_section(title: &str) -> String {
@@ -274,39 +277,41 @@ fn reboot_serves_what_generation_cfg_designates(c: &mut Container, export: &str,
 fn a_killed_master_is_restarted_by_the_stock_unit() {
     let (c, _export) = lab_set_up();
     let old = master_pid(&c);
-    // A probe inside (the edge is on the container's own loopback): one line per request,
-    // `<unix time> <HTTP status>` (000: no answer), until told to stop.
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut probe = c
-        .command(
-            "while [ ! -e /run/probe.stop ]; do \
-               printf '%s %s\\n' \"$(date +%s.%N)\" \"$(curl -s -o /dev/null -m 1 -w '%{http_code}' http://127.0.0.1/)\"; \
-               sleep 0.02; \
-             done",
-        )
-        .stdout(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let lines = || std::fs::read_to_string(log.path()).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while lines().lines().filter(|l| l.ends_with(" 200")).count() < 20 {
-        assert!(
-            Instant::now() < deadline,
-            "the probe got no answers: {}",
-            lines()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let probe = Probe::start(&c, "pub-maj.example", "1.4.2");
     let killed_at: f64 = c
         .sh(&format!("date +%s.%N; kill -9 {old}"))
         .trim()
         .parse()
         .unwrap();
+    let new = wait_new_master(&c, old, "1.4.2");
+    std::thread::sleep(Duration::from_secs(1));
+    let log = probe.stop(&c);
+    println!(
+        "systemd-lab: kill -9 of the master (systemd mode, stock unit Restart=always): {:.2} s without service, probe {}; master {old} -> {new}",
+        log.seconds_without_service(killed_at),
+        log.summary()
+    );
+    assert!(
+        log.samples.last().is_some_and(|s| s.1),
+        "the probe's last request failed: {:?}",
+        log.failures
+    );
+    assert!(
+        log.samples.iter().all(|s| s.1 || s.0 >= killed_at - 0.5),
+        "requests failed before the kill: {:?}",
+        log.failures
+    );
+    assert_eq!(c.sh("systemctl is-active haproxy.service").trim(), "active");
+}
+
+/// Waits (60 s at most) until systemd runs a master other than `old` and the edge serves
+/// `version` again; returns the new master's PID.
+fn wait_new_master(c: &Container, old: i32, version: &str) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let new = loop {
-        let pid = master_pid(&c);
-        if pid != 0 && pid != old && served(&c) == "1.4.2" {
-            break pid;
+    loop {
+        let pid = master_pid(c);
+        if pid != 0 && pid != old && served(c) == version {
+            return pid;
         }
         assert!(
             Instant::now() < deadline,
@@ -314,44 +319,5 @@ fn a_killed_master_is_restarted_by_the_stock_unit() {
             c.sh("systemctl --no-pager status haproxy.service 2>&1 | tail -30; true")
         );
         std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_secs(1));
-    c.sh("touch /run/probe.stop");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while probe.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the probe did not stop");
-        std::thread::sleep(Duration::from_millis(20));
     }
-    // Without service: from the first failed request after the kill to the first answer after
-    // the last failure.
-    let samples: Vec<(f64, bool)> = lines()
-        .lines()
-        .filter_map(|l| {
-            let (t, code) = l.split_once(' ')?;
-            Some((t.parse().ok()?, code == "200"))
-        })
-        .collect();
-    let failed: Vec<f64> = samples.iter().filter(|s| !s.1).map(|s| s.0).collect();
-    let after_kill = samples.iter().filter(|s| s.0 >= killed_at).count();
-    let back = failed
-        .last()
-        .and_then(|last| samples.iter().find(|s| s.0 > *last && s.1))
-        .map(|s| s.0);
-    let gap = match (failed.is_empty(), back) {
-        (false, Some(back)) => back - killed_at,
-        _ => 0.0,
-    };
-    println!(
-        "systemd-lab: kill -9 of the master (systemd mode, stock unit Restart=always): {gap:.2} s without service, {} of {after_kill} requests after the kill failed; master {old} -> {new}",
-        failed.len()
-    );
-    assert!(
-        samples.last().is_some_and(|s| s.1),
-        "the probe's last request failed"
-    );
-    assert!(
-        failed.iter().all(|t| *t >= killed_at - 0.5),
-        "requests failed before the kill: {failed:?}"
-    );
-    assert_eq!(c.sh("systemctl is-active haproxy.service").trim(), "active");
 }
