@@ -35,6 +35,8 @@ struct Counters {
     requests: BTreeMap<(String, String, u16), u64>,
     renewals: u64,
     renewal_failures: BTreeMap<CertName, u64>,
+    haproxy_restarts: u64,
+    haproxy_failed_starts: u64,
 }
 
 #[derive(Default)]
@@ -82,6 +84,17 @@ impl Metrics {
                 c.renewals += 1;
             } else {
                 *c.renewal_failures.entry(name.clone()).or_default() += 1;
+            }
+        });
+    }
+
+    /// A restart of HAProxy's master: `started` when it runs again, else a failed attempt.
+    pub fn haproxy_restart(&self, started: bool) {
+        self.with(|c| {
+            if started {
+                c.haproxy_restarts += 1;
+            } else {
+                c.haproxy_failed_starts += 1;
             }
         });
     }
@@ -141,6 +154,16 @@ impl Metrics {
                 "hapctl_certificate_renewals_total",
                 "Certificate renewals this daemon installed.",
                 c.renewals,
+            ),
+            (
+                "hapctl_haproxy_restarts_total",
+                "Restarts of a dead HAProxy master (by this daemon; under systemd, the unit's it noticed).",
+                c.haproxy_restarts,
+            ),
+            (
+                "hapctl_haproxy_restart_failures_total",
+                "Attempts to start a dead HAProxy master again that failed.",
+                c.haproxy_failed_starts,
             ),
         ] {
             let _ = writeln!(

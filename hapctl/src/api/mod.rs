@@ -17,6 +17,7 @@ mod policies;
 mod profiles;
 mod renewals;
 mod routes;
+mod supervision;
 mod v1;
 mod workers;
 
@@ -230,8 +231,9 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
     };
 
     // Bring the edge to the committed state (this also finishes an interrupted apply), start
-    // HAProxy if needed, and rebuild the runtime block map: runtime entries of a daemon that
-    // was killed may be missing.
+    // HAProxy if needed (unless it was stopped on purpose), and rebuild what lives only in the
+    // worker: runtime entries of a daemon that was killed may be missing. From then on the
+    // supervision loop keeps it running.
     let report = edge.apply("serve: startup")?;
     if !report.outcome.is_success() {
         return Err(ServeError::Start(format!(
@@ -241,26 +243,17 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         )));
     }
     if edge.supervisor().status().procs.is_none() {
-        edge.supervisor()
-            .start(edge.settings.haproxy.start_timeout)
-            .map_err(|e| ServeError::Start(e.to_string()))?;
-    }
-    edge.sync_blocks()?;
-    // A certificate change a killed process left half-done is finished now that HAProxy
-    // runs; a failure here is logged, not fatal: the files HAProxy loaded are whole anyway.
-    match edge.reconcile_certificates() {
-        Ok(fixed) if fixed.is_empty() => {
-            tracing::info!("certificates: files, worker and database agree")
+        if edge.stop_requested() {
+            tracing::warn!("HAProxy stays stopped, as `hapctl haproxy stop` asked; `hapctl haproxy start` starts it");
+        } else {
+            edge.start_haproxy()
+                .map_err(|e| ServeError::Start(e.to_string()))?;
         }
-        Ok(fixed) => {
-            for f in fixed {
-                tracing::warn!("certificates at startup: {f}");
-            }
-        }
-        Err(e) => tracing::error!("certificates at startup: cannot reconcile: {e}"),
     }
+    edge.after_haproxy_started()?;
 
     let metrics = Arc::new(Metrics::default());
+    let _supervision = supervision::start(state_dir, metrics.clone())?;
     let orders = Arc::new(renewals::OrderGate::default());
     let (domains, blocks) = workers::start(state_dir.to_path_buf(), metrics.clone())?;
     renewals::start(state_dir.to_path_buf(), metrics.clone(), orders.clone())?;

@@ -4,17 +4,15 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use hapctl::edge;
-
 use super::{open, output, Failure, JsonOut};
 
 #[derive(Subcommand)]
 pub enum HaproxyCommand {
     /// Apply the desired state, then start the master (never a second one).
     Start,
-    /// Stop the master and its workers.
+    /// Stop the master and its workers; a running `hapctl serve` leaves it stopped.
     Stop,
-    /// Master PID, workers, version.
+    /// Master PID, workers, version, and whether `hapctl serve` supervises it.
     Status(JsonOut),
     /// Reload through the master (never a restart) and confirm the new worker.
     Reload,
@@ -30,24 +28,24 @@ pub enum HaproxyCommand {
 
 pub fn run(dir: &Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
     let mut edge = open(dir)?;
-    let timeout = edge.settings.haproxy.start_timeout;
     match cmd {
         HaproxyCommand::Start => {
             let report = edge.apply("haproxy start")?;
             if !report.outcome.is_success() {
                 return Ok(output::print_report(&report, false));
             }
-            let started = edge.supervisor().start(timeout)?;
+            let started = edge.start_haproxy()?;
             println!("HAProxy master running, PID {}", started.master_pid);
             Ok(0)
         }
         HaproxyCommand::Stop => {
-            edge.supervisor().stop(edge::STOP_TIMEOUT)?;
-            println!("HAProxy stopped");
+            edge.stop_haproxy()?;
+            println!("HAProxy stopped; `hapctl serve` will not start it again until `hapctl haproxy start`");
             Ok(0)
         }
         HaproxyCommand::Status(out) => {
-            output::print_haproxy_status(&edge.supervisor().status(), out.json);
+            let supervision = edge.supervision();
+            output::print_haproxy_status(&edge.supervisor().status(), &supervision, out.json);
             Ok(0)
         }
         HaproxyCommand::Adopt { dry_run } => {

@@ -3,7 +3,7 @@
 use hapctl::apply::ApplyReport;
 use hapctl::blocks::{BlockReport, Enforcement};
 use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
-use hapctl::edge::{DryRun, Edge, EdgeError};
+use hapctl::edge::{DryRun, Edge, EdgeError, Supervision};
 use hapctl::haproxy::Status;
 use hapctl::model::BlockKey;
 use hapctl::model::{Block, EdgeState};
@@ -113,11 +113,25 @@ pub fn print_blocks(blocks: &[Block], json: bool) {
 
 pub use hapctl::tls::x509::rfc3339;
 
-pub fn print_haproxy_status(status: &Status, json: bool) {
+pub fn print_haproxy_status(status: &Status, supervision: &Supervision, json: bool) {
     if json {
-        print_json(status);
+        #[derive(serde::Serialize)]
+        struct View<'a> {
+            #[serde(flatten)]
+            status: &'a Status,
+            supervision: &'a Supervision,
+        }
+        print_json(&View {
+            status,
+            supervision,
+        });
         return;
     }
+    print_master(status);
+    println!("{supervision}");
+}
+
+fn print_master(status: &Status) {
     match (&status.master_pid, &status.procs) {
         (None, _) => println!("HAProxy: not running"),
         (Some(pid), None) => println!("HAProxy: master PID {pid}, master socket not answering"),
@@ -144,6 +158,7 @@ pub fn print_haproxy_status(status: &Status, json: bool) {
 
 pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
     let haproxy = edge.supervisor().status();
+    let supervision = edge.supervision();
     let last = edge.history(5)?;
     let known_good = edge.live_is_known_good()?;
     let certs = edge.certificates()?;
@@ -156,6 +171,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
     if json {
         print_json(&serde_json::json!({
             "haproxy": haproxy,
+            "supervision": supervision,
             "live_is_known_good": known_good,
             "applies": last,
             "certificates": {
@@ -168,7 +184,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         }));
         return Ok(());
     }
-    print_haproxy_status(&haproxy, false);
+    print_haproxy_status(&haproxy, &supervision, false);
     println!(
         "live files are the known-good set: {}",
         if known_good { "yes" } else { "NO" }

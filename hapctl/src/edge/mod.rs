@@ -54,10 +54,12 @@ mod certs;
 mod ids;
 mod limits;
 mod profiles;
+mod supervise;
 
 pub use adopt::Adoption;
 pub use batch::StateChange;
 pub use profiles::ProtectionsChange;
+pub use supervise::{Look, Restart, Supervision, SupervisorState, Watched};
 
 pub use certs::{CertView, RenewOutcome};
 
@@ -465,7 +467,7 @@ impl Edge {
                 ));
                 return Ok(problems);
             }
-            match supervisor.start(self.settings.haproxy.start_timeout) {
+            match self.start_haproxy() {
                 Ok(s) => on_step(&DeliveryStep {
                     name: "haproxy".into(),
                     detail: format!("started, master PID {}", s.master_pid),

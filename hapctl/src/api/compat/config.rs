@@ -105,8 +105,7 @@ async fn raw_reload(app: AppState) -> Answer {
         master_reload(&app).await?;
     } else {
         app.read(|edge| {
-            edge.supervisor()
-                .start(edge.settings.haproxy.start_timeout)
+            edge.start_haproxy()
                 .map(|_| ())
                 .map_err(|e| crate::edge::EdgeError::Io {
                     context: "Failed to start HAProxy".into(),
