@@ -16,7 +16,7 @@ use super::snapshot::Snapshot;
 /// The running master (PID `pid`) does not load what this apply would check.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", describe(.0))]
-pub struct LayoutMismatch(Mismatch);
+pub struct LayoutMismatch(Box<Mismatch>);
 
 #[derive(Debug)]
 struct Mismatch {
@@ -45,14 +45,14 @@ pub fn check(settings: &Settings, new: &Snapshot, master_pid: i32) -> Result<(),
     let refs: Vec<(&Path, bool)> = ours.iter().map(|(p, c)| (p.as_path(), *c)).collect();
     match running.layout(&refs) {
         Layout::Fits => Ok(()),
-        Layout::Differs { missing, foreign } => Err(LayoutMismatch(Mismatch {
+        Layout::Differs { missing, foreign } => Err(LayoutMismatch(Box::new(Mismatch {
             running,
             ours: ours.into_iter().map(|(p, _)| p).collect(),
             missing,
             foreign,
             mode: settings.haproxy.mode,
             unit: settings.haproxy.systemd_unit.clone(),
-        })),
+        }))),
     }
 }
 
