@@ -921,7 +921,14 @@ fn metrics_count_applies_checks_reloads_blocks_and_requests() {
         "buckets are cumulative: {buckets:?}"
     );
     at_least("hapctl_haproxy_checks_total", 1.0);
-    at_least("hapctl_reloads_total", 1.0);
+    // The domain PUT needed a reload: a new backend is a config change. Every reason is a
+    // series, 0 included.
+    at_least("hapctl_reloads_total{reason=\"config\"}", 1.0);
+    assert_eq!(
+        sample(text, "hapctl_reloads_total{reason=\"rollback\"}"),
+        Some(0.0),
+        "{text}"
+    );
     assert_eq!(sample(text, "hapctl_blocked_entries"), Some(1.0), "{text}");
     for series in [
         "hapctl_api_requests_total{method=\"PUT\",route=\"/v1/domains/{name}\",status=\"201\"}",

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use crate::apply::ApplyReport;
 use crate::edge::CertView;
+use crate::haproxy::ReloadKind;
 use crate::model::CertName;
 
 /// Upper bounds (seconds) of the apply duration histogram.
@@ -28,7 +29,8 @@ struct Counters {
     apply_sum: f64,
     apply_count: u64,
     checks: u64,
-    reloads: u64,
+    /// Reloads by reason (`ReloadKind::as_str`).
+    reloads: BTreeMap<&'static str, u64>,
     /// Changes per apply: how much coalescing happened.
     batched_changes: u64,
     blocks_changed: u64,
@@ -62,12 +64,15 @@ impl Metrics {
             c.apply_sum += secs;
             c.apply_count += 1;
             c.checks += report.checks as u64;
-            c.reloads += report.reloads as u64;
+            for reason in &report.reload_reasons {
+                *c.reloads.entry(reason.kind.as_str()).or_default() += 1;
+            }
         });
     }
 
-    pub fn reloads(&self, n: u64) {
-        self.with(|c| c.reloads += n);
+    /// A reload made outside an apply (certificate fallback, a client's request...).
+    pub fn reload(&self, kind: ReloadKind) {
+        self.with(|c| *c.reloads.entry(kind.as_str()).or_default() += 1);
     }
 
     pub fn batch(&self, changes: usize) {
@@ -133,13 +138,14 @@ impl Metrics {
         );
         let _ = writeln!(out, "hapctl_apply_duration_seconds_sum {}", c.apply_sum);
         let _ = writeln!(out, "hapctl_apply_duration_seconds_count {}", c.apply_count);
+        // Every reason, 0 included: a series that appears late breaks rate() and alerts.
+        let _ = writeln!(out, "# HELP hapctl_reloads_total HAProxy reloads hapctl made, by reason.\n# TYPE hapctl_reloads_total counter");
+        for kind in ReloadKind::ALL {
+            let n = c.reloads.get(kind.as_str()).copied().unwrap_or(0);
+            let _ = writeln!(out, "hapctl_reloads_total{{reason=\"{}\"}} {n}", kind.as_str());
+        }
         for (name, help, value) in [
             ("hapctl_haproxy_checks_total", "haproxy -c runs.", c.checks),
-            (
-                "hapctl_reloads_total",
-                "HAProxy reloads requested by hapctl.",
-                c.reloads,
-            ),
             (
                 "hapctl_domain_changes_total",
                 "Domain changes applied (several may share one apply).",

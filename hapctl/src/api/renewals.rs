@@ -60,6 +60,9 @@ impl Drop for Permit<'_> {
 pub fn record(metrics: &Metrics, outcomes: &[RenewOutcome]) {
     for o in outcomes {
         metrics.renewal(&o.name, o.error.is_none());
+        for _ in 0..o.report.as_ref().map_or(0, |r| r.reloads) {
+            metrics.reload(crate::haproxy::ReloadKind::CertificateFallback);
+        }
         match (&o.report, &o.error) {
             (_, Some(error)) => tracing::warn!(
                 certificate = %o.name,

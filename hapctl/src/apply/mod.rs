@@ -8,109 +8,33 @@
 //! rolls the desired-state change back, and the outcome says exactly what happened.
 
 mod layout;
+mod report;
 mod snapshot;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde::Serialize;
 
 use crate::blocks::{Blocks, WorkerMap};
-use crate::clock::{unix_millis, unix_now};
+use crate::clock::unix_now;
 use crate::fault;
 use crate::fsutil::{self, LockFile};
-use crate::haproxy::{CliSocket, Master, ReloadError, RuntimeMap, Supervisor, Validator, Verdict};
+use crate::haproxy::{
+    CliSocket, Master, ReloadError, ReloadKind, ReloadReason, RuntimeMap, Supervisor, Validator,
+    Verdict,
+};
 use crate::render::{self, FileId, RenderError, Templates};
 use crate::settings::Settings;
-use crate::store::{ApplyRecord, Store, StoreError, Tx};
+use crate::store::{Store, StoreError, Tx};
 use crate::tls::Certs;
 
 pub use layout::LayoutMismatch;
+pub use report::{ApplyReport, Outcome, Step};
+use report::{reason_for_files, record, Progress};
 pub use snapshot::{KnownGood, Snapshot};
 
 /// How long an apply waits for another one to finish.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// What an apply did. Only `Applied` and `Unchanged` leave the desired-state change committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// The new set validated, loaded, and is the known-good set now.
-    Applied,
-    /// The rendered set equals the live one: nothing ran.
-    Unchanged,
-    /// `haproxy -c` refused the new set (or the files could not be written); the known-good
-    /// set was restored.
-    Rejected,
-    /// `haproxy -c` could not run, so the new set cannot be trusted; nothing changed.
-    ValidatorUnavailable,
-    /// The set validated but the reload failed; the known-good set was restored and reloaded.
-    ReloadFailedRolledBack,
-    /// Restoring the known-good set failed: the edge needs a person.
-    RollbackFailed,
-    /// History only: an apply killed half-way was undone by the next command.
-    Recovered,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "applied",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Rejected => "rejected",
-            Outcome::ValidatorUnavailable => "validator-unavailable",
-            Outcome::ReloadFailedRolledBack => "reload-failed-rolled-back",
-            Outcome::RollbackFailed => "rollback-failed",
-            Outcome::Recovered => "recovered",
-        }
-    }
-
-    pub fn is_success(self) -> bool {
-        matches!(self, Outcome::Applied | Outcome::Unchanged)
-    }
-
-    /// Process exit code for this outcome (documented in `hapctl --help`).
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Outcome::Applied | Outcome::Unchanged | Outcome::Recovered => 0,
-            Outcome::Rejected => 3,
-            Outcome::ValidatorUnavailable => 4,
-            Outcome::ReloadFailedRolledBack => 5,
-            Outcome::RollbackFailed => 6,
-        }
-    }
-}
-
-/// The full account of one apply.
-#[derive(Debug, Clone, Serialize)]
-pub struct ApplyReport {
-    pub outcome: Outcome,
-    /// One sentence for people.
-    pub message: String,
-    /// HAProxy's own lines (ALERTs with file and line) when it refused something.
-    pub haproxy_messages: Vec<String>,
-    pub changed_files: Vec<&'static str>,
-    /// Unix time in milliseconds at which the apply started.
-    pub started_at_ms: i64,
-    /// `haproxy -c` runs made by this apply.
-    pub checks: u32,
-    pub reloads: u32,
-    #[serde(serialize_with = "as_millis")]
-    pub duration: Duration,
-    /// Time spent in each step, in order.
-    pub steps: Vec<Step>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Step {
-    pub name: &'static str,
-    #[serde(serialize_with = "as_millis")]
-    pub duration: Duration,
-}
-
-fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1000.0)
-}
 
 /// Failures that stop an apply before it touched the edge (or, for `Io`, while restoring what
 /// it touched: see the message).
@@ -150,79 +74,6 @@ pub struct Applier<'a> {
     templates: &'a Templates,
     validator: Validator,
     master: Master,
-}
-
-/// Collects the account of an apply as it goes.
-struct Progress {
-    started: Instant,
-    started_at_ms: i64,
-    last: Instant,
-    steps: Vec<Step>,
-    checks: u32,
-    reloads: u32,
-    changed: Vec<FileId>,
-}
-
-impl Progress {
-    fn new() -> Progress {
-        let now = Instant::now();
-        Progress {
-            started: now,
-            started_at_ms: unix_millis(),
-            last: now,
-            steps: Vec::new(),
-            checks: 0,
-            reloads: 0,
-            changed: Vec::new(),
-        }
-    }
-
-    fn step(&mut self, name: &'static str) {
-        let now = Instant::now();
-        self.steps.push(Step {
-            name,
-            duration: now - self.last,
-        });
-        self.last = now;
-    }
-
-    fn report(
-        self,
-        outcome: Outcome,
-        message: String,
-        haproxy_messages: Vec<String>,
-    ) -> ApplyReport {
-        ApplyReport {
-            outcome,
-            message,
-            haproxy_messages,
-            changed_files: self.changed.iter().map(|id| id.name()).collect(),
-            started_at_ms: self.started_at_ms,
-            checks: self.checks,
-            reloads: self.reloads,
-            duration: self.started.elapsed(),
-            steps: self.steps,
-        }
-    }
-}
-
-fn record(report: &ApplyReport, trigger: &str) -> ApplyRecord {
-    let mut message = report.message.clone();
-    for line in &report.haproxy_messages {
-        message.push('\n');
-        message.push_str(line);
-    }
-    ApplyRecord {
-        id: 0,
-        started_at_ms: report.started_at_ms,
-        duration_ms: report.duration.as_millis() as i64,
-        trigger: trigger.to_string(),
-        outcome: report.outcome.as_str().to_string(),
-        message,
-        checks: report.checks as i64,
-        reloads: report.reloads as i64,
-        changed_files: report.changed_files.iter().map(|s| s.to_string()).collect(),
-    }
 }
 
 /// What the apply marker says about the apply that wrote it.
@@ -340,6 +191,7 @@ impl<'a> Applier<'a> {
         let target = self.rollback_target(&live, &mut p)?;
         p.step("snapshot");
 
+        let mut runtime_failure = None;
         if !stale_worker
             && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
             && self.master.show_proc().is_ok()
@@ -359,9 +211,10 @@ impl<'a> Applier<'a> {
                     );
                     return Ok((p.report(Outcome::Applied, message, vec![]), Some(new)));
                 }
-                Err(e) => tracing::warn!(
-                    "runtime map change failed ({e}); checking and reloading instead"
-                ),
+                Err(e) => {
+                    tracing::warn!("runtime map change failed ({e}); checking and reloading instead");
+                    runtime_failure = Some(e.to_string());
+                }
             }
         }
 
@@ -417,12 +270,15 @@ impl<'a> Applier<'a> {
         if running {
             fault::point("before-reload");
             self.write_marker(Phase::Reloading)?;
-            p.reloads += 1;
+            p.reload(reason_for_files(&p.changed, runtime_failure.as_deref()));
             let map_before = blocks.file_now();
             let reload = self.master.reload(self.settings.haproxy.reload_timeout);
             p.step("reload");
             if let Err(e) = reload {
-                p.reloads += 1;
+                p.reload(ReloadReason::new(
+                    ReloadKind::Rollback,
+                    format!("the reload of the new set failed ({e})"),
+                ));
                 let (outcome, restored) =
                     self.restore(&target, true, Outcome::ReloadFailedRolledBack);
                 let message = format!("the reload failed ({e}); {restored}");
@@ -582,7 +438,12 @@ impl<'a> Applier<'a> {
         let report = match known_good {
             Some(snapshot) => {
                 let reload_back = phase == Phase::Reloading && self.master_answers_eventually();
-                p.reloads += reload_back as u32;
+                if reload_back {
+                    p.reload(ReloadReason::new(
+                        ReloadKind::Recovery,
+                        "an apply was killed while HAProxy was reloading its files",
+                    ));
+                }
                 let (outcome, message) = self.restore(&snapshot, reload_back, Outcome::Recovered);
                 p.report(outcome, format!("an earlier apply was interrupted; {message}"), vec![])
             }

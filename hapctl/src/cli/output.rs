@@ -147,8 +147,13 @@ fn print_master(status: &Status) {
                 );
             }
             for w in &procs.old_workers {
+                let draining = status.draining.iter().find(|d| d.pid == w.pid);
+                let connections = match draining.and_then(|d| d.connections) {
+                    Some(n) => format!("draining, {n} connection(s) left"),
+                    None => "exiting".into(),
+                };
                 println!(
-                    "  old worker PID {:<8} reloads {:<4} up {}",
+                    "  old worker PID {:<8} reloads {:<4} up {}, {connections}",
                     w.pid, w.reloads, w.uptime
                 );
             }
@@ -216,6 +221,9 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             a.reloads,
             a.trigger
         );
+        for reason in &a.reload_reasons {
+            println!("    reload: {reason}");
+        }
     }
     Ok(())
 }

@@ -365,6 +365,7 @@ impl Edge {
             checks: 0,
             reloads: 0,
             changed_files: vec![],
+            reload_reasons: vec![],
         })?)
     }
 

@@ -119,6 +119,15 @@ impl Master {
         Ok(ProcList::parse(&self.socket.command("show proc")?)?)
     }
 
+    /// Connections a worker still serves (`@!PID show info`: `CurrConns`): how far an old
+    /// worker is from the end of its soft stop. `None` when it does not answer (exiting).
+    pub fn worker_connections(&self, pid: i32) -> Option<u64> {
+        let info = self.socket.command(&format!("@!{pid} show info")).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("CurrConns:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     /// `show_proc` bounded by `bound` instead of the socket's own timeout.
     pub(crate) fn show_proc_within(&self, bound: Duration) -> Result<ProcList, MasterError> {
         let socket = self.socket.with_timeout(bound);

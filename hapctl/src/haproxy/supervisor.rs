@@ -93,6 +93,16 @@ pub struct Status {
     pub master_pid: Option<i32>,
     /// The master's process list, when its socket answers.
     pub procs: Option<ProcList>,
+    /// Old workers still finishing their connections after a reload.
+    pub draining: Vec<Draining>,
+}
+
+/// An old worker in its soft stop.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Draining {
+    pub pid: i32,
+    /// Connections it still serves (`None`: it did not answer, it is exiting).
+    pub connections: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,7 +384,16 @@ impl Supervisor {
     }
 
     pub fn status(&self) -> Status {
-        let procs = self.master().show_proc().ok();
+        let master = self.master();
+        let procs = master.show_proc().ok();
+        let draining = procs
+            .iter()
+            .flat_map(|p| &p.old_workers)
+            .map(|w| Draining {
+                pid: w.pid,
+                connections: master.worker_connections(w.pid),
+            })
+            .collect();
         let master_pid = match self {
             Supervisor::Direct { .. } => self.pidfile_pid(),
             Supervisor::Systemd { unit, .. } => systemd_main_pid(unit).ok().flatten(),
@@ -384,6 +403,7 @@ impl Supervisor {
             running: master_pid.is_some(),
             master_pid,
             procs,
+            draining,
         }
     }
 

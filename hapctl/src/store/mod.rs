@@ -88,6 +88,8 @@ pub struct ApplyRecord {
     pub checks: i64,
     pub reloads: i64,
     pub changed_files: Vec<String>,
+    /// One `kind: detail` per reload, in order.
+    pub reload_reasons: Vec<String>,
 }
 
 /// The database: desired state and history, plus the blocks in their own file.
@@ -242,11 +244,12 @@ impl Store {
     /// Newest first.
     pub fn applies(&self, limit: usize) -> Result<Vec<ApplyRecord>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files
+            "SELECT id, started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files, reload_reasons
              FROM applies ORDER BY id DESC LIMIT ?1",
         )?;
         let rows = stmt.query_map([limit as i64], |r| {
             let files: String = r.get(8)?;
+            let reasons: String = r.get(9)?;
             Ok(ApplyRecord {
                 id: r.get(0)?,
                 started_at_ms: r.get(1)?,
@@ -257,6 +260,7 @@ impl Store {
                 checks: r.get(6)?,
                 reloads: r.get(7)?,
                 changed_files: files.split_whitespace().map(String::from).collect(),
+                reload_reasons: reasons.lines().map(String::from).collect(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -457,8 +461,8 @@ impl Tx<'_> {
 
     pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
         self.tx.execute(
-            "INSERT INTO applies (started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO applies (started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files, reload_reasons)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 rec.started_at_ms,
                 rec.duration_ms,
@@ -467,7 +471,8 @@ impl Tx<'_> {
                 rec.message,
                 rec.checks,
                 rec.reloads,
-                rec.changed_files.join(" ")
+                rec.changed_files.join(" "),
+                rec.reload_reasons.join("\n")
             ],
         )?;
         Ok(())
@@ -645,6 +650,7 @@ mod tests {
                     checks: 1,
                     reloads: 0,
                     changed_files: vec!["haproxy.cfg".into(), "maps/hosts.map".into()],
+                    reload_reasons: vec!["config: haproxy.cfg changed".into()],
                 })
                 .unwrap();
         }

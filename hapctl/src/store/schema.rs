@@ -101,6 +101,8 @@ CREATE TABLE suspended_domains (
     "ALTER TABLE servers ADD COLUMN extra_options TEXT NOT NULL DEFAULT '';",
     // Per-request SSE routing to the domain's long-lived twin backend (0 off, 1 on).
     "ALTER TABLE domains ADD COLUMN sse_routing INTEGER NOT NULL DEFAULT 0;",
+    // Why each reload of an apply was made, one `kind: detail` per line.
+    "ALTER TABLE applies ADD COLUMN reload_reasons TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main
@@ -116,4 +118,5 @@ CREATE TABLE blocks (
 );
 "#,
     super::ids::BLOCK_MIGRATION,
+    super::blocks::MIGRATION,
 ];

@@ -22,7 +22,9 @@ use super::x509::{self, CertInfo};
 use crate::clock::{unix_millis, unix_now};
 use crate::fault;
 use crate::fsutil::{self, LockError, LockFile};
-use crate::haproxy::{CliSocket, Master, RuntimeCerts, RuntimeError, Validator, Verdict};
+use crate::haproxy::{
+    CliSocket, Master, ReloadKind, ReloadReason, RuntimeCerts, RuntimeError, Validator, Verdict,
+};
 use crate::model::{CertName, CertSource};
 use crate::render::{FileId, HEADER};
 use crate::settings::Settings;
@@ -441,6 +443,7 @@ impl<'a> Certs<'a> {
         let paths = &self.settings.paths;
         report.checks += 1;
         let verdict = Validator::from_settings(self.settings).check(&paths.config_files());
+        let reloading = matches!(verdict, Verdict::Valid);
         let result = match verdict {
             Verdict::Valid => {
                 report.reloads += 1;
@@ -473,6 +476,14 @@ impl<'a> Certs<'a> {
             checks: 1,
             reloads: report.reloads as i64,
             changed_files: vec![],
+            reload_reasons: match reloading {
+                true => vec![ReloadReason::new(
+                    ReloadKind::CertificateFallback,
+                    format!("{what}: the runtime install failed ({why})"),
+                )
+                .to_string()],
+                false => vec![],
+            },
         })?;
         result.map_err(|message| CertError::NotServed {
             name: report.name.to_string(),

@@ -59,7 +59,7 @@ async fn master_reload(app: &AppState) -> Result<(), ApiError> {
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(format!("HAProxy reload failed: {e}")))?;
-    app.0.metrics.reloads(1);
+    app.0.metrics.reload(crate::haproxy::ReloadKind::Requested);
     Ok(())
 }
 
