@@ -118,5 +118,4 @@ CREATE TABLE blocks (
 );
 "#,
     super::ids::BLOCK_MIGRATION,
-    super::blocks::MIGRATION,
 ];
