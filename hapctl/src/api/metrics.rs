@@ -39,6 +39,7 @@ struct Counters {
     renewal_failures: BTreeMap<CertName, u64>,
     haproxy_restarts: u64,
     haproxy_failed_starts: u64,
+    runtime_check_failures: u64,
 }
 
 #[derive(Default)]
@@ -68,6 +69,11 @@ impl Metrics {
                 *c.reloads.entry(reason.kind.as_str()).or_default() += 1;
             }
         });
+    }
+
+    /// The background `haproxy -c` of a runtime-changed set refused it: a defect.
+    pub fn runtime_check_failed(&self) {
+        self.with(|c| c.runtime_check_failures += 1);
     }
 
     /// A reload made outside an apply (certificate fallback, a client's request...).
@@ -142,7 +148,11 @@ impl Metrics {
         let _ = writeln!(out, "# HELP hapctl_reloads_total HAProxy reloads hapctl made, by reason.\n# TYPE hapctl_reloads_total counter");
         for kind in ReloadKind::ALL {
             let n = c.reloads.get(kind.as_str()).copied().unwrap_or(0);
-            let _ = writeln!(out, "hapctl_reloads_total{{reason=\"{}\"}} {n}", kind.as_str());
+            let _ = writeln!(
+                out,
+                "hapctl_reloads_total{{reason=\"{}\"}} {n}",
+                kind.as_str()
+            );
         }
         for (name, help, value) in [
             ("hapctl_haproxy_checks_total", "haproxy -c runs.", c.checks),
@@ -160,6 +170,11 @@ impl Metrics {
                 "hapctl_certificate_renewals_total",
                 "Certificate renewals this daemon installed.",
                 c.renewals,
+            ),
+            (
+                "hapctl_runtime_check_failures_total",
+                "Background haproxy -c runs that refused a set changed at runtime (a defect: not promoted to known-good).",
+                c.runtime_check_failures,
             ),
             (
                 "hapctl_haproxy_restarts_total",

@@ -57,8 +57,25 @@ pub fn start(
     Ok((domain_tx, block_tx))
 }
 
+/// How long the apply worker waits for more changes before it checks a runtime-changed set.
+const CHECK_AFTER_IDLE: Duration = Duration::from_millis(200);
+
 fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metrics>) {
-    while let Ok(first) = rx.recv() {
+    edge.defer_checks();
+    loop {
+        let first = match rx.recv_timeout(CHECK_AFTER_IDLE) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                // One check for every runtime change made since the last one.
+                match edge.validate_pending() {
+                    Ok(crate::apply::PendingCheck::Refused(_)) => metrics.runtime_check_failed(),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!("the pending check of runtime changes failed: {e}"),
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         let mut jobs = vec![first];
         jobs.extend(rx.try_iter());
         let changes: Vec<DomainChange> = jobs.iter().filter_map(|j| j.change.clone()).collect();

@@ -8,12 +8,14 @@
 //! rolls the desired-state change back, and the outcome says exactly what happened.
 
 mod layout;
+mod pending;
 mod report;
+mod server_plan;
+mod server_push;
 mod snapshot;
 
 use std::path::PathBuf;
 use std::time::Duration;
-
 
 use crate::blocks::{Blocks, WorkerMap};
 use crate::clock::unix_now;
@@ -23,14 +25,16 @@ use crate::haproxy::{
     CliSocket, Master, ReloadError, ReloadKind, ReloadReason, RuntimeMap, Supervisor, Validator,
     Verdict,
 };
+use crate::model::EdgeState;
 use crate::render::{self, FileId, RenderError, Templates};
 use crate::settings::Settings;
 use crate::store::{Store, StoreError, Tx};
 use crate::tls::Certs;
 
 pub use layout::LayoutMismatch;
-pub use report::{ApplyReport, Outcome, Step};
+pub use pending::PendingCheck;
 use report::{reason_for_files, record, Progress};
+pub use report::{ApplyReport, Outcome, Step};
 pub use snapshot::{KnownGood, Snapshot};
 
 /// How long an apply waits for another one to finish.
@@ -74,6 +78,15 @@ pub struct Applier<'a> {
     templates: &'a Templates,
     validator: Validator,
     master: Master,
+}
+
+/// The set a successful apply left live.
+enum Loaded {
+    /// Checked by `haproxy -c` (or maps valid by construction): known-good now.
+    Checked(Snapshot),
+    /// Changed through the runtime API without a check: known-good once a background check
+    /// passed ([`Applier::validate_pending`]).
+    Unchecked,
 }
 
 /// What the apply marker says about the apply that wrote it.
@@ -121,21 +134,28 @@ impl<'a> Applier<'a> {
         // the set validated below carries the current blocks.
         let blocks = Blocks::new(self.settings);
         let worker = blocks.reconcile(|| store.block_keys(unix_now()), false)?;
+        // A runtime-only change since the last apply is checked and promoted first, so a
+        // rollback below goes back to a set that carries it.
+        self.validate_pending_locked()?;
         let tx = store.begin()?;
+        let before = tx.load_state()?;
         let value = change(&tx)?;
         let stale_worker = worker == WorkerMap::NotLoaded;
-        let (report, loaded) = self.converge(&tx, &blocks, stale_worker)?;
+        let (report, loaded) = self.converge(&tx, &blocks, stale_worker, &before)?;
         if report.outcome.is_success() {
             tx.record_apply(&record(&report, trigger))?;
             tx.commit()?;
             fault::point("after-commit");
-            if let Some(set) = loaded {
-                KnownGood::new(&self.settings.paths)
-                    .promote(&set)
-                    .map_err(io_context(
-                        "the change is live but promoting it to known-good failed",
-                    ))?;
-                self.clear_marker()?;
+            match loaded {
+                Some(Loaded::Checked(set)) => {
+                    self.promote(&set)?;
+                    self.clear_marker()?;
+                }
+                Some(Loaded::Unchecked) => {
+                    self.mark_unchecked()?;
+                    self.clear_marker()?;
+                }
+                None => {}
             }
             Ok((report, Some(value)))
         } else {
@@ -158,7 +178,8 @@ impl<'a> Applier<'a> {
         tx: &Tx,
         blocks: &Blocks,
         stale_worker: bool,
-    ) -> Result<(ApplyReport, Option<Snapshot>), ApplyError> {
+        before: &EdgeState,
+    ) -> Result<(ApplyReport, Option<Loaded>), ApplyError> {
         let mut p = Progress::new();
         let state = tx.load_state()?;
         let new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
@@ -192,6 +213,17 @@ impl<'a> Applier<'a> {
         p.step("snapshot");
 
         let mut runtime_failure = None;
+        if !stale_worker {
+            match self.runtime_servers(before, &state, &new, &live, &mut p)? {
+                Ok(message) => {
+                    return Ok((
+                        p.report(Outcome::Applied, message, vec![]),
+                        Some(Loaded::Unchecked),
+                    ))
+                }
+                Err(failure) => runtime_failure = failure,
+            }
+        }
         if !stale_worker
             && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
             && self.master.show_proc().is_ok()
@@ -209,10 +241,15 @@ impl<'a> Applier<'a> {
                         "{} changed through the runtime API (read back), no reload",
                         names.join(", ")
                     );
-                    return Ok((p.report(Outcome::Applied, message, vec![]), Some(new)));
+                    return Ok((
+                        p.report(Outcome::Applied, message, vec![]),
+                        Some(Loaded::Checked(new)),
+                    ));
                 }
                 Err(e) => {
-                    tracing::warn!("runtime map change failed ({e}); checking and reloading instead");
+                    tracing::warn!(
+                        "runtime map change failed ({e}); checking and reloading instead"
+                    );
                     runtime_failure = Some(e.to_string());
                 }
             }
@@ -301,7 +338,10 @@ impl<'a> Applier<'a> {
                 changed.join(", ")
             )
         };
-        Ok((p.report(Outcome::Applied, message, vec![]), Some(new)))
+        Ok((
+            p.report(Outcome::Applied, message, vec![]),
+            Some(Loaded::Checked(new)),
+        ))
     }
 
     /// Replaces each changed map in the running worker and reads it back. The maps are

@@ -172,10 +172,13 @@ pub(super) fn record(report: &ApplyReport, trigger: &str) -> ApplyRecord {
         checks: report.checks as i64,
         reloads: report.reloads as i64,
         changed_files: report.changed_files.iter().map(|s| s.to_string()).collect(),
-        reload_reasons: report.reload_reasons.iter().map(ReloadReason::to_string).collect(),
+        reload_reasons: report
+            .reload_reasons
+            .iter()
+            .map(ReloadReason::to_string)
+            .collect(),
     }
 }
-
 
 /// The reason for reloading after `changed` files were written: the files a reload alone
 /// loads, or, when every one was a runtime map, why the runtime change failed.
@@ -186,7 +189,7 @@ pub(super) fn reason_for_files(changed: &[FileId], runtime_failure: Option<&str>
         .map(|id| id.name())
         .collect();
     match (reload_only.is_empty(), runtime_failure) {
-        (true, Some(e)) => ReloadReason::new(
+        (_, Some(e)) => ReloadReason::new(
             ReloadKind::RuntimeFailed,
             format!("the runtime change of {} failed ({e})", names(changed)),
         ),
@@ -196,13 +199,19 @@ pub(super) fn reason_for_files(changed: &[FileId], runtime_failure: Option<&str>
         ),
         (false, _) => ReloadReason::new(
             ReloadKind::Config,
-            format!("{} changed, which only a reload loads", reload_only.join(", ")),
+            format!(
+                "{} changed, which only a reload loads",
+                reload_only.join(", ")
+            ),
         ),
     }
 }
 
 fn names(ids: &[FileId]) -> String {
-    ids.iter().map(|id| id.name()).collect::<Vec<_>>().join(", ")
+    ids.iter()
+        .map(|id| id.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -205,6 +205,8 @@ pub struct Edge {
     pub settings: Settings,
     templates: Templates,
     store: Store,
+    /// Runtime-only changes are checked by the caller later ([`Edge::defer_checks`]).
+    defer_checks: bool,
 }
 
 impl Edge {
@@ -229,6 +231,7 @@ impl Edge {
             settings,
             templates,
             store,
+            defer_checks: false,
         })
     }
 
@@ -499,7 +502,24 @@ impl Edge {
         change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), EdgeError> {
         let applier = Applier::new(&self.settings, &self.templates);
-        Ok(applier.apply(&mut self.store, trigger, change)?)
+        let result = applier.apply(&mut self.store, trigger, change)?;
+        // A runtime-only change is checked right after it is in effect, unless the daemon
+        // coalesces those checks in the background.
+        if !self.defer_checks {
+            applier.validate_pending()?;
+        }
+        Ok(result)
+    }
+
+    /// Checks and promotes a set changed at runtime, if one waits (the daemon's background
+    /// check; see `apply::PendingCheck`).
+    pub fn validate_pending(&self) -> Result<crate::apply::PendingCheck, EdgeError> {
+        Ok(Applier::new(&self.settings, &self.templates).validate_pending()?)
+    }
+
+    /// Leaves the checks of runtime-only changes to [`Edge::validate_pending`] (the daemon).
+    pub fn defer_checks(&mut self) {
+        self.defer_checks = true;
     }
 
     /// The committed desired state (expired blocks left out).

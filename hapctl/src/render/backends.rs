@@ -11,7 +11,7 @@ const SSE_TWIN: &str = "    balance roundrobin\n    timeout server 6h\n    timeo
 
 /// The twin backend's name. `_` never occurs in a domain name and app backends may not start
 /// with `d_`/`w_`, so it cannot collide with another backend.
-pub(super) fn sse_twin(domain: &Domain) -> String {
+pub fn sse_twin(domain: &Domain) -> String {
     format!("{}_sse", domain.backend_name())
 }
 

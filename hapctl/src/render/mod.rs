@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::model::{BlockKey, Domain, EdgeState};
 use crate::settings::Settings;
 
+pub use backends::sse_twin;
 pub use fileset::{FileId, FileSet, SetFile};
 pub use logging::LOG_LEN;
 pub use templates::{TemplateError, Templates};

@@ -1,0 +1,95 @@
+//! A set changed through the runtime API without a check becomes known-good only once a
+//! `haproxy -c` of it passed: coalesced in the background by the daemon, at the end of a CLI
+//! command, and before the next apply (so that apply's rollback target carries it). A failure
+//! is a defect (the typed model rendered something HAProxy refuses): an alarm, never promoted.
+
+use crate::fsutil::{self, LockFile};
+use crate::haproxy::Verdict;
+
+use super::{io_context, Applier, ApplyError, KnownGood, Snapshot, LOCK_TIMEOUT};
+
+/// What a pending check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingCheck {
+    /// Nothing was waiting for a check.
+    Nothing,
+    /// The live set passed and is known-good now.
+    Promoted,
+    /// HAProxy refused the live set: a defect, reported in `run/check-failed`.
+    Refused(Vec<String>),
+}
+
+impl Applier<'_> {
+    /// Checks and promotes a runtime-changed live set, if one waits (takes the apply lock).
+    pub fn validate_pending(&self) -> Result<PendingCheck, ApplyError> {
+        if !self.unchecked_marker().exists() {
+            return Ok(PendingCheck::Nothing);
+        }
+        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
+        self.validate_pending_locked()
+    }
+
+    pub(super) fn validate_pending_locked(&self) -> Result<PendingCheck, ApplyError> {
+        if !self.unchecked_marker().exists() {
+            return Ok(PendingCheck::Nothing);
+        }
+        let paths = &self.settings.paths;
+        let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
+        let files = live.config_paths(paths);
+        let files: Vec<&std::path::Path> = files.iter().map(|p| p.as_path()).collect();
+        let verdict = self.validator.check(&files);
+        let result = match verdict {
+            Verdict::Valid => {
+                self.promote(&live)?;
+                PendingCheck::Promoted
+            }
+            Verdict::Invalid { messages } => {
+                tracing::error!(
+                    "DEFECT: HAProxy refuses the set hapctl changed at runtime; it is not promoted to known-good: {}",
+                    messages.join(" | ")
+                );
+                fsutil::write_atomic(
+                    &self.check_failed_marker(),
+                    messages.join("\n").as_bytes(),
+                    0o600,
+                )
+                .map_err(io_context("cannot write the check-failed alarm"))?;
+                PendingCheck::Refused(messages)
+            }
+            // Not a verdict on the set: it stays pending, checked again next time.
+            Verdict::Unavailable { reason } => {
+                tracing::warn!(
+                    "the pending check of the runtime-changed set could not run: {reason}"
+                );
+                return Ok(PendingCheck::Nothing);
+            }
+        };
+        fsutil::remove_durable(&self.unchecked_marker())
+            .map_err(io_context("cannot remove the unchecked marker"))?;
+        Ok(result)
+    }
+
+    /// The live set is known-good from now on; a check-failed alarm ends with it.
+    pub(super) fn promote(&self, set: &Snapshot) -> Result<(), ApplyError> {
+        KnownGood::new(&self.settings.paths)
+            .promote(set)
+            .map_err(io_context(
+                "the change is live but promoting it to known-good failed",
+            ))?;
+        fsutil::remove_durable(&self.check_failed_marker())
+            .map_err(io_context("cannot remove the check-failed alarm"))
+    }
+
+    pub(super) fn mark_unchecked(&self) -> Result<(), ApplyError> {
+        fsutil::write_atomic(&self.unchecked_marker(), b"", 0o600)
+            .map_err(io_context("cannot write the unchecked marker"))
+    }
+
+    fn unchecked_marker(&self) -> std::path::PathBuf {
+        self.settings.paths.run_dir.join("unchecked")
+    }
+
+    fn check_failed_marker(&self) -> std::path::PathBuf {
+        self.settings.paths.run_dir.join("check-failed")
+    }
+}

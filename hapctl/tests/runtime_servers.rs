@@ -1,0 +1,181 @@
+//! A domain's servers changed through the runtime API: added, re-weighted and removed with
+//! 0 `haproxy -c` and 0 reloads in the apply, the files written first and read back, the
+//! removed server drained of its stream before it goes, the set checked and promoted to
+//! known-good after, and files and worker equal across the next reload. Real HAProxy.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{demo_app_bin, free_port, Edge, Stream};
+use hapctl::haproxy::{CliSocket, RuntimeServers};
+use serde_json::Value;
+
+const HOST: &str = "shop.example.com";
+const BACKEND: &str = "d_shop.example.com";
+
+/// A demo-app answering `version` (and `/stream`) on a free port; killed on drop.
+struct App {
+    child: Child,
+    port: u16,
+}
+
+impl App {
+    fn start(version: &str) -> App {
+        let port = free_port();
+        let child = Command::new(demo_app_bin())
+            .args(["--version", version, "--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        App { child, port }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn apply_json(edge: &Edge, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    serde_json::from_str(&edge.ok(&args)).unwrap()
+}
+
+fn versions_served(edge: &Edge, n: usize) -> Vec<String> {
+    let mut seen: Vec<String> = (0..n)
+        .map(|_| edge.get(HOST, "/version").body.trim().to_string())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
+}
+
+fn worker_servers(edge: &Edge) -> std::collections::BTreeMap<String, hapctl::haproxy::ServerState> {
+    RuntimeServers::new(CliSocket::new(
+        edge.path("run/admin.sock"),
+        Duration::from_secs(5),
+    ))
+    .state(BACKEND)
+    .unwrap()
+}
+
+#[test]
+fn servers_change_at_runtime_and_the_files_say_the_same() {
+    let edge = Edge::started();
+    let (a, b) = (App::start("a"), App::start("b"));
+    edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
+    let reloads = edge.show_proc().master.reloads;
+
+    // Add a second server: the worker takes it, no check, no reload.
+    let report = apply_json(
+        &edge,
+        &[
+            "domain",
+            "add",
+            HOST,
+            "--server",
+            &a.addr(),
+            "--server",
+            &b.addr(),
+        ],
+    );
+    assert_eq!(report["outcome"], "applied", "{report}");
+    assert_eq!(
+        (report["checks"].as_u64(), report["reloads"].as_u64()),
+        (Some(0), Some(0)),
+        "{report}"
+    );
+    assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+    assert_eq!(versions_served(&edge, 20), ["a", "b"]);
+    let config = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap();
+    assert!(
+        config.contains(&format!("server s2 {}", b.addr())),
+        "the file first"
+    );
+    // The CLI checked the changed set after it was in effect: known-good again.
+    let status: Value = serde_json::from_str(&edge.ok(&["status", "--json"])).unwrap();
+    assert_eq!(status["live_is_known_good"], true, "{status}");
+
+    // Weight 0 on s1: everything goes to s2, still without a reload.
+    let report = apply_json(
+        &edge,
+        &[
+            "domain",
+            "add",
+            HOST,
+            "--server",
+            &format!("{},weight=0", a.addr()),
+            "--server",
+            &b.addr(),
+        ],
+    );
+    assert_eq!(report["reloads"], 0, "{report}");
+    assert_eq!(versions_served(&edge, 10), ["b"]);
+    assert_eq!(worker_servers(&edge)["s1"].weight, 0);
+
+    // Remove s2 while a stream runs on it: the apply waits until the stream ended.
+    let stream = Stream::open(edge.port, HOST, 15, 100);
+    let report = apply_json(&edge, &["domain", "add", HOST, "--server", &a.addr()]);
+    assert_eq!(report["reloads"], 0, "{report}");
+    assert_eq!(
+        stream.finish().unwrap().len(),
+        15,
+        "the stream on the removed server ended whole"
+    );
+    assert!(
+        !report["message"].as_str().unwrap().contains("draining"),
+        "{report}"
+    );
+    assert!(!worker_servers(&edge).contains_key("s2"));
+    assert_eq!(versions_served(&edge, 5), ["a"]);
+    assert_eq!(edge.show_proc().master.reloads, reloads, "still no reload");
+
+    // A change only a reload loads (another domain): the new worker reads the same servers
+    // from the files.
+    edge.ok(&["domain", "add", "other.example.com", "--server", &b.addr()]);
+    assert_eq!(edge.show_proc().master.reloads, reloads + 1);
+    let after = worker_servers(&edge);
+    assert_eq!(after.keys().collect::<Vec<_>>(), ["s1"]);
+    assert_eq!(after["s1"].weight, 1);
+    assert_eq!(versions_served(&edge, 5), ["a"]);
+}
+
+#[test]
+fn a_server_change_the_runtime_cannot_take_reloads_and_says_why() {
+    let edge = Edge::started();
+    let a = App::start("a");
+    edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
+    // Turning checks off is another server line: only a reload loads it.
+    let report = apply_json(
+        &edge,
+        &[
+            "domain",
+            "add",
+            HOST,
+            "--server",
+            &format!("{},nocheck", a.addr()),
+        ],
+    );
+    assert_eq!(report["reloads"], 1, "{report}");
+    assert_eq!(
+        report["reload_reasons"][0]["detail"], "haproxy.cfg changed, which only a reload loads",
+        "{report}"
+    );
+    assert_eq!(versions_served(&edge, 3), ["a"]);
+}
