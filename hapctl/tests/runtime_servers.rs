@@ -179,3 +179,44 @@ fn a_server_change_the_runtime_cannot_take_reloads_and_says_why() {
     );
     assert_eq!(versions_served(&edge, 3), ["a"]);
 }
+
+/// A kill at `point` of a runtime server change; the next command recovers: the worker and
+/// the files are the known-good set again (the change was not committed), and serve it.
+fn killed_at(point: &str) {
+    let edge = Edge::started();
+    let (a, b) = (App::start("a"), App::start("b"));
+    edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
+    let known_good = std::fs::read(edge.path("live/haproxy.cfg")).unwrap();
+
+    let mut cmd = edge.command(&["domain", "add", HOST, "--server", &a.addr(), "--server", &b.addr()]);
+    cmd.env("HAPCTL_FAULT", point);
+    let out = common::run_bounded(cmd, Duration::from_secs(60));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}: {}", common::describe(&out));
+
+    let report = apply_json(&edge, &["apply"]);
+    assert_eq!(report["outcome"], "unchanged", "{point}: {report}");
+    assert_eq!(
+        std::fs::read(edge.path("live/haproxy.cfg")).unwrap(),
+        known_good,
+        "{point}: the files are the known-good set"
+    );
+    assert_eq!(
+        worker_servers(&edge).keys().collect::<Vec<_>>(),
+        ["s1"],
+        "{point}: the worker agrees with the files"
+    );
+    assert_eq!(versions_served(&edge, 10), ["a"], "{point}");
+    let history = edge.ok(&["status"]);
+    assert!(history.contains("recovered"), "{point}: {history}");
+}
+
+#[test]
+fn a_kill_after_the_files_of_a_runtime_server_change_recovers() {
+    killed_at("runtime-servers:after-write");
+}
+
+#[test]
+fn a_kill_after_the_runtime_change_before_the_commit_recovers() {
+    killed_at("runtime-servers:after-push");
+}

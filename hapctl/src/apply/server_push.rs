@@ -145,6 +145,7 @@ impl super::Applier<'_> {
         p.step("write");
         match push(&self.settings.paths.admin_socket, &ops, state) {
             Ok(pushed) => {
+                crate::fault::point("runtime-servers:after-push");
                 p.step("runtime");
                 let mut message = format!(
                     "{} server change(s) through the runtime API (read back), no check, no reload",
