@@ -13,6 +13,7 @@ mod compat;
 mod error;
 mod limits;
 mod metrics;
+mod notify;
 mod policies;
 mod profiles;
 mod renewals;
@@ -201,6 +202,9 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
+    // Read (and removed from the environment) before any thread exists.
+    let notifier = Arc::new(notify::Notifier::from_env());
+    notifier.status("starting: bringing HAProxy to the committed state");
     let mut edge = Edge::open(state_dir)?;
     let listen = options.listen.unwrap_or(edge.settings.api.listen);
     let token = if options.no_auth {
@@ -281,8 +285,12 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
             })?;
         tracing::info!("hapctl API listening on {listen}");
         eprintln!("hapctl API listening on http://{listen}");
+        notify::announce_ready(&notifier, &app, listen);
         axum::serve(listener, routes::router(app))
-            .with_graceful_shutdown(shutdown_signal())
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                notifier.stopping();
+            })
             .await
             .map_err(ServeError::Server)
     })

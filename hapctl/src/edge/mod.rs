@@ -13,7 +13,7 @@ use crate::model::{
     AppName, Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, ProxyPreset, Ttl, Version,
 };
 use crate::render::{self, Templates};
-use crate::settings::{Settings, SettingsError, DEFAULT_SETTINGS_TOML, SETTINGS_FILE};
+use crate::settings::{Settings, SettingsError};
 use crate::store::{ApplyRecord, DeliveryRecord, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -52,12 +52,14 @@ mod adopt;
 mod batch;
 mod certs;
 mod ids;
+mod init;
 mod limits;
 mod profiles;
 mod supervise;
 
 pub use adopt::Adoption;
 pub use batch::StateChange;
+pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
 pub use supervise::{Look, Restart, Supervision, SupervisorState, Watched};
 
@@ -66,76 +68,6 @@ pub use certs::{CertView, RenewOutcome};
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EdgeError {
     let context = context.into();
     move |source| EdgeError::Io { context, source }
-}
-
-/// Creates the state directory: settings, database and folders. `http_bind` replaces the
-/// default public listener.
-pub fn init(state_dir: &Path, force: bool, http_bind: Option<&str>) -> Result<PathBuf, EdgeError> {
-    let settings_path = state_dir.join(SETTINGS_FILE);
-    let mut text = DEFAULT_SETTINGS_TOML.to_string();
-    if let Some(bind) = http_bind {
-        text = text.replace(
-            "http_bind = \"127.0.0.1:8080\"",
-            &format!("http_bind = {}", toml_string(bind)),
-        );
-    }
-    // The workers' user is decided here, once, and written down (see `settings::Privileges`).
-    if crate::settings::user_exists(crate::settings::DEFAULT_USER) {
-        text = text.replace(
-            "\nuser = \"\"\n",
-            &format!("\nuser = {}\n", toml_string(crate::settings::DEFAULT_USER)),
-        );
-    }
-    // Parse before writing anything, so a bad value leaves no half-made state behind.
-    let label = if http_bind.is_some() {
-        Path::new("hapctl init --http-bind")
-    } else {
-        &settings_path
-    };
-    let settings = Settings::parse(state_dir, label, &text)?;
-    let exists = settings_path.exists() || settings.paths.database.exists();
-    if exists && !force {
-        return Err(EdgeError::AlreadyInitialised {
-            path: state_dir.to_path_buf(),
-        });
-    }
-    std::fs::create_dir_all(state_dir)
-        .map_err(io_err(format!("cannot create {}", state_dir.display())))?;
-    if force {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut db = settings.paths.database.clone().into_os_string();
-            db.push(suffix);
-            crate::fsutil::remove_durable(Path::new(&db))
-                .map_err(io_err("cannot remove the old database"))?;
-        }
-    }
-    for dir in [&settings.paths.run_dir, &settings.paths.journal_dir] {
-        std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
-    }
-    let mut store = Store::open(&settings.paths.database, &settings.paths.blocks_database)?;
-    crate::tls::Certs::new(&settings).ensure_files(&mut store)?;
-    write_new_token(&settings.api.token_file)?;
-    crate::fsutil::write_atomic(&settings_path, text.as_bytes(), 0o644)
-        .map_err(io_err(format!("cannot write {}", settings_path.display())))?;
-    Ok(settings_path)
-}
-
-/// A fresh random API token in a file only its owner can read.
-fn write_new_token(path: &Path) -> Result<(), EdgeError> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(io_err("cannot read /dev/urandom for the API token"))?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    // Remove first: an existing file would keep its (possibly wider) mode.
-    crate::fsutil::remove_durable(path).map_err(io_err("cannot replace the API token file"))?;
-    crate::fsutil::write_atomic(path, format!("{token}\n").as_bytes(), 0o600)
-        .map_err(io_err(format!("cannot write {}", path.display())))
-}
-
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
 }
 
 /// One change to the domains.
