@@ -8,6 +8,8 @@ mod common;
 // The container harness (a crate root finds its modules next to it, hence the path).
 #[path = "systemd_lab/container.rs"]
 mod container;
+#[path = "systemd_lab/package.rs"]
+mod package;
 #[path = "systemd_lab/probe.rs"]
 mod probe;
 
@@ -71,13 +73,20 @@ fn lab_set_up() -> (Container, String) {
         "systemd-lab: Set up {:.2} s\n{out}",
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(served(&c), "1.4.2");
+    assert_eq!(served(&c, LAB_HOST), "1.4.2");
     (c, export)
 }
 
-/// What a short request to the edge (port 80 inside) gets, trimmed; `-` when nothing answers.
-fn served(c: &Container) -> String {
-    let out = c.run("curl -sS -m 2 http://127.0.0.1/", Duration::from_secs(10));
+/// Any name: the lab serves its one application whatever the Host header says.
+const LAB_HOST: &str = "pub-maj.example";
+
+/// What a short request for `host` to the edge (port 80 inside) gets, trimmed; `-` when
+/// nothing answers.
+fn served(c: &Container, host: &str) -> String {
+    let out = c.run(
+        &format!("curl -sS -m 2 -H 'Host: {host}' http://127.0.0.1/"),
+        Duration::from_secs(10),
+    );
     if out.status.success() {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     } else {
@@ -126,10 +135,10 @@ fn designated(c: &Container) -> String {
 }
 
 /// Waits until the edge serves `version` (deadline 60 s); returns how long that took.
-fn wait_served(c: &Container, version: &str) -> Duration {
+fn wait_served(c: &Container, host: &str, version: &str) -> Duration {
     let started = Instant::now();
     loop {
-        let got = served(c);
+        let got = served(c, host);
         if got == version {
             return started.elapsed();
         }
@@ -221,7 +230,7 @@ fn the_lab_readme_works_literally_on_a_real_systemd() {
         c.read("/etc/haproxy/service.d/generation.cfg"),
         generation_cfg
     );
-    assert_eq!(served(&c), "1.6.0");
+    assert_eq!(served(&c, LAB_HOST), "1.6.0");
     let unit = c.run(
         "systemctl is-active pub-maj-app@1.7.0.service; systemctl is-enabled pub-maj-app@1.7.0.service",
         Duration::from_secs(10),
@@ -254,7 +263,7 @@ fn reboot_serves_what_generation_cfg_designates(c: &mut Container, export: &str,
     assert_eq!(designated(c), expected);
     let down = c.poweroff();
     let boot = c.boot();
-    let serving = wait_served(c, expected);
+    let serving = wait_served(c, LAB_HOST, expected);
     println!(
         "systemd-lab: power-off {:.2} s, boot {:.2} s, {expected} served {:.2} s after the boot",
         down.as_secs_f64(),
@@ -270,24 +279,31 @@ fn reboot_serves_what_generation_cfg_designates(c: &mut Container, export: &str,
     println!("systemd-lab: hapctl boot after the boot:\n{out}");
     assert_eq!(master_pid(c), master, "hapctl boot replaced the master");
     assert_eq!(running().trim(), format!("pub-maj-app@{expected}.service"));
-    assert_eq!(served(c), expected);
+    assert_eq!(served(c, LAB_HOST), expected);
 }
 
 #[test]
 fn a_killed_master_is_restarted_by_the_stock_unit() {
     let (c, _export) = lab_set_up();
-    let old = master_pid(&c);
-    let probe = Probe::start(&c, "pub-maj.example", "1.4.2");
+    kill_master_under_probe(&c, LAB_HOST, "1.4.2", "stock unit Restart=always");
+}
+
+/// `kill -9` of the master while a probe asks `host` for `body`: systemd brings HAProxy back
+/// and the probe's last requests succeed, none failed before the kill; prints the seconds
+/// without service. Returns the new master's PID.
+fn kill_master_under_probe(c: &Container, host: &str, body: &str, setting: &str) -> i32 {
+    let old = master_pid(c);
+    let probe = Probe::start(c, host, body);
     let killed_at: f64 = c
         .sh(&format!("date +%s.%N; kill -9 {old}"))
         .trim()
         .parse()
         .unwrap();
-    let new = wait_new_master(&c, old, "1.4.2");
+    let new = wait_new_master(c, old, host, body);
     std::thread::sleep(Duration::from_secs(1));
-    let log = probe.stop(&c);
+    let log = probe.stop(c);
     println!(
-        "systemd-lab: kill -9 of the master (systemd mode, stock unit Restart=always): {:.2} s without service, probe {}; master {old} -> {new}",
+        "systemd-lab: kill -9 of the master (systemd mode, {setting}): {:.2} s without service, probe {}; master {old} -> {new}",
         log.seconds_without_service(killed_at),
         log.summary()
     );
@@ -302,15 +318,16 @@ fn a_killed_master_is_restarted_by_the_stock_unit() {
         log.failures
     );
     assert_eq!(c.sh("systemctl is-active haproxy.service").trim(), "active");
+    new
 }
 
 /// Waits (60 s at most) until systemd runs a master other than `old` and the edge serves
 /// `version` again; returns the new master's PID.
-fn wait_new_master(c: &Container, old: i32, version: &str) -> i32 {
+fn wait_new_master(c: &Container, old: i32, host: &str, version: &str) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let pid = master_pid(c);
-        if pid != 0 && pid != old && served(c) == version {
+        if pid != 0 && pid != old && served(c, host) == version {
             return pid;
         }
         assert!(

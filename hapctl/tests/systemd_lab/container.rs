@@ -51,8 +51,18 @@ fn copy_file(from: &Path, to: &Path) {
 }
 
 impl Container {
-    /// A fresh copy of the image with this build installed; not booted yet.
+    /// A fresh copy of the image with this build's `hapctl` and `demo-app`; not booted yet.
     pub fn new() -> Container {
+        let c = Container::without_hapctl();
+        copy_file(
+            Path::new(env!("CARGO_BIN_EXE_hapctl")),
+            &c.root().join("usr/local/bin/hapctl"),
+        );
+        c
+    }
+
+    /// The same with `demo-app` only (hapctl comes from its Debian package).
+    pub fn without_hapctl() -> Container {
         let dir = tempfile::Builder::new()
             .prefix("hapctl-systemd-")
             .tempdir()
@@ -66,9 +76,7 @@ impl Container {
             "copying the image: {}",
             describe(&out)
         );
-        let bin = root.join("usr/local/bin");
-        copy_file(Path::new(env!("CARGO_BIN_EXE_hapctl")), &bin.join("hapctl"));
-        copy_file(&demo_app_bin(), &bin.join("demo-app"));
+        copy_file(&demo_app_bin(), &root.join("usr/local/bin/demo-app"));
         let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
         let mut cp = Command::new("cp");
         cp.arg("-a")
