@@ -348,3 +348,34 @@ fn the_access_log_rotates_at_its_size_and_keeps_n_files() {
         "`hapctl logs` reads the rotated files too"
     );
 }
+
+#[test]
+fn the_daemon_stops_at_once_under_steady_traffic() {
+    let edge = Edge::started();
+    let app = Backend::start("ok");
+    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
+    let mut daemon = Daemon::start(&edge);
+    // Requests keep the log connection busy: its reads never time out.
+    let port = edge.port;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let done = done.clone();
+        thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                burst(port, 200, "steady");
+            }
+        })
+    };
+    wait_for_lines(&edge, 200);
+    let asked = Instant::now();
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait_exit(Duration::from_secs(20));
+    let took = asked.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    traffic.join().unwrap();
+    eprintln!("SIGTERM under traffic -> exit in {took:?}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "hapctl serve did not stop within 20 s under traffic ({status:?})"
+    );
+}

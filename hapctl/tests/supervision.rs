@@ -362,6 +362,8 @@ fn an_interrupted_apply_is_recovered_before_the_restart() {
     assert!(!edge.path("run/apply.pending").exists());
     let status: Value = serde_json::from_str(&edge.ok(&["status", "--json"])).unwrap();
     assert_eq!(status["live_is_known_good"], true, "{status}");
+    // The restart's row is written after the new master serves (it carries the reconcile).
+    wait_rows(&api, "haproxy restarted", |rows| !rows.is_empty());
     let rows: Vec<Value> = history(&api).into_iter().take(3).collect();
     let outcomes: Vec<&str> = rows
         .iter()

@@ -90,7 +90,16 @@ fn read(mut stream: UnixStream, tx: &SyncSender<Vec<u8>>, stop: &AtomicBool) {
     }
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; READ_CHUNK];
+    // Under steady traffic a read never times out: a stop is also looked at between chunks,
+    // and what is already buffered is read for at most one more WAIT.
+    let mut stop_at: Option<Instant> = None;
     loop {
+        if stop.load(Ordering::SeqCst) {
+            let at = *stop_at.get_or_insert_with(|| Instant::now() + WAIT);
+            if Instant::now() >= at {
+                break;
+            }
+        }
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
