@@ -3,6 +3,8 @@
 # line printed). Installs cargo-deb first when it is missing (into ~/.cargo/bin, kept across
 # runs; about 2 minutes on 2 cores). Contents and maintainer scripts: [package.metadata.deb]
 # in hapctl/Cargo.toml and dist/; docs/production.md says how to use the package.
+# `--dev` packages the debug build the test suite already made (no release build: the
+# real-systemd suite installs that package in a container; never ship it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,11 @@ command -v dpkg-shlibdeps >/dev/null 2>&1 || {
 
 # cargo-deb builds the release binary itself (-j2: the machine's two cores are shared) and
 # packages a stripped copy (106 MB with the release profile's line tables, 18 MB without).
-out="$(cargo deb -p hapctl --locked --strip -- -j2 | tail -1)"
+if [ "${1:-}" = "--dev" ]; then
+  cargo build -j2 -p hapctl --locked
+  out="$(cargo deb -p hapctl --locked --no-build --profile dev --strip 2>/dev/null | tail -1)"
+else
+  out="$(cargo deb -p hapctl --locked --strip -- -j2 | tail -1)"
+fi
 [ -f "$out" ] || { echo "cargo deb printed no package path (got: $out)" >&2; exit 1; }
 echo "$out"

@@ -9,6 +9,8 @@ source scripts/ensure-haproxy30.sh
 cargo fmt --all -- --check
 cargo clippy -j2 --workspace --all-targets -- -D warnings
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
+# The package tests/systemd_lab.rs installs in a booted Debian container.
+./scripts/build-deb.sh --dev
 cargo nextest run -j2 --workspace --no-fail-fast
 # Again on HAProxy 3.0 LTS, the suites that talk to HAProxy most (reload confirmation, the
 # runtime API, certificates, the log ring, adoption): docs/haproxy-versions.md.

@@ -188,11 +188,24 @@ fn killed_at(point: &str) {
     edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
     let known_good = std::fs::read(edge.path("live/haproxy.cfg")).unwrap();
 
-    let mut cmd = edge.command(&["domain", "add", HOST, "--server", &a.addr(), "--server", &b.addr()]);
+    let mut cmd = edge.command(&[
+        "domain",
+        "add",
+        HOST,
+        "--server",
+        &a.addr(),
+        "--server",
+        &b.addr(),
+    ]);
     cmd.env("HAPCTL_FAULT", point);
     let out = common::run_bounded(cmd, Duration::from_secs(60));
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}: {}", common::describe(&out));
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{point}: {}",
+        common::describe(&out)
+    );
 
     let report = apply_json(&edge, &["apply"]);
     assert_eq!(report["outcome"], "unchanged", "{point}: {report}");

@@ -121,13 +121,27 @@ impl Edge {
             };
             return refuse(format!("HAProxy refuses the new command line on the files as they are now ({why}); nothing was changed: fix the files, then adopt again"));
         }
+        // An absent file is created empty (a comment) before the restart: checking without
+        // it is checking with it.
+        let absent: Vec<String> = files
+            .iter()
+            .filter(|f| !present.contains(&f.as_path()) || created.contains(f))
+            .map(|f| f.display().to_string())
+            .collect();
         out.steps.push(format!(
-            "checked the new command line on today's files (`haproxy -c -f {}`): valid, {} ms",
-            present
+            "checked the new command line on today's files (`haproxy -c -f {}`{}): valid, {} ms",
+            files
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(" -f "),
+            if absent.is_empty() {
+                String::new()
+            } else if dry_run {
+                format!("; {} would be created empty first", absent.join(", "))
+            } else {
+                format!("; {} created empty first", absent.join(", "))
+            },
             started.elapsed().as_millis()
         ));
 
@@ -249,11 +263,24 @@ mod tests {
         let files = "-f /etc/haproxy/haproxy.cfg -f /etc/haproxy/generation.cfg";
         assert!(text.contains(&format!("ExecStart=\nExecStart={bin} -Ws -S /run/haproxy-master.sock,level,admin {files} -p /run/haproxy.pid\n")), "{text}");
         assert!(text.contains(&format!("ExecStartPre={bin} -c -q {files}\n")));
-        assert!(text.contains(&format!("ExecReload=\nExecReload={bin} -c -q {files}\nExecReload=/bin/kill -USR2 $MAINPID\n")));
+        assert!(text.contains(&format!(
+            "ExecReload=\nExecReload={bin} -c -q {files}\nExecReload=/bin/kill -USR2 $MAINPID\n"
+        )));
         assert_eq!(
             drop_in_path("haproxy.service"),
             Path::new("/etc/systemd/system/haproxy.service.d/hapctl.conf")
         );
+    }
+
+    #[test]
+    fn the_shipped_drop_in_is_what_adopt_writes_for_the_debian_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::edge::init(dir.path(), false, crate::edge::Layout::Debian, None).unwrap();
+        let mut settings = Settings::load(dir.path()).unwrap();
+        // HAPCTL_HAPROXY_BIN (another version under test) overrides the binary.
+        settings.haproxy.binary = "/usr/sbin/haproxy".into();
+        let shipped = include_str!("../../../dist/haproxy.service.d-hapctl.conf");
+        assert_eq!(drop_in_text(&settings), shipped);
     }
 
     #[test]

@@ -72,4 +72,3 @@ impl std::fmt::Display for ReloadReason {
         write!(f, "{}: {}", self.kind.as_str(), self.detail)
     }
 }
-

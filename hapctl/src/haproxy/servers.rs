@@ -203,7 +203,10 @@ mod tests {
         assert_eq!(s["s2"].admin_state, 8);
         assert!(parse_servers_state("Can't find backend.\n").is_none());
         let header = answer.lines().take(2).collect::<Vec<_>>().join("\n");
-        assert!(parse_servers_state(&header).unwrap().is_empty(), "no server");
+        assert!(
+            parse_servers_state(&header).unwrap().is_empty(),
+            "no server"
+        );
         assert!(
             parse_servers_state("1\n# be_id be_name\n").is_none(),
             "fields missing"
