@@ -157,7 +157,9 @@ fn wait_served(c: &Container, host: &str, version: &str) -> Duration {
 /// every check passes, 0 failed short requests; prints its numbers.
 fn prove(c: &Container, export: &str, version: &str, command: &str) -> Value {
     let out = c.run(
-        &format!("{export}\nhapctl prove --json - --expect-version {version} -- {command}"),
+        // Streams of 15 s: a delivery on a loaded 2-core machine has taken 4.8 s, and prove
+        // (rightly) fails a stream that ends before the command does.
+        &format!("{export}\nhapctl prove --json - --stream-lines 150 --expect-version {version} -- {command}"),
         Duration::from_secs(180),
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
