@@ -233,3 +233,52 @@ fn a_kill_after_the_files_of_a_runtime_server_change_recovers() {
 fn a_kill_after_the_runtime_change_before_the_commit_recovers() {
     killed_at("runtime-servers:after-push");
 }
+
+#[test]
+fn a_runtime_changed_set_haproxy_refuses_is_a_defect_alarm_never_promoted() {
+    let edge = Edge::started();
+    let a = App::start("a");
+    edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
+    let api = common::daemon::Daemon::start(&edge);
+    // What a rendering defect would leave: a set changed at runtime that haproxy -c refuses.
+    let config = edge.path("live/haproxy.cfg");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\nbackend defect\n    bogus_keyword 1\n");
+    std::fs::write(&config, text).unwrap();
+    std::fs::write(edge.path("run/unchecked"), "").unwrap();
+
+    // The daemon's idle check finds it: health says so, the metric counts it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let health = loop {
+        let r = api.get("/v1/health");
+        if r.status == 503 {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never unhealthy: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        health.text.contains("DEFECT") && health.text.contains("bogus_keyword"),
+        "{}",
+        health.text
+    );
+    let metrics = api.get("/metrics").text;
+    assert!(
+        metrics.contains("hapctl_runtime_check_failures_total 1"),
+        "{metrics}"
+    );
+    let status = edge.ok(&["status"]);
+    assert!(status.contains("DEFECT ALARM"), "{status}");
+    assert!(
+        status.contains("live files are the known-good set: NO"),
+        "not promoted: {status}"
+    );
+
+    // The next apply renders the committed state again: checked, reloaded, the alarm ends.
+    edge.ok(&["apply"]);
+    assert_eq!(api.get("/v1/health").status, 200);
+    assert!(!edge.ok(&["status"]).contains("DEFECT"));
+}

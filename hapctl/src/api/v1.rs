@@ -12,6 +12,7 @@ use super::AppState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
+use crate::apply::RuntimeCheck;
 use crate::edge::{DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, Domain, EdgeState, Interval, Note, Profile, ProxyProtocol, Server,
@@ -25,10 +26,18 @@ pub async fn health(State(app): State<AppState>) -> Response {
             let problem = match &status.procs {
                 None => Some("the HAProxy master is not running (or its socket does not answer)".to_string()),
                 Some(p) if p.workers.is_empty() => Some("the HAProxy master has no current worker".to_string()),
-                Some(_) if !edge.live_is_known_good()? => {
-                    Some("the live configuration is not the known-good one (an apply failed or was interrupted)".to_string())
-                }
-                Some(_) => None,
+                Some(_) => match edge.runtime_check() {
+                    RuntimeCheck::Failed(lines) => Some(format!(
+                        "DEFECT: haproxy -c refuses the set hapctl changed at runtime: {}",
+                        lines.join(" | ")
+                    )),
+                    // Changed at runtime, checked shortly: the committed state, not a failure.
+                    RuntimeCheck::Pending => None,
+                    RuntimeCheck::None if !edge.live_is_known_good()? => Some(
+                        "the live configuration is not the known-good one (an apply failed or was interrupted)".to_string(),
+                    ),
+                    RuntimeCheck::None => None,
+                },
             };
             Ok(problem)
         })
@@ -54,6 +63,7 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
         Ok(Json(json!({
             "haproxy": edge.supervisor().status(),
             "live_is_known_good": edge.live_is_known_good()?,
+            "runtime_check": edge.runtime_check(),
             "applies": edge.history(10)?,
             "generations": edge.generations()?,
             "counts": {

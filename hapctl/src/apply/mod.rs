@@ -32,7 +32,7 @@ use crate::store::{Store, StoreError, Tx};
 use crate::tls::Certs;
 
 pub use layout::LayoutMismatch;
-pub use pending::PendingCheck;
+pub use pending::{PendingCheck, RuntimeCheck};
 use report::{reason_for_files, record, Progress};
 pub use report::{ApplyReport, Outcome, Step};
 pub use snapshot::{KnownGood, Snapshot};

@@ -8,6 +8,29 @@ use crate::haproxy::Verdict;
 
 use super::{io_context, Applier, ApplyError, KnownGood, Snapshot, LOCK_TIMEOUT};
 
+/// Where the live set stands between a runtime change and its check.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state", content = "messages")]
+pub enum RuntimeCheck {
+    /// No runtime-only change waits for a check.
+    None,
+    /// Changed at runtime, its `haproxy -c` not run yet (healthy: it is the committed state).
+    Pending,
+    /// The check refused the set: a defect alarm, with HAProxy's lines.
+    Failed(Vec<String>),
+}
+
+impl RuntimeCheck {
+    /// Read from the run folder's markers.
+    pub fn read(paths: &crate::settings::Paths) -> RuntimeCheck {
+        match std::fs::read_to_string(check_failed_marker(paths)) {
+            Ok(text) => RuntimeCheck::Failed(text.lines().map(String::from).collect()),
+            Err(_) if unchecked_marker(paths).exists() => RuntimeCheck::Pending,
+            Err(_) => RuntimeCheck::None,
+        }
+    }
+}
+
 /// What a pending check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PendingCheck {
@@ -86,10 +109,18 @@ impl Applier<'_> {
     }
 
     fn unchecked_marker(&self) -> std::path::PathBuf {
-        self.settings.paths.run_dir.join("unchecked")
+        unchecked_marker(&self.settings.paths)
     }
 
     fn check_failed_marker(&self) -> std::path::PathBuf {
-        self.settings.paths.run_dir.join("check-failed")
+        check_failed_marker(&self.settings.paths)
     }
+}
+
+fn unchecked_marker(paths: &crate::settings::Paths) -> std::path::PathBuf {
+    paths.run_dir.join("unchecked")
+}
+
+fn check_failed_marker(paths: &crate::settings::Paths) -> std::path::PathBuf {
+    paths.run_dir.join("check-failed")
 }

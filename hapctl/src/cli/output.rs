@@ -178,6 +178,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             "haproxy": haproxy,
             "supervision": supervision,
             "live_is_known_good": known_good,
+            "runtime_check": edge.runtime_check(),
             "applies": last,
             "certificates": {
                 "count": certs.len(),
@@ -194,6 +195,16 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         "live files are the known-good set: {}",
         if known_good { "yes" } else { "NO" }
     );
+    match edge.runtime_check() {
+        hapctl::apply::RuntimeCheck::None => {}
+        hapctl::apply::RuntimeCheck::Pending => {
+            println!("changed at runtime: its haproxy -c is pending (known-good once it passes)")
+        }
+        hapctl::apply::RuntimeCheck::Failed(lines) => println!(
+            "DEFECT ALARM: haproxy -c refused the set hapctl changed at runtime (not promoted): {}",
+            lines.join(" | ")
+        ),
+    }
     if let Some(r) = soonest {
         println!(
             "certificates: {}, the first to expire is {} in {} days",

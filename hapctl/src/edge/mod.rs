@@ -537,6 +537,11 @@ impl Edge {
         })
     }
 
+    /// Whether a set changed at runtime waits for its check, or failed it (a defect alarm).
+    pub fn runtime_check(&self) -> crate::apply::RuntimeCheck {
+        crate::apply::RuntimeCheck::read(&self.settings.paths)
+    }
+
     /// Whether the live files equal the known-good snapshot.
     pub fn live_is_known_good(&self) -> Result<bool, EdgeError> {
         let live = Snapshot::read_live(&self.settings.paths)
