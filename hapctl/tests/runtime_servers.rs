@@ -265,11 +265,14 @@ fn a_runtime_changed_set_haproxy_refuses_is_a_defect_alarm_never_promoted() {
         "{}",
         health.text
     );
-    let metrics = api.get("/metrics").text;
-    assert!(
-        metrics.contains("hapctl_runtime_check_failures_total 1"),
-        "{metrics}"
-    );
+    // Counted once the check returned (its alarm file is written just before).
+    let counted = |text: &str| text.contains("hapctl_runtime_check_failures_total 1");
+    let mut metrics = api.get("/metrics").text;
+    while !counted(&metrics) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        metrics = api.get("/metrics").text;
+    }
+    assert!(counted(&metrics), "{metrics}");
     let status = edge.ok(&["status"]);
     assert!(status.contains("DEFECT ALARM"), "{status}");
     assert!(
