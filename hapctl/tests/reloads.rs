@@ -55,7 +55,13 @@ fn status_shows_the_old_worker_draining_a_stream_and_its_connections() {
     // 40 lines 100 ms apart: the stream outlives the reload by seconds.
     let stream = Stream::open(edge.port, HOST, 40, 100);
     let other = Backend::start("other");
-    edge.ok(&["domain", "add", "other.example.com", "--server", &other.addr()]);
+    edge.ok(&[
+        "domain",
+        "add",
+        "other.example.com",
+        "--server",
+        &other.addr(),
+    ]);
 
     let haproxy = &status(&edge)["haproxy"];
     let draining = haproxy["draining"].as_array().unwrap();

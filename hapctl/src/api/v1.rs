@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 use super::error::{ApiError, Body, BodyList, PathParam};
 use super::AppState;
 use crate::apply::ApplyReport;
+use crate::apply::RuntimeCheck;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
-use crate::apply::RuntimeCheck;
 use crate::edge::{DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, Domain, EdgeState, Interval, Note, Profile, ProxyProtocol, Server,
