@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 # The version the build depends on; the package's own metadata needs no newer one.
 CARGO_DEB_VERSION=3.8.0
-if ! cargo deb --version 2>/dev/null | grep -qx "cargo-deb $CARGO_DEB_VERSION"; then
+if [ "$(cargo deb --version 2>/dev/null || true)" != "cargo-deb $CARGO_DEB_VERSION" ]; then
   echo "installing cargo-deb $CARGO_DEB_VERSION (once)" >&2
   cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked -j2
 fi

@@ -40,7 +40,12 @@ build_haproxy30() (
   mv "$HAPROXY30_BIN.tmp" "$HAPROXY30_BIN"
 )
 
-if ! "$HAPROXY30_BIN" -v 2>/dev/null | grep -q "version $HAPROXY30_VERSION"; then
-  echo "building HAProxy $HAPROXY30_VERSION (cached in $HAPROXY30_CACHE)" >&2
-  build_haproxy30
-fi
+# Not `haproxy -v | grep -q`: under pipefail, grep quitting early fails the pipeline.
+cached_version=$("$HAPROXY30_BIN" -v 2>/dev/null || true)
+case "$cached_version" in
+  *"version $HAPROXY30_VERSION"*) ;;
+  *)
+    echo "building HAProxy $HAPROXY30_VERSION (cached in $HAPROXY30_CACHE)" >&2
+    build_haproxy30
+    ;;
+esac
