@@ -12,18 +12,16 @@
 //! every phase: the fast path must make none.
 
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hapctl::haproxy::{CliSocket, Master, RuntimeMap};
-use hapctl::model::BlockKey;
 use hapctl::render::FileId;
-use hapctl::store::Store;
 use serde_json::{json, Value};
 
 use crate::api::Api;
+use crate::blocks_load::throughput;
+use crate::blocks_pieces as pieces;
 use crate::daemon::Daemon;
 use crate::fixture::{self, Servers};
 use crate::harness::{http_get_from, Edge, HttpBackend};
@@ -43,29 +41,29 @@ const SERIES_BOUND: Duration = Duration::from_secs(120);
 /// Bound on one block reaching enforcement.
 const ENFORCE_BOUND: Duration = Duration::from_secs(10);
 const CLIENTS: usize = 32;
-const THROUGHPUT_FOR: Duration = Duration::from_secs(5);
+pub const THROUGHPUT_FOR: Duration = Duration::from_secs(5);
 const BULK_SIZE: usize = 10_000;
 const BULK_GOAL: usize = 100_000;
 /// Bound on the number of bulk requests.
 const BULK_MAX_POSTS: usize = 15;
 
 /// The `i`-th address of a series: 127.`set`.x.y, never 127.0.0.x (the bench's own traffic).
-fn addr(set: u8, i: usize) -> Ipv4Addr {
+pub fn addr(set: u8, i: usize) -> Ipv4Addr {
     assert!(set >= 2 && i < 250 * 256);
     Ipv4Addr::new(127, set, (i / 250) as u8, (i % 250 + 1) as u8)
 }
 
 /// One block timed to enforced.
-struct Latency {
+pub struct Latency {
     /// Send → the API's answer.
-    api_ms: f64,
+    pub api_ms: f64,
     /// Send → first 403 through the edge from the blocked address.
-    enforced_ms: f64,
+    pub enforced_ms: f64,
     /// The block worker's own duration for the batch (`duration_ms` of the answer).
-    server_ms: f64,
+    pub server_ms: f64,
     /// The first request after the answer already got 403.
-    first_probe_403: bool,
-    enforcement: String,
+    pub first_probe_403: bool,
+    pub enforcement: String,
 }
 
 /// What the edge and HAProxy did during a phase.
@@ -123,7 +121,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let (reloads, checks) = delta(c0, counts(edge)?);
     phases.push(("latency, small map".to_string(), reloads, checks));
     let small_entries = map_size(&api)?;
-    let small_pieces = time_pieces(edge)?;
+    let small_pieces = pieces::time(edge)?;
 
     eprintln!("blocks: {CLIENTS} clients for {THROUGHPUT_FOR:?} on kept-alive connections…");
     let c0 = counts(edge)?;
@@ -205,7 +203,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     check_enforced(edge, &host, &big_keep.sample)?;
 
     // Where a block's time goes at 100k: the pieces the block path runs, in-process.
-    let pieces = time_pieces(edge)?;
+    let pieces = pieces::time(edge)?;
     let memory = b.daemon.memory().ok();
     drop(b);
 
@@ -350,35 +348,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     for (phase, r, c) in &phases {
         counts_table.row(vec![phase.clone(), r.to_string(), c.to_string()]);
     }
-    let mut pieces_table = Table::new(
-        "blocks: the block path's pieces, run in-process on the same edge while the daemon is idle (median, ms)",
-        &[
-            "map entries",
-            "Store::blocks (all)",
-            "render::blocked_map",
-            "write_atomic",
-            "show proc",
-            "add+get map (1 key)",
-            "del+get map (1 key)",
-            "replace_all (whole map)",
-            "show map (whole)",
-            "map file",
-        ],
-    );
-    for p in [&small_pieces, &pieces] {
-        pieces_table.row(vec![
-            p.entries.to_string(),
-            ms(p.load.median),
-            ms(p.render.median),
-            ms(p.write.median),
-            ms(p.show_proc.median),
-            ms(p.add_get.median),
-            ms(p.del_get.median),
-            ms(p.replace.median),
-            ms(p.show_map.median),
-            crate::stats::bytes(p.bytes),
-        ]);
-    }
+    let pieces_table = pieces::table(&[&small_pieces, &pieces]);
 
     let small_p50 = Summary::of(&small.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
         .expect("ops > 0")
@@ -460,7 +430,6 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             crate::daemon::mib(m.hwm_kb)
         ));
     }
-    let pieces_pair = [&small_pieces, &pieces];
     Ok(Report {
         tables: vec![lat, tput, bulk_table, pieces_table, counts_table],
         targets,
@@ -479,33 +448,25 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             })).collect::<Vec<_>>(),
             "bulk_entries_per_s": bulk_rate.to_json(),
             "map_entries": {"small": small_entries, "big": big_entries, "file": file_entries},
-            "pieces_ms": pieces_pair.iter().map(|p| json!({
-                "map_entries": p.entries,
-                "store_blocks": p.load.to_json(),
-                "render_blocked_map": p.render.to_json(),
-                "write_atomic": p.write.to_json(),
-                "show_proc": p.show_proc.to_json(),
-                "add_and_get_map": p.add_get.to_json(),
-                "del_and_get_map": p.del_get.to_json(),
-                "replace_all": p.replace.to_json(),
-                "show_map": p.show_map.to_json(),
-                "bytes": p.bytes,
-            })).collect::<Vec<_>>(),
+            "pieces_ms": [pieces::json(&small_pieces), pieces::json(&pieces)],
             "phases": phases.iter().map(|(p, r, c)| json!({"phase": p, "reloads": r, "haproxy_c": c})).collect::<Vec<_>>(),
         }),
     })
 }
 
-/// Blocks in the database (`GET /v1/blocked-ips`).
-fn map_size(api: &Api) -> anyhow::Result<usize> {
-    let a = api.call("GET", "/v1/blocked-ips", None)?;
+/// Blocks in the database (`counts.blocked` of `GET /v1/status`, which every version has).
+pub fn map_size(api: &Api) -> anyhow::Result<usize> {
+    let a = api.call("GET", "/v1/status", None)?;
     if a.status != 200 {
-        bail!("GET /v1/blocked-ips: {}", a.describe());
+        bail!("GET /v1/status: {}", a.describe());
     }
-    Ok(a.json().as_array().map_or(0, Vec::len))
+    a.json()["counts"]["blocked"]
+        .as_u64()
+        .map(|n| n as usize)
+        .context("GET /v1/status has no counts.blocked")
 }
 
-fn block_body(ip: Ipv4Addr) -> Value {
+pub fn block_body(ip: Ipv4Addr) -> Value {
     json!({"ip": ip.to_string(), "reason": "hapctl-bench"})
 }
 
@@ -535,7 +496,7 @@ fn wait_403(edge: &Edge, host: &str, ip: Ipv4Addr) -> anyhow::Result<bool> {
     }
 }
 
-fn latency_series(
+pub fn latency_series(
     api: &Api,
     edge: &Edge,
     host: &str,
@@ -573,129 +534,6 @@ fn latency_series(
         });
     }
     Ok(out)
-}
-
-/// What a throughput run measured.
-struct Throughput {
-    keep_alive: bool,
-    /// Blocks in the database before and after the run.
-    entries: (usize, usize),
-    ok: usize,
-    errors: usize,
-    first_error: Option<String>,
-    seconds: f64,
-    latencies: Vec<f64>,
-    /// The block worker's duration of each distinct batch.
-    batch_ms: Vec<f64>,
-    /// A few blocked addresses, checked for 403 afterwards.
-    sample: Vec<Ipv4Addr>,
-}
-
-impl Throughput {
-    fn per_s(&self) -> f64 {
-        self.ok as f64 / self.seconds.max(1e-9)
-    }
-}
-
-/// `clients` threads posting single entries for [`THROUGHPUT_FOR`]; client `t` blocks
-/// 127.(`first_set` + t).x.y.
-fn throughput(
-    api: &Api,
-    clients: usize,
-    keep_alive: bool,
-    first_set: u8,
-) -> anyhow::Result<Throughput> {
-    struct ClientResult {
-        ok: usize,
-        errors: usize,
-        first_error: Option<String>,
-        latencies: Vec<f64>,
-        durations: Vec<f64>,
-        last: Option<Ipv4Addr>,
-        ended: Instant,
-    }
-    let barrier = Arc::new(Barrier::new(clients + 1));
-    let mut handles = Vec::new();
-    for t in 0..clients {
-        let api = api.clone();
-        let barrier = barrier.clone();
-        let set = first_set + t as u8;
-        handles.push(thread::spawn(move || {
-            let mut r = ClientResult {
-                ok: 0,
-                errors: 0,
-                first_error: None,
-                latencies: Vec::new(),
-                durations: Vec::new(),
-                last: None,
-                ended: Instant::now(),
-            };
-            let mut conn = if keep_alive { api.connect().ok() } else { None };
-            barrier.wait();
-            let start = Instant::now();
-            let mut i = 0;
-            while start.elapsed() < THROUGHPUT_FOR && i < 250 * 256 {
-                let ip = addr(set, i);
-                i += 1;
-                let body = block_body(ip);
-                let t0 = Instant::now();
-                let answer = match conn.as_mut() {
-                    Some(c) => c.json("POST", "/v1/blocked-ips", &body),
-                    None => api.call("POST", "/v1/blocked-ips", Some(&body)),
-                };
-                let elapsed = t0.elapsed().as_secs_f64() * 1000.0;
-                match answer {
-                    Ok(a) if a.status == 200 || a.status == 201 => {
-                        r.ok += 1;
-                        r.latencies.push(elapsed);
-                        r.last = Some(ip);
-                        if let Some(d) = a.json()["duration_ms"].as_f64() {
-                            r.durations.push(d);
-                        }
-                    }
-                    other => {
-                        r.errors += 1;
-                        if r.first_error.is_none() {
-                            r.first_error = Some(match other {
-                                Ok(a) => a.describe(),
-                                Err(e) => format!("{e:#}"),
-                            });
-                        }
-                        if keep_alive {
-                            conn = api.connect().ok();
-                        }
-                    }
-                }
-            }
-            r.ended = Instant::now();
-            r
-        }));
-    }
-    barrier.wait();
-    let start = Instant::now();
-    let mut results = Vec::new();
-    for h in handles {
-        results.push(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?,
-        );
-    }
-    let end = results.iter().map(|r| r.ended).max().unwrap_or(start);
-    let mut batch_ms: Vec<f64> = results.iter().flat_map(|r| r.durations.clone()).collect();
-    batch_ms.sort_by(f64::total_cmp);
-    // Answers of one batch carry the same duration_ms.
-    batch_ms.dedup();
-    Ok(Throughput {
-        keep_alive,
-        entries: (0, 0),
-        ok: results.iter().map(|r| r.ok).sum(),
-        errors: results.iter().map(|r| r.errors).sum(),
-        first_error: results.iter().find_map(|r| r.first_error.clone()),
-        seconds: (end - start).as_secs_f64(),
-        latencies: results.iter().flat_map(|r| r.latencies.clone()).collect(),
-        batch_ms,
-        sample: results.iter().filter_map(|r| r.last).take(5).collect(),
-    })
 }
 
 fn check_enforced(edge: &Edge, host: &str, sample: &[Ipv4Addr]) -> anyhow::Result<()> {
@@ -747,101 +585,5 @@ fn bulk_post(api: &Api, edge: &Edge, host: &str, set: u8) -> anyhow::Result<Bulk
         server_ms: j["duration_ms"].as_f64().unwrap_or(f64::NAN),
         enforcement: j["enforcement"].as_str().unwrap_or("?").to_string(),
         enforced_ms,
-    })
-}
-
-struct Pieces {
-    entries: usize,
-    load: Summary,
-    render: Summary,
-    write: Summary,
-    show_proc: Summary,
-    add_get: Summary,
-    del_get: Summary,
-    replace: Summary,
-    show_map: Summary,
-    bytes: usize,
-}
-
-/// Runs of each piece.
-const PIECE_RUNS: usize = 5;
-/// A key no series uses, added and removed again by [`time_pieces`].
-const SCRATCH_KEY: &str = "127.250.250.250";
-
-/// Times, in-process, what the block path does on a change, on this edge while the daemon is
-/// idle: load every block from the database, render the map, write it atomically (to a scratch
-/// file), ask the master for `show proc`, one key's runtime add (or del) + read-back through the
-/// master socket (a scratch key, removed again), and the whole-map runtime replacement with the
-/// same entries, with its `show map` check.
-fn time_pieces(edge: &Edge) -> anyhow::Result<Pieces> {
-    let paths = &edge.settings.paths;
-    let store = Store::open(&paths.database, &paths.blocks_database)?;
-    let scratch = edge.work_dir().join("blocked.map.bench");
-    let socket = CliSocket::new(&paths.master_socket, Duration::from_secs(30));
-    let runtime = RuntimeMap::new(
-        socket.clone(),
-        FileId::BlockedMap.path(paths).display().to_string(),
-    );
-    let master = Master::new(socket);
-    let mut t: [Vec<f64>; 8] = Default::default();
-    let mut bytes = 0;
-    let mut entries = 0;
-    let time = |v: &mut Vec<f64>, t0: Instant| v.push(t0.elapsed().as_secs_f64() * 1000.0);
-    for _ in 0..PIECE_RUNS {
-        let t0 = Instant::now();
-        let all = store.blocks()?;
-        time(&mut t[0], t0);
-        entries = all.len();
-        let t0 = Instant::now();
-        let keys: Vec<&BlockKey> = all.iter().map(|b| &b.key).collect();
-        let map = hapctl::render::blocked_map(keys.iter().copied());
-        time(&mut t[1], t0);
-        bytes = map.len();
-        let t0 = Instant::now();
-        hapctl::fsutil::write_atomic(&scratch, &map, 0o644)?;
-        time(&mut t[2], t0);
-        let t0 = Instant::now();
-        master.show_proc()?;
-        time(&mut t[3], t0);
-        let t0 = Instant::now();
-        runtime.add(SCRATCH_KEY, hapctl::render::BLOCKED_VALUE)?;
-        runtime.lookup(SCRATCH_KEY)?;
-        time(&mut t[4], t0);
-        let t0 = Instant::now();
-        runtime.remove(SCRATCH_KEY)?;
-        runtime.lookup(SCRATCH_KEY)?;
-        time(&mut t[5], t0);
-        let texts: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-        let t0 = Instant::now();
-        runtime.replace_all(
-            texts
-                .iter()
-                .map(|k| (k.as_str(), hapctl::render::BLOCKED_VALUE)),
-        )?;
-        time(&mut t[6], t0);
-        let t0 = Instant::now();
-        let held = runtime.keys()?;
-        time(&mut t[7], t0);
-        if held.len() != texts.len() {
-            bail!(
-                "the runtime map holds {} keys, the database {}",
-                held.len(),
-                texts.len()
-            );
-        }
-    }
-    let _ = std::fs::remove_file(&scratch);
-    let s = |v: &[f64]| Summary::of(v).expect("PIECE_RUNS > 0");
-    Ok(Pieces {
-        entries,
-        load: s(&t[0]),
-        render: s(&t[1]),
-        write: s(&t[2]),
-        show_proc: s(&t[3]),
-        add_get: s(&t[4]),
-        del_get: s(&t[5]),
-        replace: s(&t[6]),
-        show_map: s(&t[7]),
-        bytes,
     })
 }

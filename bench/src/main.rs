@@ -13,6 +13,9 @@ mod api;
 mod api_domains;
 mod app_edge;
 mod blocks;
+mod blocks_load;
+mod blocks_pieces;
+mod blocks_scale;
 mod certs;
 mod cutovers;
 mod daemon;
@@ -70,6 +73,12 @@ const SECTIONS: &[Section] = &[
         name: "blocks",
         about: "`hapctl serve`: block latency to enforced (403), single ops/s, bulk entries/s",
         run: blocks::run,
+        long: false,
+    },
+    Section {
+        name: "blocks-scale",
+        about: "block → enforced at 500 / 10,000 / 100,000 entries (and for HAPCTL_BENCH_BASELINE's hapctl in the same run), GET /v1/blocked-ips pages and daemon memory at 100,000",
+        run: blocks_scale::run,
         long: false,
     },
     Section {

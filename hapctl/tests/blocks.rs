@@ -5,6 +5,7 @@ mod common;
 
 use std::net::Ipv4Addr;
 
+use common::daemon::blocked_map_file_keys;
 use common::{check_runs, counting_haproxy, Backend, Edge};
 
 const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -40,10 +41,10 @@ fn blocks_take_effect_without_reload_or_check_and_survive_reloads() {
 
     assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
     assert_eq!(check_runs(&log), checks, "no haproxy -c");
-    let map = std::fs::read_to_string(edge.path("live/maps/blocked.map")).unwrap();
+    let files = blocked_map_file_keys(&edge);
     assert!(
-        map.contains("127.0.0.2 1\n") && !map.contains("127.0.0.3"),
-        "{map}"
+        files.contains("127.0.0.2") && !files.contains("127.0.0.3"),
+        "{files:?}"
     );
 
     // A later reload (any domain change) keeps exactly the committed blocks.
@@ -111,4 +112,124 @@ fn blocks_made_while_haproxy_is_stopped_are_loaded_at_start() {
     assert!(out.contains("not-running"), "{out}");
     edge.ok(&["haproxy", "start"]);
     assert_eq!(edge.get_from(B, "shop.example.com", "/").status, 403);
+}
+
+/// A reload in the middle of block changes loses nothing: two clients block and unblock
+/// through the daemon while HAProxy reloads all the time, by hapctl's applies (domain changes,
+/// which re-sync a block that raced with them) and by bare `reload`s on the master socket that
+/// hapctl never hears of, and while the daemon folds its delta map into the base map (a pause
+/// leaves it idle). At the end the database, both map files and both runtime maps hold the
+/// same keys, and HAProxy refuses exactly those clients.
+#[test]
+fn reloads_in_the_middle_of_block_changes_lose_nothing() {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use common::daemon::{runtime_blocked_keys, Daemon};
+    use serde_json::json;
+
+    // The pause comes after 2 × 180 blocks (2 × 144 still blocked): enough for the daemon to
+    // fold when idle.
+    const PER_CLIENT: u8 = 230;
+    const PAUSE_AT: u8 = 180;
+    let edge = Edge::started();
+    let app = Backend::start("ok");
+    edge.ok(&["domain", "add", "shop.example.com", "--server", &app.addr()]);
+    let api = Daemon::start(&edge);
+    let reloads_before = edge.show_proc().master.reloads;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let reloader = {
+        let (client, done, master) = (api.client(), done.clone(), edge.path("run/master.sock"));
+        let body = json!({"servers": [{"address": app.addr()}]});
+        std::thread::spawn(move || {
+            let socket = hapctl::haproxy::CliSocket::new(master, Duration::from_secs(10));
+            let mut n = 0u32;
+            while !done.load(Ordering::SeqCst) {
+                if n.is_multiple_of(2) {
+                    socket
+                        .command("reload")
+                        .expect("reload on the master socket");
+                } else {
+                    let r =
+                        client.call("PUT", &format!("/v1/domains/r{n}.example.com"), Some(&body));
+                    assert_eq!(r.status, 201, "{r:?}");
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(40));
+            }
+            n
+        })
+    };
+    let pause = Arc::new(Barrier::new(2));
+    let delta = edge.path("live/maps/blocked-delta.map");
+    let clients: Vec<_> = (0..2u8)
+        .map(|t| {
+            let (client, pause, delta) = (api.client(), pause.clone(), delta.clone());
+            std::thread::spawn(move || {
+                let mut kept = BTreeSet::new();
+                let mut removed = BTreeSet::new();
+                for i in 0..PER_CLIENT {
+                    if i == PAUSE_AT {
+                        // Both idle: the block worker folds the delta map meanwhile.
+                        pause.wait();
+                        std::thread::sleep(Duration::from_millis(2000));
+                        let text = std::fs::read_to_string(&delta).unwrap();
+                        assert!(
+                            text.lines().all(|l| l.starts_with('#')),
+                            "after a second idle the delta map is folded: {text}"
+                        );
+                    }
+                    let ip = format!("127.0.{}.{}", 20 + t, u16::from(i) + 1);
+                    let r = client.call("POST", "/v1/blocked-ips", Some(&json!({"ip": ip})));
+                    assert_eq!(r.status, 201, "{r:?}");
+                    kept.insert(ip);
+                    if i % 5 == 4 {
+                        // Unblock one from before the pause as well as recent ones.
+                        let old = format!("127.0.{}.{}", 20 + t, u16::from(i / 2) + 1);
+                        if kept.remove(&old) {
+                            let r = client.call("DELETE", &format!("/v1/blocked-ips/{old}"), None);
+                            assert_eq!(r.status, 200, "{r:?}");
+                            removed.insert(old);
+                        }
+                    }
+                }
+                (kept, removed)
+            })
+        })
+        .collect();
+    let (mut kept, mut removed) = (BTreeSet::new(), BTreeSet::new());
+    for c in clients {
+        let (k, r) = c.join().unwrap();
+        kept.extend(k);
+        removed.extend(r);
+    }
+    done.store(true, Ordering::SeqCst);
+    let reloads = reloader.join().unwrap();
+    // Let the last reload finish before looking.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        edge.show_proc().master.reloads >= reloads_before + reloads / 2,
+        "HAProxy reloaded during the changes"
+    );
+
+    let db = api.blocked_keys();
+    assert_eq!(db, kept, "database");
+    assert_eq!(blocked_map_file_keys(&edge), db, "map files vs database");
+    assert_eq!(runtime_blocked_keys(&edge), db, "runtime maps vs database");
+    for ip in &kept {
+        let r = edge.get_from(ip.parse().unwrap(), "shop.example.com", "/");
+        assert_eq!(r.status, 403, "{ip} is blocked");
+    }
+    for ip in &removed {
+        let r = edge.get_from(ip.parse().unwrap(), "shop.example.com", "/");
+        assert_eq!(r.status, 200, "{ip} was unblocked");
+    }
+    println!(
+        "{} blocks kept, {} removed, {reloads} reloads asked for during the changes",
+        kept.len(),
+        removed.len()
+    );
 }

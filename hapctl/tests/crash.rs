@@ -10,8 +10,10 @@
 //!   history telling what happened, no temp file and no pending-apply marker.
 //! - `a_kill_at_any_instant_recovers_to_the_old_or_the_new_set`: the same checks after a
 //!   SIGKILL at a random instant of the command (`HAPCTL_CRASH_SEED` fixes the changes and the
-//!   kill delays), including `block add` through the block fast path, which has no crash
-//!   points of its own.
+//!   kill delays), including `block add` through the block fast path.
+//! - `every_block_crash_point_recovers_to_the_committed_blocks`: the block path's own crash
+//!   points (`block-after-commit`, `-base`, `-files`, `-runtime`), for a block (delta map) and
+//!   an unblock of a base key (both maps), recovered by `hapctl apply` or by the next block.
 //! - Three defects the random kills found, made deterministic: a kill while the reload is in
 //!   flight (the recovery did not reload back), temp files of a kill inside an atomic write
 //!   outside the live folders (not swept), and a kill between the block map file and the
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 use hapctl::settings::Settings;
 use hapctl::store::{ApplyRecord, Store};
 
+use common::daemon::{blocked_map_file_keys, runtime_blocked_keys, BLOCKED_MAPS};
 use common::{describe, http_get, run_bounded, Backend, Edge, Response};
 
 /// Every crash point on the apply path, in the order an apply reaches them.
@@ -72,9 +75,11 @@ enum Change {
     RemoveDomain,
     /// `proxy add 127.0.0.3`: trusted-proxies.acl.
     TrustProxy,
-    /// `block add 127.0.0.3`: blocked.map, through the block fast path (database, map file,
-    /// runtime API; no apply, so none of the apply's crash points): killed at random
-    /// instants only.
+    /// `block add 127.0.0.3`: the blocked maps, through the block fast path (database, map
+    /// files, runtime API; no apply, so none of the apply's crash points: its own are driven
+    /// by `every_block_crash_point_recovers_to_the_committed_blocks`). The blocked maps are
+    /// compared by the keys they hold, not byte for byte: which of the two files holds a key
+    /// depends on when the block path last folded them.
     Block,
     /// `domain add *.w.example.com --profile websocket`: haproxy.cfg, wildcards.map.
     AddWildcard,
@@ -98,7 +103,8 @@ const ALL_CHANGES: [Change; 7] = [
 impl Change {
     fn files_changed(self) -> usize {
         match self {
-            Change::TrustProxy | Change::Block => 1,
+            Change::TrustProxy => 1,
+            Change::Block => 0,
             Change::AddDomain | Change::RemoveDomain | Change::AddWildcard => 2,
             Change::Templates3 => 3,
             Change::Templates4 => 4,
@@ -143,7 +149,10 @@ struct Fixture {
 /// What an edge looks like in one state: live files and what the database lists.
 #[derive(Clone)]
 struct Snapshot {
+    /// Every live file but the blocked maps.
     files: FileSet,
+    /// The keys the blocked map files hold.
+    blocked: BTreeSet<String>,
     domains: String,
     blocks: BTreeSet<String>,
     proxies: String,
@@ -165,6 +174,7 @@ impl Fixture {
             settings,
             base: Snapshot {
                 files: vec![],
+                blocked: BTreeSet::new(),
                 domains: String::new(),
                 blocks: BTreeSet::new(),
                 proxies: String::new(),
@@ -177,8 +187,12 @@ impl Fixture {
     }
 
     fn snapshot(&self) -> Snapshot {
+        let blocked_maps = BLOCKED_MAPS.map(|m| self.edge.path(m));
+        let mut files = self.edge.live_files();
+        files.retain(|(p, _)| !blocked_maps.contains(p));
         Snapshot {
-            files: self.edge.live_files(),
+            files,
+            blocked: blocked_map_file_keys(&self.edge),
             domains: self.edge.ok(&["domain", "ls", "--json"]),
             blocks: block_keys(&self.edge.ok(&["block", "ls", "--json"])),
             proxies: self.edge.ok(&["proxy", "ls"]),
@@ -289,6 +303,7 @@ impl Fixture {
     fn expect_base(&self, when: &str) {
         let now = self.snapshot();
         assert_files_eq(&now.files, &self.base.files, &format!("base set {when}"));
+        assert_eq!(now.blocked, self.base.blocked, "blocked map files {when}");
         assert_eq!(now.domains, self.base.domains, "domains {when}");
         assert_eq!(now.blocks, self.base.blocks, "blocks {when}");
         assert_eq!(now.proxies, self.base.proxies, "trusted proxies {when}");
@@ -543,6 +558,11 @@ fn new_state(fx: &Fixture, change: Change, variant: usize) -> (Snapshot, Duratio
         change.files_changed(),
         "{change:?} changes this many live files"
     );
+    assert_eq!(
+        new.blocked != fx.base.blocked,
+        change == Change::Block,
+        "{change:?} changes the blocked maps"
+    );
     fx.expect_routing(change, true, variant, "after the change without a fault");
     fx.revert(change);
     fx.new_states
@@ -582,6 +602,15 @@ fn check_consistent(
     assert_eq!(
         now.blocks, want.blocks,
         "database blocks ({which} state) {what}"
+    );
+    assert_eq!(
+        now.blocked, want.blocked,
+        "blocked map files ({which} state) {what}"
+    );
+    assert_eq!(
+        runtime_blocked_keys(edge),
+        now.blocked,
+        "the worker's blocked maps vs the files ({which} state) {what}"
     );
     assert_eq!(
         now.proxies, want.proxies,
@@ -984,8 +1013,8 @@ fn temp_files_of_a_kill_inside_an_atomic_write_are_swept() {
 }
 
 /// Found by the random kills (`block add` killed ~34 ms in): the block fast path commits the
-/// database, writes the map file, then changes the running worker through the runtime API. A
-/// kill between the file and the runtime API leaves the database and the file saying one
+/// database, writes the map files, then changes the running worker through the runtime API. A
+/// kill between the files and the runtime API leaves the database and the files saying one
 /// thing and HAProxy doing another; the next command must bring HAProxy in line. Made
 /// deterministic by producing that state directly: the runtime entry alone is removed (a
 /// killed `block add`) or added (a killed `block rm`) on the worker's admin socket, and the
@@ -996,10 +1025,12 @@ fn a_kill_between_the_block_map_file_and_the_runtime_api_recovers() {
     let edge = &fx.edge;
     let admin =
         hapctl::haproxy::CliSocket::new(edge.path("run/admin.sock"), Duration::from_secs(5));
-    let map = edge.path("live/maps/blocked.map").display().to_string();
+    // A block lands in the delta map (the base map is rewritten only by a fold).
+    let map = edge.path(BLOCKED_MAPS[1]).display().to_string();
     let blocked = || edge.get_from(CLIENT_C, DOMAIN_A, "/").status == 403;
 
-    // A `block add` killed after the file: blocked in the database and the file, not in HAProxy.
+    // A `block add` killed after the files: blocked in the database and the files, not in
+    // HAProxy.
     edge.ok(&["block", "add", "127.0.0.3", "--reason", "crash suite"]);
     assert!(blocked());
     assert_eq!(
@@ -1009,17 +1040,17 @@ fn a_kill_between_the_block_map_file_and_the_runtime_api_recovers() {
     std::fs::write(edge.path("run/blocks.pending"), "").unwrap();
     assert!(
         !blocked(),
-        "the state a kill between file and runtime API leaves"
+        "the state a kill between files and runtime API leaves"
     );
     edge.ok(&["apply"]);
     assert!(
         blocked(),
-        "after `hapctl apply`, 127.0.0.3 is blocked in the database ({}) and in {map}, but \
-         HAProxy lets it through: the recovery trusts the runtime map to match the file",
+        "after `hapctl apply`, 127.0.0.3 is blocked in the database ({}) and in the map files, \
+         but HAProxy lets it through: the recovery trusts the runtime maps to match the files",
         edge.ok(&["block", "ls"]).trim()
     );
 
-    // A `block rm` killed after the file: unblocked in the database and the file, blocked in
+    // A `block rm` killed after the files: unblocked in the database and the files, blocked in
     // HAProxy.
     edge.ok(&["block", "rm", "127.0.0.3"]);
     assert!(!blocked());
@@ -1032,13 +1063,117 @@ fn a_kill_between_the_block_map_file_and_the_runtime_api_recovers() {
     std::fs::write(edge.path("run/blocks.pending"), "").unwrap();
     assert!(
         blocked(),
-        "the state a kill between file and runtime API leaves"
+        "the state a kill between files and runtime API leaves"
     );
     edge.ok(&["apply"]);
     assert!(
         !blocked(),
-        "after `hapctl apply`, 127.0.0.3 is in neither the database nor {map}, but HAProxy \
-         still blocks it"
+        "after `hapctl apply`, 127.0.0.3 is in neither the database nor the map files, but \
+         HAProxy still blocks it"
     );
     fx.expect_base("after the recoveries");
+}
+
+/// Every crash point of the block path, in the order a change reaches them. A block lands in
+/// the delta map (`block-after-base` is not on its way); an unblock of a key of the base map
+/// rewrites both files (the fold), and passes every point.
+const BLOCK_POINTS: [&str; 4] = [
+    "block-after-commit",
+    "block-after-base",
+    "block-after-files",
+    "block-after-runtime",
+];
+
+/// A block change killed at each of its crash points (`HAPCTL_FAULT`), then the next command:
+/// `hapctl apply` (its reconcile) or the next block change (the block path's own recovery).
+/// Every point is after the commit, so the database holds the change; the files, the worker's
+/// maps and what HAProxy enforces must all say the same, with no marker and no temp file left.
+#[test]
+fn every_block_crash_point_recovers_to_the_committed_blocks() {
+    let fx = Fixture::new();
+    let edge = &fx.edge;
+    let blocked = || edge.get_from(CLIENT_C, DOMAIN_A, "/").status == 403;
+    let mut rounds = 0;
+    for point in BLOCK_POINTS {
+        // (change, whether it blocks 127.0.0.3, whether it reaches the point)
+        let changes: [(&[&str], bool, bool); 2] = [
+            (
+                &["block", "add", "127.0.0.3", "--reason", "crash suite"],
+                true,
+                point != "block-after-base",
+            ),
+            (&["block", "rm", "127.0.0.3"], false, true),
+        ];
+        for (args, blocks, reaches) in changes {
+            if !reaches {
+                continue;
+            }
+            for recovery in ["apply", "next block"] {
+                if !blocks {
+                    // The key to remove sits in the base map: added, then folded by a sync.
+                    edge.ok(&["block", "add", "127.0.0.3", "--reason", "crash suite"]);
+                    edge.ok(&["block", "sync"]);
+                }
+                let what = format!("{args:?} killed at {point}, recovered by {recovery}");
+                let mut cmd = edge.command(args);
+                cmd.env("HAPCTL_FAULT", point);
+                let out = run_bounded(cmd, Duration::from_secs(60));
+                {
+                    use std::os::unix::process::ExitStatusExt;
+                    assert_eq!(
+                        out.status.signal(),
+                        Some(libc::SIGKILL),
+                        "{what}: the point was not reached: {}",
+                        describe(&out)
+                    );
+                }
+                assert!(
+                    edge.path("run/blocks.pending").exists(),
+                    "{what}: the marker is left"
+                );
+                match recovery {
+                    "apply" => {
+                        edge.ok(&["apply"]);
+                    }
+                    _ => {
+                        edge.ok(&["block", "add", "127.0.0.4"]);
+                        edge.ok(&["block", "rm", "127.0.0.4"]);
+                    }
+                }
+                let db = block_keys(&edge.ok(&["block", "ls", "--json"]));
+                assert_eq!(
+                    db.iter().any(|k| k.contains("127.0.0.3")),
+                    blocks,
+                    "{what}: the database holds the change"
+                );
+                let want: BTreeSet<String> = if blocks {
+                    ["127.0.0.3".to_string()].into()
+                } else {
+                    BTreeSet::new()
+                };
+                assert_eq!(blocked_map_file_keys(edge), want, "{what}: map files");
+                assert_eq!(
+                    runtime_blocked_keys(edge),
+                    want,
+                    "{what}: the worker's maps"
+                );
+                assert_eq!(blocked(), blocks, "{what}: what HAProxy enforces");
+                assert!(
+                    !edge.path("run/blocks.pending").exists(),
+                    "{what}: marker left"
+                );
+                let left = leftovers(edge);
+                assert!(left.is_empty(), "{what}: left over {left:#?}");
+                if blocks {
+                    edge.ok(&["block", "rm", "127.0.0.3"]);
+                }
+                fx.expect_base(&format!("after {what}"));
+                rounds += 1;
+            }
+        }
+    }
+    assert_eq!(
+        rounds, 14,
+        "every point with every change that reaches it, both recoveries"
+    );
 }

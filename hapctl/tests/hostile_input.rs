@@ -913,6 +913,27 @@ fn path_probe(
     }
 }
 
+/// A corpus argument as the value of a query parameter of `GET /v1/blocked-ips`.
+fn query_probe(case: &Case, param: &str) -> Probe {
+    let target = format!(
+        "/v1/blocked-ips?{param}={}",
+        percent_encode_segment(&case.arg)
+    );
+    let p = Probe::new(case.origin.clone(), "GET", target);
+    if p.target.len() > MAX_URI {
+        let status = if p.target.len() > 400_000 { 431 } else { 414 };
+        Probe { shape: false, ..p }.want(status, None)
+    } else if std::str::from_utf8(&case.arg).is_err() {
+        p.want(400, Some("invalid"))
+            .field(&[param])
+            .message(&["UTF-8"])
+    } else {
+        p.want(400, Some("invalid"))
+            .field(&[param])
+            .message(&[&api_message(case)])
+    }
+}
+
 /// A `server` spec (`HOST:PORT[,option…]`) as the API's server object; the option keys used.
 fn server_object(spec: &[u8]) -> (Vec<u8>, Vec<String>) {
     let Ok(text) = std::str::from_utf8(spec) else {
@@ -997,6 +1018,8 @@ fn api_probes(case: &Case) -> Result<Vec<Probe>, &'static str> {
                 &["[1].ip"],
             ),
             path_probe(case, "DELETE", "/v1/blocked-ips/", None, &["key"]),
+            query_probe(case, "prefix"),
+            query_probe(case, "after"),
             b("POST", "/api/blocked-ips", r#"{"ip_address":@ARG@}"#, &["ip_address"]),
             b("DELETE", "/api/blocked-ips", r#"{"ip_address":@ARG@}"#, &["ip_address"]),
             b(
@@ -1013,6 +1036,7 @@ fn api_probes(case: &Case) -> Result<Vec<Probe>, &'static str> {
                 r#"{"ip":"203.0.113.77","reason":@ARG@}"#,
                 &["reason"],
             ),
+            query_probe(case, "reason"),
             b(
                 "POST",
                 "/v1/blocked-ips",
@@ -1046,6 +1070,7 @@ fn api_probes(case: &Case) -> Result<Vec<Probe>, &'static str> {
                 r#"{"ip":"203.0.113.78","ttl":@ARG@}"#,
                 &["ttl"],
             ),
+            query_probe(case, "expiring"),
             b(
                 "POST",
                 "/v1/blocked-ips",

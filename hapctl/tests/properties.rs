@@ -225,6 +225,7 @@ proptest! {
         }
         let blocked = FileId::BlockedMap.path(&settings.paths);
         std::fs::write(&blocked, render::blocked_map(&keys)).unwrap();
+        std::fs::write(FileId::BlockedDeltaMap.path(&settings.paths), render::blocked_delta_map(&keys)).unwrap();
         // The certificate path's own files: the default certificate, the crt-list, the token map.
         let mut store = Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
         Certs::new(&settings).ensure_files(&mut store).unwrap();

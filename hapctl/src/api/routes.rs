@@ -22,6 +22,8 @@ pub struct RouteDoc {
     pub summary: &'static str,
     /// JSON Schema of the request body, if it takes one.
     pub body: Option<Value>,
+    /// OpenAPI parameter objects of its query string.
+    pub query: Vec<Value>,
 }
 
 fn doc(
@@ -35,7 +37,28 @@ fn doc(
         path,
         summary,
         body,
+        query: Vec::new(),
     }
+}
+
+impl RouteDoc {
+    /// Adds an optional query parameter.
+    fn with_query(mut self, name: &str, schema: Value, description: &str) -> RouteDoc {
+        self.query.push(json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description}));
+        self
+    }
+}
+
+/// The page and filter parameters of `GET /v1/blocked-ips`.
+fn blocks_list_doc() -> RouteDoc {
+    let page = crate::model::DEFAULT_PAGE;
+    let max = crate::model::MAX_PAGE;
+    doc("get", "/v1/blocked-ips", "One page of the blocks in force, in key order (IPv4 then IPv6, by address, then prefix length): {blocks: [{key, reason, author, created_at, expires_at}], next}; next is the `after` of the following page, null on the last one. A bad parameter is a 400 naming it", None)
+        .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": max, "default": page}), "blocks per page")
+        .with_query("after", json!({"type": "string", "example": "203.0.113.7"}), "the `next` of the page before: blocks after this key (it need not be blocked any more)")
+        .with_query("prefix", json!({"type": "string", "example": "203.0.113.0/24"}), "only blocks inside this network (an address: that block alone)")
+        .with_query("reason", json!({"type": "string"}), "only blocks whose reason contains this text (ASCII case ignored)")
+        .with_query("expiring", json!({"type": "string", "example": "1h"}), "only blocks that expire within this long (1s to 3650d)")
 }
 
 fn schema_server() -> Value {
@@ -123,7 +146,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             Some(json!({"type": "object", "properties": {"names": schema_names(), "dns_01": {"type": "boolean"}}}))), post(certs::request)),
         (doc("post", "/v1/certificates/{name}/renew", "Renew an ACME certificate now; 502 when the order fails (the current one keeps serving)", None), post(certs::renew)),
         (doc("delete", "/v1/certificates/{name}", "Stop serving a certificate and delete it (not the default)", None), delete(certs::delete)),
-        (doc("get", "/v1/blocked-ips", "List blocks", None), get(v1::list_blocks)),
+        (blocks_list_doc(), get(v1::list_blocks)),
         (doc("post", "/v1/blocked-ips", "Block one entry or a list; runtime API, no reload, no haproxy -c",
             Some(json!({"oneOf": [schema_block(), {"type": "array", "items": schema_block()}]}))), post(v1::post_blocks)),
         (doc("delete", "/v1/blocked-ips/{key}", "Unblock an IP or CIDR (URL-encode the '/')", None), delete(v1::delete_block)),
@@ -243,6 +266,7 @@ pub fn openapi_document() -> Value {
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
             .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .chain(doc.query)
             .collect();
         if !params.is_empty() {
             op["parameters"] = Value::Array(params);

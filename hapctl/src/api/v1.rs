@@ -1,6 +1,6 @@
 //! The `/v1` routes, `/health`, `/metrics` and `/openapi.json`.
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,8 +15,8 @@ use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
 use crate::edge::{DomainChange, DomainResult, Edge};
 use crate::model::{
-    AppName, Backend, BlockKey, Domain, EdgeState, Interval, Note, Profile, ProxyProtocol, Server,
-    ServerAddr, ServerName, ServerOptions, ServerTls, Ttl, Version,
+    AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Interval, Note, Profile,
+    ProxyProtocol, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Ttl, Version,
 };
 
 pub async fn health(State(app): State<AppState>) -> Response {
@@ -317,11 +317,16 @@ pub async fn remove_domain(app: &AppState, domain: Domain) -> Result<Response, A
     applied(report, result)
 }
 
-pub async fn list_blocks(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    app.read(|edge| {
-        Ok(Json(
-            serde_json::to_value(edge.blocks()?).unwrap_or_default(),
-        ))
+/// `GET /v1/blocked-ips`: one page of the blocks in force, in key order, filtered; `next` is
+/// the `after` of the next page (`null` on the last one).
+pub async fn list_blocks(
+    State(app): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let query = BlockQuery::from_query(raw.as_deref())?;
+    app.read(move |edge| {
+        let page = edge.blocks_page(&query)?;
+        Ok(Json(json!({"blocks": page.blocks, "next": page.next})))
     })
     .await
 }

@@ -4,7 +4,8 @@
 //!   into that one apply, and each caller gets the report of the apply that contained its
 //!   change. No fixed delay: an idle worker applies at once.
 //! - The block worker does the same for blocks on the fast path, so blocks never queue behind a
-//!   slow reload, and lifts expired blocks on time (it wakes every second).
+//!   slow reload. It keeps the key set in memory between changes, and when idle (it wakes every
+//!   second) lifts expired blocks and folds the blocked delta map into the base map.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -15,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::Metrics;
 use crate::apply::ApplyReport;
-use crate::blocks::{BlockChange, BlockReport, ChangeResult};
+use crate::blocks::{BlockCache, BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
 use crate::edge::{DomainChange, DomainResult, Edge};
 
@@ -118,16 +119,14 @@ fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metr
 }
 
 fn block_worker(mut edge: Edge, rx: mpsc::Receiver<BlockJob>, metrics: Arc<Metrics>) {
+    // The key set and which map holds which key, kept between changes (checked against the
+    // database and the files at each change, so other writers are seen).
+    let mut cache = BlockCache::default();
     loop {
         let first = match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                lift_expired(&mut edge);
-                // Idle: hand memory freed by large requests back to the system.
-                // SAFETY: malloc_trim only releases free heap pages.
-                unsafe {
-                    libc::malloc_trim(0);
-                }
+                idle(&mut edge, &mut cache);
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => return,
@@ -143,7 +142,7 @@ fn block_worker(mut edge: Edge, rx: mpsc::Receiver<BlockJob>, metrics: Arc<Metri
         if !batch.is_empty() {
             let all: Vec<BlockChange> = batch.iter().flat_map(|(c, _)| c.clone()).collect();
             metrics.block_batch(all.len());
-            match edge.change_blocks(&all) {
+            match edge.change_blocks_with(&mut cache, &all) {
                 Ok(report) => {
                     let mut results = report.results.clone().into_iter();
                     for (changes, reply) in batch {
@@ -165,15 +164,23 @@ fn block_worker(mut edge: Edge, rx: mpsc::Receiver<BlockJob>, metrics: Arc<Metri
     }
 }
 
-/// Removes blocks whose expiry passed, through the fast path.
-fn lift_expired(edge: &mut Edge) {
+/// A second without jobs: lift expired blocks, fold the delta map into the base map, and hand
+/// memory freed by large requests back to the system.
+fn idle(edge: &mut Edge, cache: &mut BlockCache) {
     match edge.has_expired_blocks(unix_now()) {
         Ok(true) => {
-            if let Err(e) = edge.change_blocks(&[]) {
+            if let Err(e) = edge.change_blocks_with(cache, &[]) {
                 tracing::error!("lifting expired blocks failed: {e}");
             }
         }
         Ok(false) => {}
         Err(e) => tracing::error!("cannot look for expired blocks: {e}"),
+    }
+    if let Err(e) = edge.fold_blocks(cache) {
+        tracing::error!("folding the blocked delta map into the base map failed: {e}");
+    }
+    // SAFETY: malloc_trim only releases free heap pages.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -6,7 +6,7 @@ use clap::Subcommand;
 
 use hapctl::blocks::{BlockChange, ChangeResult};
 use hapctl::edge::Edge;
-use hapctl::model::{BlockKey, Note, Ttl};
+use hapctl::model::{BlockKey, BlockQuery, Note, Ttl};
 
 use super::{open, output, Failure, JsonFlag, JsonOut};
 
@@ -32,8 +32,29 @@ pub enum BlockCommand {
         #[command(flatten)]
         out: JsonFlag,
     },
-    /// List blocks (expired ones are left out).
-    Ls(JsonOut),
+    /// Rebuild the map files and the running worker's maps from the database.
+    Sync,
+    /// List blocks (expired ones are left out): all of them, or one page in key order when
+    /// a page option is given (the next page's `--after` is printed on stderr).
+    Ls {
+        /// Blocks per page (1-10000).
+        #[arg(long)]
+        limit: Option<String>,
+        /// Blocks after this key (the `--after` printed with the page before).
+        #[arg(long)]
+        after: Option<String>,
+        /// Only blocks inside this network (an address: that block alone).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Only blocks whose reason contains this text (ASCII case ignored).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only blocks that expire within this long: 90s, 30m, 12h, 7d.
+        #[arg(long)]
+        expiring: Option<String>,
+        #[command(flatten)]
+        out: JsonOut,
+    },
 }
 
 pub fn run(dir: &Path, cmd: BlockCommand) -> Result<u8, Failure> {
@@ -68,8 +89,40 @@ pub fn run(dir: &Path, cmd: BlockCommand) -> Result<u8, Failure> {
                 0
             })
         }
-        BlockCommand::Ls(out) => {
-            output::print_blocks(&open(dir)?.blocks()?, out.json);
+        BlockCommand::Sync => {
+            open(dir)?.sync_blocks()?;
+            println!("synced: the blocked map files and the running worker's maps hold the database's blocks");
+            Ok(0)
+        }
+        BlockCommand::Ls {
+            limit,
+            after,
+            prefix,
+            reason,
+            expiring,
+            out,
+        } => {
+            let given = [
+                ("limit", limit),
+                ("after", after),
+                ("prefix", prefix),
+                ("reason", reason),
+                ("expiring", expiring),
+            ];
+            let pairs: Vec<(&str, &str)> = given
+                .iter()
+                .filter_map(|(name, v)| v.as_deref().map(|v| (*name, v)))
+                .collect();
+            if pairs.is_empty() {
+                output::print_blocks(&open(dir)?.blocks()?, out.json);
+                return Ok(0);
+            }
+            let query = BlockQuery::from_pairs(pairs)?;
+            let page = open(dir)?.blocks_page(&query)?;
+            output::print_blocks(&page.blocks, out.json);
+            if let Some(next) = page.next {
+                eprintln!("more: --after {next}");
+            }
             Ok(0)
         }
     }

@@ -50,6 +50,7 @@ pub enum EdgeError {
 
 mod adopt;
 mod batch;
+mod blocks;
 mod certs;
 mod ids;
 mod init;
@@ -506,6 +507,10 @@ impl Edge {
             crate::render::FileId::BlockedMap.path(&staged.paths),
             render::blocked_map(&self.store.block_keys(unix_now())?),
         );
+        let blocked_delta = (
+            crate::render::FileId::BlockedDeltaMap.path(&staged.paths),
+            render::blocked_delta_map(&[]),
+        );
         // The token map as it is now (the crt-list and certificates stay where they are).
         let acme_map = (
             crate::render::FileId::AcmeMap.path(&staged.paths),
@@ -519,7 +524,7 @@ impl Edge {
             .files()
             .iter()
             .map(|f| (f.path.clone(), f.bytes.clone()));
-        for (path, bytes) in files.chain([blocked_map, acme_map]) {
+        for (path, bytes) in files.chain([blocked_map, blocked_delta, acme_map]) {
             crate::fsutil::write_atomic(&path, &bytes, crate::fsutil::DEFAULT_MODE)
                 .map_err(io_err("cannot write the scratch copy"))?;
         }

@@ -3,6 +3,7 @@
 
 mod app;
 mod block;
+mod block_query;
 mod error;
 mod limits;
 mod name;
@@ -16,6 +17,7 @@ mod tls;
 
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
+pub use block_query::{BlockQuery, DEFAULT_PAGE, MAX_PAGE};
 pub use error::{bounded, Invalid};
 pub use limits::{
     check_secs, parse_secs, LimitAction, LimitPolicy, LimitRule, LimitStatus, Limits, Slot,

@@ -12,6 +12,8 @@ pub enum FileId {
     HostsMap,
     WildcardsMap,
     BlockedMap,
+    /// The blocks since `BlockedMap` was last written in full (see `crate::blocks`).
+    BlockedDeltaMap,
     TrustedProxies,
     UnknownHostPage,
     BlockedPage,
@@ -34,12 +36,13 @@ pub enum FileId {
 }
 
 impl FileId {
-    pub const ALL: [FileId; 24] = [
+    pub const ALL: [FileId; 25] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
         FileId::WildcardsMap,
         FileId::BlockedMap,
+        FileId::BlockedDeltaMap,
         FileId::TrustedProxies,
         FileId::UnknownHostPage,
         FileId::BlockedPage,
@@ -61,7 +64,7 @@ impl FileId {
         FileId::NotConfiguredPage,
     ];
 
-    /// The files the apply renders, compares, snapshots and restores. Not the blocked map,
+    /// The files the apply renders, compares, snapshots and restores. Not the blocked maps,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
@@ -111,6 +114,7 @@ impl FileId {
             FileId::HostsMap => "maps/hosts.map",
             FileId::WildcardsMap => "maps/wildcards.map",
             FileId::BlockedMap => "maps/blocked.map",
+            FileId::BlockedDeltaMap => "maps/blocked-delta.map",
             FileId::TrustedProxies => "maps/trusted-proxies.acl",
             FileId::UnknownHostPage => "pages/unknown-host.html",
             FileId::BlockedPage => "pages/blocked.html",
@@ -141,6 +145,7 @@ impl FileId {
             FileId::HostsMap => paths.maps_dir.join("hosts.map"),
             FileId::WildcardsMap => paths.maps_dir.join("wildcards.map"),
             FileId::BlockedMap => paths.maps_dir.join("blocked.map"),
+            FileId::BlockedDeltaMap => paths.maps_dir.join("blocked-delta.map"),
             FileId::TrustedProxies => paths.maps_dir.join("trusted-proxies.acl"),
             FileId::UnknownHostPage => paths.pages_dir.join("unknown-host.html"),
             FileId::BlockedPage => paths.pages_dir.join("blocked.html"),
@@ -177,6 +182,7 @@ impl FileId {
             FileId::HostsMap
             | FileId::WildcardsMap
             | FileId::BlockedMap
+            | FileId::BlockedDeltaMap
             | FileId::TrustedProxies
             | FileId::HttpsMap
             | FileId::HttpsWildcardsMap

@@ -89,6 +89,7 @@ pub fn render(
         hosts_map => at(FileId::HostsMap),
         wildcards_map => at(FileId::WildcardsMap),
         blocked_map => at(FileId::BlockedMap),
+        blocked_delta_map => at(FileId::BlockedDeltaMap),
         trusted_proxies_file => at(FileId::TrustedProxies),
         unknown_host_page => at(FileId::UnknownHostPage),
         not_configured_page => at(FileId::NotConfiguredPage),
@@ -269,13 +270,49 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
 /// the runtime API adds entries in the same form.
 pub const BLOCKED_VALUE: &str = "1";
 
-/// The blocked-clients map file for `keys`.
-pub fn blocked_map<'k>(keys: impl IntoIterator<Item = &'k BlockKey>) -> Vec<u8> {
-    let mut out = format!("# {HEADER}\n");
+/// Second line of the blocked base map: the key set's fingerprint (see [`blocked_fingerprint`]).
+pub const BLOCKED_BASE_MARK: &str = "# blocked keys: ";
+
+/// The blocked-clients base map for `keys`, in the order given. Its second line names the key
+/// set ([`blocked_fingerprint`]), so the block path can tell which keys the file holds by
+/// reading two lines instead of the whole file.
+pub fn blocked_map<'k>(keys: impl IntoIterator<Item = &'k BlockKey> + Clone) -> Vec<u8> {
+    let mark = blocked_fingerprint(keys.clone());
+    let mut out = format!("# {HEADER}\n{BLOCKED_BASE_MARK}{mark}\n");
     for key in keys {
         let _ = writeln!(out, "{key} {BLOCKED_VALUE}");
     }
     out.into_bytes()
+}
+
+/// The blocks made since the base map was last written: a small file rewritten per change.
+pub fn blocked_delta_map<'k>(keys: impl IntoIterator<Item = &'k BlockKey>) -> Vec<u8> {
+    let mut out = format!("# {HEADER}\n# blocks since blocked.map was written; folded into it\n");
+    for key in keys {
+        let _ = writeln!(out, "{key} {BLOCKED_VALUE}");
+    }
+    out.into_bytes()
+}
+
+/// `<count>-<hash>` of a key sequence (FNV-1a over each key's bytes): the same keys in the
+/// same order give the same text, on every run and every machine.
+pub fn blocked_fingerprint<'k>(keys: impl IntoIterator<Item = &'k BlockKey>) -> String {
+    let (mut hash, mut count) = (0xcbf2_9ce4_8422_2325u64, 0usize);
+    for key in keys {
+        let net = key.net();
+        let bytes = match net.network() {
+            std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(a) => a.octets(),
+        };
+        for b in bytes
+            .iter()
+            .chain([&net.prefix_len(), &u8::from(net.addr().is_ipv4())])
+        {
+            hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        count += 1;
+    }
+    format!("{count}-{hash:016x}")
 }
 
 fn ensure_final_newline(mut bytes: Vec<u8>) -> Vec<u8> {

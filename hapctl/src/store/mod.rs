@@ -13,10 +13,10 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use state::load_state;
 
 use crate::model::{
-    AppName, Backend, Block, BlockKey, Domain, EdgeState, Generation, Invalid, Note, Port,
-    ProxyNet, Version,
+    AppName, Backend, BlockKey, Domain, EdgeState, Generation, Invalid, Port, ProxyNet, Version,
 };
 
+mod blocks;
 mod certs;
 mod ids;
 mod schema;
@@ -27,6 +27,7 @@ mod limits;
 mod policies;
 mod profiles;
 
+pub use blocks::{BlockPage, BlockTx};
 pub use certs::CertRecord;
 
 /// How long a writer waits for another one (an apply can hold the database for a reload).
@@ -131,9 +132,11 @@ fn open_migrated(path: &Path, migrations: &[&str]) -> Result<Connection, StoreEr
 impl Store {
     /// Opens (creating if needed) and migrates both database files.
     pub fn open(path: &Path, blocks_path: &Path) -> Result<Store, StoreError> {
+        let blocks = open_migrated(blocks_path, BLOCK_MIGRATIONS)?;
+        blocks::backfill_sort_keys(&blocks)?;
         Ok(Store {
             conn: open_migrated(path, MIGRATIONS)?,
-            blocks: open_migrated(blocks_path, BLOCK_MIGRATIONS)?,
+            blocks,
         })
     }
 
@@ -147,47 +150,9 @@ impl Store {
         })
     }
 
-    /// Starts a write transaction on the blocks only.
-    pub fn begin_blocks(&mut self) -> Result<BlockTx<'_>, StoreError> {
-        Ok(BlockTx(self.blocks.transaction_with_behavior(
-            TransactionBehavior::Immediate,
-        )?))
-    }
-
     /// The committed desired state, leaving out blocks expired at `now`.
     pub fn load_state(&self) -> Result<EdgeState, StoreError> {
         load_state(&self.conn)
-    }
-
-    /// Every block, expired ones included.
-    pub fn blocks(&self) -> Result<Vec<Block>, StoreError> {
-        load_blocks(&self.blocks)
-    }
-
-    /// The keys of the blocks in force at `now`: what the map holds (cheaper than `blocks`).
-    pub fn block_keys(&self, now: i64) -> Result<Vec<BlockKey>, StoreError> {
-        load_block_keys(&self.blocks, now)
-    }
-
-    /// How many blocks there are, expired ones included.
-    pub fn block_count(&self) -> Result<usize, StoreError> {
-        Ok(self
-            .blocks
-            .query_row("SELECT COUNT(*) FROM blocks", [], |r| r.get::<_, i64>(0))?
-            as usize)
-    }
-
-    /// Whether some block's expiry has passed at `now` (cheap: the daemon asks every second).
-    pub fn has_expired_blocks(&self, now: i64) -> Result<bool, StoreError> {
-        Ok(self
-            .blocks
-            .query_row(
-                "SELECT 1 FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT 1",
-                [now],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
     }
 
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
@@ -279,62 +244,6 @@ impl Store {
 pub struct Tx<'a> {
     tx: rusqlite::Transaction<'a>,
     blocks: &'a Connection,
-}
-
-/// A write transaction on the blocks.
-pub struct BlockTx<'a>(rusqlite::Transaction<'a>);
-
-impl BlockTx<'_> {
-    pub fn contains(&self, key: &BlockKey) -> Result<bool, StoreError> {
-        Ok(self
-            .0
-            .query_row(
-                "SELECT 1 FROM blocks WHERE key = ?1",
-                [key.to_string()],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
-    }
-
-    /// Adds or replaces a block; returns true when the key was not blocked before.
-    pub fn put_block(&self, block: &Block) -> Result<bool, StoreError> {
-        let key = block.key.to_string();
-        let existed = self.contains(&block.key)?;
-        self.0.execute(
-            "INSERT OR REPLACE INTO blocks (key, reason, author, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                key,
-                block.reason.as_str(),
-                block.author.as_str(),
-                block.created_at,
-                block.expires_at
-            ],
-        )?;
-        Ok(!existed)
-    }
-
-    /// Returns false when the key was not blocked.
-    pub fn remove_block(&self, key: &BlockKey) -> Result<bool, StoreError> {
-        Ok(self
-            .0
-            .execute("DELETE FROM blocks WHERE key = ?1", [key.to_string()])?
-            > 0)
-    }
-
-    /// Deletes blocks expired at `now`; returns their keys.
-    pub fn remove_expired_blocks(&self, now: i64) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self.0.prepare(
-            "DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ?1 RETURNING key",
-        )?;
-        let keys = stmt.query_map([now], |r| r.get(0))?;
-        Ok(keys.collect::<Result<_, _>>()?)
-    }
-
-    pub fn commit(self) -> Result<(), StoreError> {
-        Ok(self.0.commit()?)
-    }
 }
 
 impl Tx<'_> {
@@ -456,7 +365,7 @@ impl Tx<'_> {
 
     /// The keys of the blocks in force at `now` (committed ones: blocks change outside this tx).
     pub fn block_keys(&self, now: i64) -> Result<Vec<BlockKey>, StoreError> {
-        load_block_keys(self.blocks, now)
+        blocks::load_block_keys(self.blocks, now)
     }
 
     pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
@@ -529,43 +438,10 @@ fn app_state(conn: &Connection, app: &AppName) -> Result<AppState, StoreError> {
     })
 }
 
-fn load_block_keys(conn: &Connection, now: i64) -> Result<Vec<BlockKey>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT key FROM blocks WHERE expires_at IS NULL OR expires_at > ?1 ORDER BY key",
-    )?;
-    let mut rows = stmt.query([now])?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        let key: String = r.get(0)?;
-        out.push(key.parse().map_err(corrupt("blocks", &key))?);
-    }
-    Ok(out)
-}
-
-fn load_blocks(conn: &Connection) -> Result<Vec<Block>, StoreError> {
-    let mut stmt = conn
-        .prepare("SELECT key, reason, author, created_at, expires_at FROM blocks ORDER BY key")?;
-    let mut rows = stmt.query([])?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        let key: String = r.get(0)?;
-        let reason: String = r.get(1)?;
-        let author: String = r.get(2)?;
-        out.push(Block {
-            key: key.parse().map_err(corrupt("blocks", &key))?,
-            reason: Note::parse("reason", &reason).map_err(corrupt("blocks", &key))?,
-            author: Note::parse("author", &author).map_err(corrupt("blocks", &key))?,
-            created_at: r.get(3)?,
-            expires_at: r.get(4)?,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Server, ServerName};
+    use crate::model::{Block, Note, Server, ServerName};
 
     fn backend(addr: &str) -> Backend {
         Backend::new(
@@ -616,22 +492,6 @@ mod tests {
             "expired block left out"
         );
         assert_eq!(store.blocks().unwrap().len(), 2);
-    }
-
-    #[test]
-    fn a_tampered_row_is_reported_with_its_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
-        store
-            .blocks
-            .execute(
-                "INSERT INTO blocks VALUES ('10.0.0.1\nfoo', 'r', 'a', 0, NULL)",
-                [],
-            )
-            .unwrap();
-        let e = store.block_keys(0).unwrap_err().to_string();
-        assert!(e.contains("blocks/10.0.0.1"), "{e}");
     }
 
     #[test]

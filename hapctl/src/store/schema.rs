@@ -118,4 +118,5 @@ CREATE TABLE blocks (
 );
 "#,
     super::ids::BLOCK_MIGRATION,
+    super::blocks::MIGRATION,
 ];

@@ -230,16 +230,30 @@ impl ApiClient {
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
-    /// The keys of `GET /v1/blocked-ips` (the database, expired entries left out).
+    /// The keys of `GET /v1/blocked-ips`, every page (the database, expired entries left out).
     pub fn blocked_keys(&self) -> BTreeSet<String> {
-        let r = self.get("/v1/blocked-ips");
-        assert_eq!(r.status, 200, "{r:?}");
-        r.json
-            .as_array()
-            .unwrap_or_else(|| panic!("not a list: {r:?}"))
-            .iter()
-            .map(|b| b["key"].as_str().expect("a block's key").to_string())
-            .collect()
+        let mut keys = BTreeSet::new();
+        let mut path = "/v1/blocked-ips?limit=10000".to_string();
+        loop {
+            let r = self.get(&path);
+            assert_eq!(r.status, 200, "{r:?}");
+            let page = r.json["blocks"]
+                .as_array()
+                .unwrap_or_else(|| panic!("not a page: {r:?}"));
+            keys.extend(
+                page.iter()
+                    .map(|b| b["key"].as_str().expect("a block's key").to_string()),
+            );
+            match r.json["next"].as_str() {
+                Some(next) => {
+                    path = format!(
+                        "/v1/blocked-ips?limit=10000&after={}",
+                        next.replace('/', "%2F")
+                    )
+                }
+                None => return keys,
+            }
+        }
     }
 
     /// The names of `GET /v1/domains`.
@@ -393,30 +407,42 @@ impl Drop for Daemon {
     }
 }
 
-/// The keys of the edge's blocked map file (`live/maps/blocked.map`).
+/// The keys the edge's blocked map files hold: the base map (`live/maps/blocked.map`) and the
+/// delta map beside it, which HAProxy matches together.
 pub fn blocked_map_file_keys(edge: &Edge) -> BTreeSet<String> {
-    std::fs::read_to_string(edge.path("live/maps/blocked.map"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
+    BLOCKED_MAPS
+        .iter()
+        .flat_map(|m| {
+            std::fs::read_to_string(edge.path(m))
+                .unwrap_or_default()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .filter_map(|l| l.split_whitespace().next().map(String::from))
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
-/// The keys of the blocked map as the current worker holds it (`@1 show map` through the
-/// master socket).
+/// The two blocked maps, base and delta.
+pub const BLOCKED_MAPS: [&str; 2] = ["live/maps/blocked.map", "live/maps/blocked-delta.map"];
+
+/// The keys of both blocked maps as the current worker holds them (`@1 show map` through the
+/// master socket); no key may be there twice.
 pub fn runtime_blocked_keys(edge: &Edge) -> BTreeSet<String> {
-    let map = RuntimeMap::new(
-        CliSocket::new(edge.path("run/master.sock"), Duration::from_secs(5)),
-        edge.path("live/maps/blocked.map").display().to_string(),
-    );
-    let keys = map.keys().expect("show map through the master socket");
+    let mut keys = Vec::new();
+    for m in BLOCKED_MAPS {
+        let map = RuntimeMap::new(
+            CliSocket::new(edge.path("run/master.sock"), Duration::from_secs(5)),
+            edge.path(m).display().to_string(),
+        );
+        keys.extend(map.keys().expect("show map through the master socket"));
+    }
     let set: BTreeSet<String> = keys.iter().cloned().collect();
     assert_eq!(
         set.len(),
         keys.len(),
-        "the runtime map holds duplicate keys: {keys:?}"
+        "the runtime maps hold duplicate keys: {keys:?}"
     );
     set
 }

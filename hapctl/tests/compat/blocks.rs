@@ -116,16 +116,18 @@ fn blocks_answer_with_the_old_shapes_codes_and_ids_without_a_reload() {
         "newest first: {order:?}"
     );
 
-    // Sync: an entry lost from the runtime map is restored, every block read back.
-    hapctl::haproxy::RuntimeMap::new(
-        hapctl::haproxy::CliSocket::new(
-            edge.path("run/master.sock"),
-            std::time::Duration::from_secs(5),
-        ),
-        edge.path("live/maps/blocked.map").display().to_string(),
-    )
-    .remove("127.0.0.2")
-    .unwrap();
+    // Sync: an entry lost from the runtime maps is restored, every block read back.
+    for map in super::common::daemon::BLOCKED_MAPS {
+        hapctl::haproxy::RuntimeMap::new(
+            hapctl::haproxy::CliSocket::new(
+                edge.path("run/master.sock"),
+                std::time::Duration::from_secs(5),
+            ),
+            edge.path(map).display().to_string(),
+        )
+        .remove("127.0.0.2")
+        .unwrap();
+    }
     assert_eq!(edge.get_from(B, SHOP, "/").status, 200, "entry dropped");
     let r = api.call("POST", "/api/blocked-ips/sync", None);
     assert_eq!(edge.get_from(B, SHOP, "/").status, 403, "sync restored it");

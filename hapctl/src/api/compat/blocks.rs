@@ -163,14 +163,19 @@ async fn sync(app: AppState) -> Answer {
                 .filter(|b| !b.is_expired(now))
                 .map(|b| b.key.to_string())
                 .collect();
-            let map = RuntimeMap::new(
-                Master::from_settings(&edge.settings).socket().clone(),
-                FileId::BlockedMap
-                    .path(&edge.settings.paths)
-                    .display()
-                    .to_string(),
-            );
-            Ok((wanted, map.keys().map_err(|e| e.to_string())))
+            // Both blocked maps: the base and the delta of the blocks since.
+            let live: Result<Vec<String>, String> = [FileId::BlockedMap, FileId::BlockedDeltaMap]
+                .iter()
+                .map(|id| {
+                    let path = id.path(&edge.settings.paths).display().to_string();
+                    let socket = Master::from_settings(&edge.settings).socket().clone();
+                    RuntimeMap::new(socket, path)
+                        .keys()
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|maps| maps.concat());
+            Ok((wanted, live))
         })
         .await?;
     let total = wanted.len();

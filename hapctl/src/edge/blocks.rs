@@ -1,0 +1,30 @@
+//! Block services for a long-lived caller (the daemon's block worker keeps a [`BlockCache`]
+//! across changes) and pages of the list.
+
+use super::{Edge, EdgeError};
+use crate::blocks::{BlockCache, BlockChange, BlockReport, Blocks};
+use crate::clock::unix_now;
+use crate::model::BlockQuery;
+use crate::store::BlockPage;
+
+impl Edge {
+    /// [`Edge::change_blocks`] from what earlier changes left in `cache`: a change costs what
+    /// it changes, not a read of every block.
+    pub fn change_blocks_with(
+        &mut self,
+        cache: &mut BlockCache,
+        changes: &[BlockChange],
+    ) -> Result<BlockReport, EdgeError> {
+        Ok(Blocks::new(&self.settings).change_with(&mut self.store, cache, changes)?)
+    }
+
+    /// Folds the delta map into the base map when there is something to fold.
+    pub fn fold_blocks(&mut self, cache: &mut BlockCache) -> Result<bool, EdgeError> {
+        Ok(Blocks::new(&self.settings).fold(&self.store, cache)?)
+    }
+
+    /// One page of the blocks in force, in key order.
+    pub fn blocks_page(&self, query: &BlockQuery) -> Result<BlockPage, EdgeError> {
+        Ok(self.store.blocks_page(query, unix_now())?)
+    }
+}
