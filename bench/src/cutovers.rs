@@ -1,327 +1,382 @@
-//! cutovers: consecutive cutovers proven from outside by `hapctl prove --cycle V --json FILE`
-//! (deliver V, then rollback, each under a short-request probe and long streams), on an edge
-//! with demo-app. Each cycle delivers a new version, so every delivery starts a process and
-//! retires the one before; every rollback goes back to the first version.
+//! cutovers: N consecutive cutovers on the demo-app edge, deliver (a new version each time,
+//! so every delivery starts a process and retires one) and rollback alternating. Each one is
+//! measured in-process by hapctl's own prove library (`prove::run` with the cutover command as
+//! its subject), so every cutover gets exactly the checks `hapctl prove` makes: master PID
+//! unchanged, a new worker, a probe of short requests (each on a new connection), long streams
+//! open across the command, the version served, the command's exit. A failed cutover's journal
+//! and report are kept. With `--with-changes` a thread changes a domain's server weight
+//! (runtime path, no reload) and adds and removes blocks the whole time ([`changes`]).
 
-use std::time::Duration;
+mod changes;
+mod summary;
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
+use hapctl::prove::{self, Options, Report as ProveReport, Status, Subject};
 use serde_json::{json, Value};
 
-use crate::app_edge::AppEdge;
-use crate::stats::{ms, Summary};
-use crate::sys;
-use crate::{Ctx, Report, Table, Target};
+use crate::app_edge::{AppEdge, HOST};
+use crate::stats::ms;
+use crate::{Ctx, Report};
+use summary::{summarize, Totals};
 
 const FIRST: &str = "1.0.0";
-/// Bound on one `hapctl prove --cycle` (two proofs of ~6 s each with the defaults).
-const CYCLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Short requests per second, for the whole of each cutover.
+const RATE: f64 = 200.0;
+const STREAMS: usize = 2;
+/// 4 s streams: they must outlive the command, also a slow one (a rollback took 2–3 s before).
+const STREAM_LINES: u32 = 40;
+const STREAM_INTERVAL_MS: u32 = 100;
+const SETTLE: Duration = Duration::from_secs(1);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// Cutovers in a row that could not be measured (the edge does not serve) end the series.
+const MAX_UNMEASURED_IN_A_ROW: usize = 3;
 
-/// One proven cutover, from the report.
-struct Proof {
-    label: String,
+/// One cutover as the series keeps it.
+struct Cutover {
+    n: usize,
+    kind: &'static str,
+    to: String,
     passed: bool,
-    command_ms: f64,
-    proof_ms: f64,
-    exit_code: Option<i64>,
+    /// `name: measured` of each failed check, or why nothing could be measured.
+    failed_checks: Vec<String>,
     requests: u64,
+    /// The probe's achieved rate over its window (requests/s), and requests started late.
+    rate: f64,
+    late: u64,
     failed: u64,
-    by_cause: String,
     streams: usize,
     intact: usize,
-    master_before: Option<i64>,
-    master_after: Option<i64>,
-    new_workers: usize,
+    master_same: bool,
+    new_worker: bool,
+    exit_code: Option<i32>,
+    command_ms: f64,
     /// Command start → the probe's first answer from the new version.
     switch_ms: Option<f64>,
-    failed_checks: Vec<String>,
+    proof_ms: f64,
+    /// The delivery's own steps (`--json`): name and ms.
+    steps: Vec<(String, f64)>,
+    /// Runtime changes that landed while this cutover was measured.
+    changes: u64,
+    journal: Option<PathBuf>,
+    /// When it started (UTC) and the 1-min load average then: the machine is shared.
+    started_at: String,
+    load: Option<f64>,
+}
+
+impl Cutover {
+    fn to_json(&self) -> Value {
+        json!({
+            "n": self.n,
+            "kind": self.kind,
+            "to": self.to,
+            "passed": self.passed,
+            "failed_checks": self.failed_checks,
+            "requests": self.requests,
+            "probe_rate": self.rate,
+            "probe_late": self.late,
+            "failed_requests": self.failed,
+            "streams": self.streams,
+            "streams_intact": self.intact,
+            "master_pid_unchanged": self.master_same,
+            "new_worker": self.new_worker,
+            "exit_code": self.exit_code,
+            "command_ms": self.command_ms,
+            "switch_ms": self.switch_ms,
+            "proof_ms": self.proof_ms,
+            "steps": self.steps.iter().map(|(n, ms)| json!({"name": n, "ms": ms})).collect::<Vec<_>>(),
+            "changes": self.changes,
+            "journal": self.journal,
+            "started_at": self.started_at,
+            "load_average": self.load,
+        })
+    }
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let demo = ctx.demo_app_bin()?;
-    let cycles = ctx.cycles;
+    let count = ctx.count;
+    let out_dir = std::env::temp_dir().join(format!(
+        "hapctl-bench-cutovers-{}",
+        hapctl::clock::unix_now()
+    ));
+    std::fs::create_dir_all(&out_dir)?;
+    let mut log = File::create(out_dir.join("cutovers.jsonl"))?;
+    eprintln!(
+        "  cutovers: one JSON line per cutover in {}, failed cutovers' journals next to it",
+        out_dir.display()
+    );
+
     let app = AppEdge::start(&hapctl, &demo, "cutovers", FIRST)?;
-    let master_start = app.show_proc()?.master.pid;
-    let reloads_start = app.show_proc()?.master.reloads;
-    let checks_start = app.check_runs();
-
-    let mut proofs = Vec::new();
-    let mut not_run = Vec::new();
-    let mut cycle_exit = Vec::new();
-    for i in 1..=cycles {
-        let version = format!("2.0.{i}");
-        let file = app.work_dir().join(format!("proof-{i}.json"));
-        let file_text = file.display().to_string();
-        let args = ["prove", "--cycle", &version, "--json", &file_text];
-        let out = sys::run_bounded(&mut app.command(&args), CYCLE_TIMEOUT)?;
-        cycle_exit.push(out.status.code());
-        let text = std::fs::read_to_string(&file).with_context(|| {
-            format!(
-                "`hapctl prove --cycle {version}` wrote no JSON report: {}",
-                sys::describe(&out)
-            )
-        })?;
-        let report: Value = serde_json::from_str(&text)
-            .with_context(|| format!("the report of cycle {i} is not JSON"))?;
-        for p in report["proofs"].as_array().into_iter().flatten() {
-            let proof = read_proof(p);
-            eprintln!(
-                "  cycle {i:>2} {:<16} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {:?}→{:?}",
-                proof.label,
-                if proof.passed { "pass" } else { "FAIL" },
-                ms(proof.command_ms),
-                proof.failed,
-                proof.requests,
-                proof.intact,
-                proof.streams,
-                proof.master_before,
-                proof.master_after
-            );
-            proofs.push(proof);
-        }
-        for n in report["not_run"].as_array().into_iter().flatten() {
-            not_run.push(format!(
-                "cycle {i}: {} not run: {}",
-                n["label"].as_str().unwrap_or("?"),
-                n["reason"].as_str().unwrap_or("?")
-            ));
-        }
-    }
-    let master_end = app.show_proc()?.master.pid;
-    let reloads = app.show_proc()?.master.reloads as i64 - reloads_start as i64;
-    let checks = app.check_runs() - checks_start;
-    let generations_left = app.generation_pids().len();
-    drop(app);
-
-    if proofs.is_empty() {
-        bail!("no proof was reported");
-    }
-    let total = proofs.len();
-    let passed = proofs.iter().filter(|p| p.passed).count();
-    let requests: u64 = proofs.iter().map(|p| p.requests).sum();
-    let failed: u64 = proofs.iter().map(|p| p.failed).sum();
-    let streams: usize = proofs.iter().map(|p| p.streams).sum();
-    let intact: usize = proofs.iter().map(|p| p.intact).sum();
-    let pid_changes = proofs
-        .iter()
-        .filter(|p| p.master_before.is_none() || p.master_before != p.master_after)
-        .count()
-        + usize::from(master_start != master_end);
-    let command =
-        Summary::of(&proofs.iter().map(|p| p.command_ms).collect::<Vec<_>>()).expect("> 0");
-    let proof_ms =
-        Summary::of(&proofs.iter().map(|p| p.proof_ms).collect::<Vec<_>>()).expect("> 0");
-    let switches: Vec<f64> = proofs.iter().filter_map(|p| p.switch_ms).collect();
-    let switch = Summary::of(&switches);
-    let intact_pct = 100.0 * intact as f64 / streams.max(1) as f64;
-
-    let mut totals = Table::new(
-        format!("cutovers: {total} proven cutovers ({cycles} × `hapctl prove --cycle V`), totals"),
-        &[
-            "cutovers",
-            "all checks passed",
-            "probe requests",
-            "failed",
-            "streams intact",
-            "master PID changes",
-            "new worker each",
-            "reloads",
-            "haproxy -c",
-        ],
-    );
-    totals.row(vec![
-        total.to_string(),
-        format!("{passed}/{total}"),
-        requests.to_string(),
-        failed.to_string(),
-        format!("{intact}/{streams} ({intact_pct:.0} %)"),
-        pid_changes.to_string(),
-        format!(
-            "{}/{total}",
-            proofs.iter().filter(|p| p.new_workers > 0).count()
-        ),
-        reloads.to_string(),
-        checks.to_string(),
-    ]);
-    let mut durations = Table::new(
-        "cutovers: durations (ms)",
-        &["measure", "median", "p95", "min", "max"],
-    );
-    let mut row = |name: &str, s: Summary| {
-        durations.row(vec![
-            name.to_string(),
-            ms(s.median),
-            ms(s.p95),
-            ms(s.min),
-            ms(s.max),
-        ])
+    let changes_setup = if ctx.with_changes {
+        Some(changes::Setup::new(&app)?)
+    } else {
+        None
     };
-    row("cutover command (deliver / rollback), all", command);
-    for kind in ["deliver", "rollback"] {
-        if let Some(s) = Summary::of(
-            &proofs
-                .iter()
-                .filter(|p| p.label.starts_with(kind))
-                .map(|p| p.command_ms)
-                .collect::<Vec<_>>(),
-        ) {
-            row(&format!("cutover command, {kind}"), s);
-        }
-    }
-    if let Some(s) = switch {
-        row("command start → probe sees the new version", s);
-    }
-    row("whole proof (streams, probe, settle, checks)", proof_ms);
+    let procs = app.show_proc()?;
+    let (master_start, reloads_start) = (procs.master.pid, procs.master.reloads);
+    let checks_start = app.check_runs();
+    let options = Options {
+        streams: STREAMS,
+        rate: RATE,
+        stream_lines: STREAM_LINES,
+        stream_interval_ms: STREAM_INTERVAL_MS,
+        settle: SETTLE,
+        max_failures: 0,
+        expect_version: None,
+        host: HOST.to_string(),
+        path: "/".into(),
+        timeout: COMMAND_TIMEOUT,
+        request_timeout: Duration::from_secs(2),
+    };
 
-    let failed_checks: Vec<String> = proofs
-        .iter()
-        .filter(|p| !p.passed)
-        .map(|p| format!("{}: {}", p.label, p.failed_checks.join(", ")))
-        .collect();
-    let targets = vec![
-        Target {
-            goal: "0 failed probe requests".into(),
-            met: Some(failed == 0),
-            detail: format!(
-                "{failed} of {requests} failed{}",
-                if failed > 0 {
-                    format!(
-                        " ({})",
-                        proofs
-                            .iter()
-                            .filter(|p| p.failed > 0)
-                            .map(|p| format!("{}: {}", p.label, p.by_cause))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    )
-                } else {
-                    String::new()
-                }
-            ),
+    let stop = AtomicBool::new(false);
+    let (cutovers, change_log) = std::thread::scope(|scope| {
+        let changer = changes_setup
+            .as_ref()
+            .map(|setup| scope.spawn(|| setup.run(&app, &stop)));
+        let series = series(
+            &app,
+            &options,
+            count,
+            &out_dir,
+            &mut log,
+            changes_setup.as_ref(),
+        );
+        stop.store(true, Ordering::SeqCst);
+        let change_log = changer.map(|h| h.join().expect("the change thread panicked"));
+        (series, change_log)
+    });
+    let cutovers = cutovers?;
+    let master_end = app.show_proc()?.master.pid;
+    let reloads = app
+        .show_proc()?
+        .master
+        .reloads
+        .saturating_sub(reloads_start);
+    let checks = app.check_runs() - checks_start;
+    drop(app);
+    summarize(
+        &cutovers,
+        change_log,
+        Totals {
+            count,
+            master_start,
+            master_end,
+            reloads,
+            checks,
+            out_dir,
         },
-        Target {
-            goal: "100 % of long streams intact".into(),
-            met: Some(intact == streams && streams > 0),
-            detail: format!("{intact}/{streams}"),
-        },
-        Target {
-            goal: "0 master PID changes".into(),
-            met: Some(pid_changes == 0),
-            detail: format!("master {master_start} at the start, {master_end} at the end"),
-        },
-        Target {
-            goal: format!("{} cutovers proven, every check passed", cycles * 2),
-            met: Some(passed == total && total == cycles * 2 && not_run.is_empty()),
-            detail: if failed_checks.is_empty() && not_run.is_empty() {
-                format!("{passed}/{total}")
-            } else {
-                format!(
-                    "{passed}/{total}; {}",
-                    [failed_checks.clone(), not_run.clone()].concat().join("; ")
-                )
-            },
-        },
-    ];
-    let notes = vec![
-        format!(
-            "edge: as in the deliver section (demo-app, exec runner, ready delay 0), first version {FIRST}. Then {cycles} times \
-             `hapctl prove --cycle 2.0.I --json FILE` with prove's defaults: 2 long streams of 50 lines every 100 ms \
-             opened before each command, 50 short requests/s (a new connection each), 1 s settle after the command."
-        ),
-        "cutover command = the `run.duration_ms` of each proof (the deliver or rollback command prove ran); \
-         probe sees the new version = the first probe switch after the command started."
-            .into(),
-        format!("prove exit codes per cycle: {cycle_exit:?}; generation processes left at the end (killed by the bench): {generations_left}"),
-    ];
-    Ok(Report {
-        tables: vec![totals, durations],
-        targets,
-        notes,
-        json: json!({
-            "cycles": cycles,
-            "cutovers": total,
-            "passed": passed,
-            "probe_requests": requests,
-            "probe_failed": failed,
-            "streams": streams,
-            "streams_intact": intact,
-            "master_pid_changes": pid_changes,
-            "reloads": reloads,
-            "haproxy_c": checks,
-            "command_ms": command.to_json(),
-            "switch_ms": switch.map(Summary::to_json),
-            "proof_ms": proof_ms.to_json(),
-            "proofs": proofs.iter().map(|p| json!({
-                "label": p.label,
-                "passed": p.passed,
-                "command_ms": p.command_ms,
-                "proof_ms": p.proof_ms,
-                "exit_code": p.exit_code,
-                "requests": p.requests,
-                "failed": p.failed,
-                "streams": p.streams,
-                "intact": p.intact,
-                "master_before": p.master_before,
-                "master_after": p.master_after,
-                "new_workers": p.new_workers,
-                "switch_ms": p.switch_ms,
-                "failed_checks": p.failed_checks,
-            })).collect::<Vec<_>>(),
-            "not_run": not_run,
-        }),
-    })
+    )
 }
 
-fn read_proof(p: &Value) -> Proof {
-    let streams = p["streams"].as_array().cloned().unwrap_or_default();
-    let intact = streams
-        .iter()
-        .filter(|s| {
-            s["error"].is_null()
-                && s["final_chunk"] == true
-                && s["received"] == s["announced"]
-                && s["foreign_lines"] == 0
-                && s["out_of_sequence"] == 0
-        })
-        .count();
-    let started = p["run"]["started_ms"].as_f64().unwrap_or(0.0);
-    let switch_ms = p["probe"]["switches"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["t_ms"].as_f64())
-        .find(|t| *t >= started)
-        .map(|t| t - started);
-    Proof {
-        label: p["label"].as_str().unwrap_or("?").to_string(),
-        passed: p["passed"] == true,
-        command_ms: p["run"]["duration_ms"].as_f64().unwrap_or(f64::NAN),
-        proof_ms: p["duration_ms"].as_f64().unwrap_or(f64::NAN),
-        exit_code: p["run"]["exit_code"].as_i64(),
-        requests: p["probe"]["requests"].as_u64().unwrap_or(0),
-        failed: p["probe"]["failed"].as_u64().unwrap_or(0),
-        by_cause: p["probe"]["by_cause"].to_string(),
-        streams: streams.len(),
-        intact,
-        master_before: p["before"]["processes"]["master_pid"].as_i64(),
-        master_after: p["after"]["processes"]["master_pid"].as_i64(),
-        new_workers: p["after"]["new_workers"].as_array().map_or(0, Vec::len),
-        switch_ms,
-        failed_checks: p["checks"]
-            .as_array()
+/// The cutovers, one after the other. The version a rollback goes back to is the one served
+/// before the delivery, as hapctl keeps it (previous generation).
+fn series(
+    app: &AppEdge,
+    options: &Options,
+    count: usize,
+    out_dir: &Path,
+    log: &mut File,
+    changes: Option<&changes::Setup>,
+) -> anyhow::Result<Vec<Cutover>> {
+    let (mut current, mut previous) = (FIRST.to_string(), None::<String>);
+    let mut cutovers: Vec<Cutover> = Vec::new();
+    let mut unmeasured = 0;
+    // A rollback follows a delivery that exited 0; anything else is followed by a delivery.
+    let mut rollback_next = false;
+    for n in 1..=count {
+        let (kind, to) = match (&previous, rollback_next) {
+            (Some(p), true) => ("rollback", p.clone()),
+            _ => ("deliver", format!("2.0.{n}")),
+        };
+        let args: Vec<&str> = match kind {
+            "deliver" => vec!["deliver", &to, "--json"],
+            _ => vec!["rollback", "--json"],
+        };
+        let mut options = options.clone();
+        options.expect_version = Some(to.clone());
+        let changes_before = changes.map_or(0, changes::Setup::landed);
+        let subject = Subject::Command(argv_of(&app.command(&args)));
+        let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+        let load = crate::sys::load_average();
+        let mut c = match prove::run(&app.settings, &options, &subject, &mut |_| {}) {
+            Ok(report) => {
+                unmeasured = 0;
+                let mut c = read_proof(n, kind, &to, &report)?;
+                c.changes = changes.map_or(0, changes::Setup::landed) - changes_before;
+                if !c.passed {
+                    c.journal = Some(keep_failure(out_dir, n, &report)?);
+                }
+                c
+            }
+            Err(e) => {
+                unmeasured += 1;
+                not_measured(n, kind, &to, e.to_string())
+            }
+        };
+        (c.started_at, c.load) = (started_at, load);
+        if c.exit_code == Some(0) {
+            previous = Some(std::mem::replace(&mut current, to.clone()));
+        }
+        rollback_next = kind == "deliver" && c.exit_code == Some(0);
+        eprintln!(
+            "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}, load {}{}",
+            c.started_at,
+            if c.passed { "pass" } else { "FAIL" },
+            ms(c.command_ms),
+            c.failed,
+            c.requests,
+            c.intact,
+            c.streams,
+            if c.master_same { "same" } else { "CHANGED" },
+            c.load.map_or("?".into(), |l| l.to_string()),
+            c.failed_checks
+                .iter()
+                .map(|f| format!("\n        {f}"))
+                .collect::<String>(),
+        );
+        writeln!(log, "{}", c.to_json())?;
+        cutovers.push(c);
+        if unmeasured >= MAX_UNMEASURED_IN_A_ROW {
+            bail!(
+                "{unmeasured} cutovers in a row could not be measured; the last: {:?}",
+                cutovers.last().map(|c| &c.failed_checks)
+            );
+        }
+    }
+    Ok(cutovers)
+}
+
+/// A `Command` built by the harness (binary, state dir, the counting haproxy wrapper in the
+/// environment) as the argv prove runs: `env -u … K=V… PROGRAM ARGS…`.
+fn argv_of(cmd: &Command) -> Vec<String> {
+    let mut argv = vec!["env".to_string()];
+    let (set, unset): (Vec<_>, Vec<_>) = cmd.get_envs().partition(|(_, v)| v.is_some());
+    // env takes its options (-u) before the assignments.
+    for (k, _) in unset {
+        argv.extend(["-u".to_string(), k.to_string_lossy().into_owned()]);
+    }
+    for (k, v) in set {
+        let v = v.unwrap_or_default().to_string_lossy();
+        argv.push(format!("{}={v}", k.to_string_lossy()));
+    }
+    argv.push(cmd.get_program().to_string_lossy().into_owned());
+    argv.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    argv
+}
+
+/// The journal (prove's own markdown) and the whole JSON report of a failed cutover.
+fn keep_failure(out_dir: &Path, n: usize, report: &ProveReport) -> anyhow::Result<PathBuf> {
+    let journal = prove::journal::write(out_dir, report)
+        .with_context(|| format!("cannot write a journal in {}", out_dir.display()))?;
+    std::fs::write(
+        out_dir.join(format!("proof-{n}.json")),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    Ok(journal)
+}
+
+fn not_measured(n: usize, kind: &'static str, to: &str, why: String) -> Cutover {
+    Cutover {
+        n,
+        kind,
+        to: to.to_string(),
+        passed: false,
+        failed_checks: vec![format!("not measured: {why}")],
+        requests: 0,
+        rate: f64::NAN,
+        late: 0,
+        failed: 0,
+        streams: 0,
+        intact: 0,
+        master_same: false,
+        new_worker: false,
+        exit_code: None,
+        command_ms: f64::NAN,
+        switch_ms: None,
+        proof_ms: f64::NAN,
+        steps: Vec::new(),
+        changes: 0,
+        journal: None,
+        started_at: String::new(),
+        load: None,
+    }
+}
+
+fn read_proof(
+    n: usize,
+    kind: &'static str,
+    to: &str,
+    report: &ProveReport,
+) -> anyhow::Result<Cutover> {
+    let [p] = report.proofs.as_slice() else {
+        bail!(
+            "prove measured {} cutovers for one command",
+            report.proofs.len()
+        );
+    };
+    let delivery: Value = serde_json::from_str(&p.run.stdout).unwrap_or(Value::Null);
+    let named = |list: &Value, prefix: &str, field: &str| -> Vec<(String, f64)> {
+        list.as_array()
             .into_iter()
             .flatten()
-            .filter(|c| c["status"] != "pass")
-            .map(|c| {
-                format!(
-                    "{} {} (expected {}, measured {})",
-                    c["name"].as_str().unwrap_or("?"),
-                    c["status"].as_str().unwrap_or("?"),
-                    c["expected"].as_str().unwrap_or("?"),
-                    c["measured"].as_str().unwrap_or("?")
+            .map(|s| {
+                (
+                    format!("{prefix}{}", s["name"].as_str().unwrap_or("?")),
+                    s[field].as_f64().unwrap_or(f64::NAN),
                 )
             })
+            .collect()
+    };
+    // The delivery's steps, then the apply's own (`apply:check`, `apply:reload`, …).
+    let mut steps = named(&delivery["steps"], "", "ms");
+    steps.extend(named(&delivery["apply"]["steps"], "apply:", "duration"));
+    Ok(Cutover {
+        n,
+        kind,
+        to: to.to_string(),
+        passed: p.passed,
+        failed_checks: p
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| format!("{}: {}", c.name, c.measured))
             .collect(),
-    }
+        requests: p.probe.requests,
+        rate: match (p.probe.first_ms, p.probe.last_ms) {
+            (Some(first), Some(last)) if last > first => {
+                (p.probe.requests - 1) as f64 * 1000.0 / (last - first)
+            }
+            _ => f64::NAN,
+        },
+        late: p.probe.late,
+        failed: p.probe.failed,
+        streams: p.streams.len(),
+        intact: p.streams.iter().filter(|s| s.intact()).count(),
+        master_same: p.before.processes.master_pid.is_some()
+            && p.before.processes.master_pid == p.after.processes.master_pid,
+        new_worker: !p.after.new_workers.is_empty(),
+        exit_code: p.run.exit_code,
+        command_ms: p.run.duration_ms,
+        switch_ms: p
+            .probe
+            .switches
+            .iter()
+            .find(|s| s.t_ms >= p.run.started_ms)
+            .map(|s| s.t_ms - p.run.started_ms),
+        proof_ms: p.duration_ms,
+        steps,
+        changes: 0,
+        journal: None,
+        started_at: String::new(),
+        load: None,
+    })
 }

@@ -113,7 +113,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         name: "cutovers",
-        about: "consecutive cutovers proven by `hapctl prove --cycle` under probe load and long streams",
+        about: "consecutive cutovers, each proven by hapctl's prove checks under 200 req/s and long streams (--count, --with-changes)",
         run: cutovers::run,
         long: true,
     },
@@ -152,9 +152,13 @@ struct Args {
     /// (the largest is also used for haproxy -c / start, the renewals and the daemon's memory).
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     cert_sizes: Vec<usize>,
-    /// cutovers: `hapctl prove --cycle` runs (each proves 2 cutovers).
-    #[arg(long, default_value_t = 25)]
-    cycles: usize,
+    /// cutovers: consecutive proven cutovers (deliver / rollback alternating).
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    /// cutovers: change a domain's server weight (runtime path) and add / remove blocks the
+    /// whole time.
+    #[arg(long)]
+    with_changes: bool,
     /// The hapctl binary to drive; by default `cargo build --release -p hapctl` is run first
     /// and its binary used, so the numbers are never those of a stale build.
     #[arg(long)]
@@ -173,7 +177,8 @@ pub struct Ctx {
     pub runs: Option<usize>,
     pub render_budget_ms: u64,
     pub deliveries: usize,
-    pub cycles: usize,
+    pub count: usize,
+    pub with_changes: bool,
     pub cert_sizes: Vec<usize>,
     hapctl: Option<PathBuf>,
     demo_app: Option<PathBuf>,
@@ -384,15 +389,16 @@ fn run(args: Args) -> anyhow::Result<bool> {
     if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
         bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
     }
-    if args.deliveries == 0 || args.cycles == 0 {
-        bail!("--deliveries and --cycles need a positive number");
+    if args.deliveries == 0 || args.count == 0 {
+        bail!("--deliveries and --count need a positive number");
     }
     let ctx = Ctx {
         sizes: args.sizes.clone(),
         runs: args.runs,
         render_budget_ms: args.render_budget_ms,
         deliveries: args.deliveries,
-        cycles: args.cycles,
+        count: args.count,
+        with_changes: args.with_changes,
         cert_sizes: args.cert_sizes.clone(),
         hapctl: args.hapctl.clone(),
         demo_app: args.demo_app.clone(),

@@ -49,7 +49,7 @@ impl Summary {
 }
 
 /// Linear interpolation between the closest ranks of sorted `s` (the usual "type 7").
-fn percentile(s: &[f64], p: f64) -> f64 {
+pub fn percentile(s: &[f64], p: f64) -> f64 {
     let rank = (p / 100.0) * (s.len() - 1) as f64;
     let lo = rank.floor() as usize;
     let hi = rank.ceil() as usize;
