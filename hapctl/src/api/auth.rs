@@ -1,5 +1,6 @@
 //! Bearer-token authentication. The token lives in a file only its owner can read; running
-//! without one needs an explicit flag, and only on a loopback address.
+//! without one needs an explicit flag, and only on a loopback address. Without a bearer token,
+//! `/v1` also accepts the dashboard's session cookie (changes with its CSRF header: `ui/session.rs`).
 
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
@@ -7,6 +8,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use super::ui::session::Verdict;
 use super::{compat, AppState};
 
 /// Compares in time independent of where the strings differ.
@@ -37,6 +39,16 @@ pub async fn require_token(State(app): State<AppState>, req: Request, next: Next
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_none() && req.uri().path().starts_with("/v1/") {
+        let now = std::time::Instant::now();
+        match app.sessions().authorize(req.method(), req.headers(), now) {
+            Verdict::Allowed => return next.run(req).await,
+            Verdict::Forbidden(why) => {
+                return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response()
+            }
+            Verdict::NoSession => {}
+        }
+    }
     match given {
         Some(token) if constant_time_eq(token.trim().as_bytes(), expected.as_bytes()) => next.run(req).await,
         _ if old => compat::unauthorized(),

@@ -10,6 +10,7 @@
 mod auth;
 mod certs;
 mod compat;
+mod domain_page;
 mod error;
 mod limits;
 mod metrics;
@@ -19,6 +20,7 @@ mod profiles;
 mod renewals;
 mod routes;
 mod supervision;
+mod ui;
 mod v1;
 mod workers;
 
@@ -85,11 +87,17 @@ struct Inner {
     orders: Arc<renewals::OrderGate>,
     /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
     dns: compat::PendingDns,
+    /// The dashboard's signed-in sessions.
+    sessions: ui::Sessions,
 }
 
 impl AppState {
     fn token(&self) -> Option<&str> {
         self.0.token.as_deref()
+    }
+
+    fn sessions(&self) -> &ui::Sessions {
+        &self.0.sessions
     }
 
     fn settings(&self) -> Settings {
@@ -270,6 +278,7 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         metrics,
         orders,
         dns: compat::PendingDns::default(),
+        sessions: ui::Sessions::default(),
     }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

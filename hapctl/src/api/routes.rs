@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, limits, policies, profiles, v1, AppState, BODY_LIMIT,
+    auth, certs, compat, count_requests, limits, policies, profiles, ui, v1, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -111,7 +111,10 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
         (doc("get", "/v1/status", "HAProxy master and workers, last applies, generations, counts", None), get(v1::status)),
-        (doc("get", "/v1/domains", "List domains", None), get(v1::list_domains)),
+        (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended and protections", None)
+            .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::domain_page::MAX_LIMIT, "default": super::domain_page::DEFAULT_LIMIT}), "domains per page")
+            .with_query("after", json!({"type": "string"}), "the `next` of the page before")
+            .with_query("q", json!({"type": "string"}), "only names containing this text"), get(v1::list_domains)),
         (doc("get", "/v1/domains/{name}", "One domain", None), get(v1::get_domain)),
         (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes",
             Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
@@ -217,6 +220,8 @@ pub fn router(app: AppState) -> Router {
             app.clone(),
             auth::require_token,
         ))
+        // The dashboard signs in without the token; its pages call the routes above.
+        .merge(ui::routes())
         .fallback(|uri: Uri| async move { routing_error(&uri, StatusCode::NOT_FOUND) })
         .method_not_allowed_fallback(|uri: Uri| async move {
             routing_error(&uri, StatusCode::METHOD_NOT_ALLOWED)

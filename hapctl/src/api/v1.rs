@@ -118,9 +118,17 @@ fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
     domain_view(state, domain).map(|v| serde_json::to_value(v).unwrap_or_default())
 }
 
-pub async fn list_domains(State(app): State<AppState>) -> Result<Response, ApiError> {
-    app.read(|edge| {
+/// Every domain (a bare array), or with `limit`, `after` or `q` one page (`domain_page.rs`).
+pub async fn list_domains(
+    State(app): State<AppState>,
+    axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let query = super::domain_page::DomainQuery::from_pairs(&pairs)?;
+    app.read(move |edge| {
         let state = edge.state()?;
+        if let Some(query) = query {
+            return Ok(Json(query.page(&state, |d| domain_json(&state, d))).into_response());
+        }
         let all: Vec<DomainView> = state
             .domains
             .keys()

@@ -1,0 +1,167 @@
+//! `GET /v1/domains` with `limit`, `after` or `q`: one page of the domains in name order, for
+//! lists of 10,000 (the dashboard). Without parameters the route keeps its bare array.
+
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use crate::model::{Domain, EdgeState};
+
+/// Domains per page unless `limit` says otherwise, and the most it may say.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1000;
+
+/// A page request, parsed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DomainQuery {
+    limit: usize,
+    /// Names after this one (`next` of the page before).
+    after: Option<String>,
+    /// Only names containing this text (ASCII case ignored).
+    q: Option<String>,
+}
+
+impl DomainQuery {
+    /// `None` without parameters (the bare list); a 400 naming a bad or unknown parameter.
+    pub fn from_pairs(pairs: &[(String, String)]) -> Result<Option<DomainQuery>, ApiError> {
+        if pairs.is_empty() {
+            return Ok(None);
+        }
+        let mut query = DomainQuery {
+            limit: DEFAULT_LIMIT,
+            after: None,
+            q: None,
+        };
+        for (name, value) in pairs {
+            match name.as_str() {
+                "limit" => {
+                    query.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_LIMIT).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::invalid(
+                                "limit",
+                                format!("limit {value:?}: a number of domains, 1 to {MAX_LIMIT}"),
+                            )
+                        })?
+                }
+                "after" => query.after = Some(value.to_ascii_lowercase()),
+                "q" if value.len() > 253 => {
+                    return Err(ApiError::invalid("q", "q: at most 253 characters"))
+                }
+                "q" => query.q = Some(value.trim().to_ascii_lowercase()).filter(|q| !q.is_empty()),
+                _ => {
+                    return Err(ApiError::invalid(
+                        "query",
+                        format!("unknown parameter {name:?}: limit, after and q are known"),
+                    ))
+                }
+            }
+        }
+        Ok(Some(query))
+    }
+
+    /// The page of `names` (any order): `(the page, next, total matching)`.
+    pub fn select<'a>(&self, names: &[&'a str]) -> (Vec<&'a str>, Option<&'a str>, usize) {
+        let mut matching: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| self.q.as_deref().is_none_or(|q| n.contains(q)))
+            .collect();
+        matching.sort_unstable();
+        let start = self
+            .after
+            .as_deref()
+            .map_or(0, |a| matching.partition_point(|n| *n <= a));
+        let page: Vec<&str> = matching[start..].iter().copied().take(self.limit).collect();
+        let next = (start + page.len() < matching.len())
+            .then(|| page.last().copied())
+            .flatten();
+        (page, next, matching.len())
+    }
+
+    /// `{domains, next, total}`, each domain as `view` shows it plus its suspension and
+    /// protections (what the dashboard's protections page reads).
+    pub fn page(&self, state: &EdgeState, view: impl Fn(&Domain) -> Option<Value>) -> Value {
+        let all: Vec<(String, &Domain)> = state
+            .domains
+            .keys()
+            .chain(state.app_domains.keys())
+            .map(|d| (d.to_string(), d))
+            .collect();
+        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+        let (page, next, total) = self.select(&names);
+        let by_name: std::collections::HashMap<&str, &Domain> =
+            all.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+        let domains: Vec<Value> = page
+            .iter()
+            .filter_map(|n| {
+                let d = by_name.get(n)?;
+                let mut v = view(d)?;
+                v["suspended"] = json!(state.suspended.contains(*d));
+                v["protections"] = json!(state.protections.get(*d));
+                Some(v)
+            })
+            .collect();
+        json!({"domains": domains, "next": next, "total": total})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> Result<Option<DomainQuery>, ApiError> {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        DomainQuery::from_pairs(&owned)
+    }
+
+    #[test]
+    fn no_parameters_is_the_bare_list_and_bad_ones_are_named() {
+        assert_eq!(query(&[]).unwrap(), None);
+        for (pairs, field) in [
+            (&[("limit", "0")][..], "limit"),
+            (&[("limit", "1001")][..], "limit"),
+            (&[("limit", "x")][..], "limit"),
+            (&[("page", "2")][..], "query"),
+        ] {
+            let e = query(pairs).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{pairs:?}");
+            assert_eq!(e.status, 400);
+        }
+    }
+
+    #[test]
+    fn pages_follow_each_other_in_name_order_and_q_filters() {
+        let names: Vec<String> = (0..2500).map(|i| format!("d{i:05}.example.com")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut seen = Vec::new();
+        let mut after = String::new();
+        loop {
+            let mut pairs = vec![("limit", "1000")];
+            if !after.is_empty() {
+                pairs.push(("after", after.as_str()));
+            }
+            let q = query(&pairs).unwrap().unwrap();
+            let (page, next, total) = q.select(&refs);
+            assert_eq!(total, 2500);
+            seen.extend(page.iter().map(|s| s.to_string()));
+            match next {
+                Some(n) => after = n.to_string(),
+                None => break,
+            }
+        }
+        assert_eq!(seen, names);
+
+        let q = query(&[("q", " D0012 "), ("limit", "5")]).unwrap().unwrap();
+        let (page, next, total) = q.select(&refs);
+        assert_eq!(total, 10);
+        assert_eq!(page[0], "d00120.example.com");
+        assert_eq!(next, Some("d00124.example.com"));
+        let q = query(&[("q", "nothing-like-it")]).unwrap().unwrap();
+        assert_eq!(q.select(&refs), (vec![], None, 0));
+    }
+}

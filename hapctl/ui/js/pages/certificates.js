@@ -1,0 +1,91 @@
+// Certificates: status, days left, the names each serves; renew an ACME one; import a bundle.
+
+import { call } from '../api.js';
+import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
+import { poll, stamp } from '../live.js';
+import { daysLeft, expiryLevel, until, seg } from '../format.js';
+
+const now = () => Date.now() / 1000;
+
+function certStatus(c) {
+  if (c.last_error) return h('span', { class: 'badge bad', title: c.last_error }, `failing: ${c.last_error}`);
+  const days = daysLeft(c.not_after, now());
+  if (days < 0) return h('span', { class: 'badge bad' }, 'expired');
+  return h('span', { class: `badge ${expiryLevel(days)}` }, 'valid');
+}
+
+export default {
+  title: 'Certificates',
+  mount(main) {
+    const status = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
+    const t = table('Certificates', ['Name', 'Status', 'Days left', 'Serves', 'Source', 'Next renewal', 'Actions']);
+    const p = poll('/v1/certificates', 10000, (r) => {
+      status.hidden = true;
+      stamp();
+      rows(t.tbody, r.certificates, (c) => c.name, (c) => {
+        const days = daysLeft(c.not_after, now());
+        const actions = [];
+        if (c.source === 'acme') {
+          actions.push(h('button', { type: 'button', 'aria-label': `Renew ${c.name}`, onclick: async (ev) => {
+            ev.target.disabled = true;
+            try { await call('POST', `/v1/certificates/${seg(c.name)}/renew`); toast(`${c.name} renewed`); } catch (e) { toast(`Not renewed: ${e.message}`); }
+            ev.target.disabled = false;
+            p.now();
+          } }, 'Renew'));
+        }
+        if (c.name !== 'default') {
+          actions.push(confirmButton('Delete', c.name, async () => {
+            try { await call('DELETE', `/v1/certificates/${seg(c.name)}`); toast(`${c.name} deleted`); } catch (e) { toast(`Not deleted: ${e.message}`); }
+            p.now();
+          }));
+        }
+        return h('tr', null,
+          h('th', { scope: 'row' }, c.name),
+          h('td', null, certStatus(c)),
+          h('td', { class: expiryLevel(days) }, String(days)),
+          h('td', null, (c.serves && c.serves.length ? c.serves : c.names).join(', ') || '–'),
+          h('td', null, c.source),
+          h('td', null, c.next_renewal ? until(c.next_renewal, now()) : '–'),
+          h('td', { class: 'row-actions' }, actions.length ? actions : '–'));
+      }, { columns: t.columns, text: 'No certificate.' });
+    }, (e) => { status.hidden = false; state(status, 'error', `Cannot list the certificates: ${e.message}`); });
+
+    const name = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false' });
+    const pem = h('textarea', { rows: 6, spellcheck: 'false', placeholder: '-----BEGIN CERTIFICATE-----' });
+    const file = h('input', { type: 'file', accept: '.pem,.crt,.key,text/plain' });
+    const names = h('input', { type: 'text', autocomplete: 'off', placeholder: 'shop.example.com, www.shop.example.com' });
+    const go = h('button', { type: 'submit' }, 'Import');
+    file.addEventListener('change', async () => {
+      const parts = await Promise.all([...file.files].map((f) => f.text()));
+      pem.value = parts.join('\n');
+    });
+    const form = h('form', { class: 'panel', 'aria-labelledby': 'cert-form-title', novalidate: true },
+      h('h2', { id: 'cert-form-title' }, 'Import a certificate'),
+      field('c-name', 'Name', name),
+      field('c-pem', 'PEM bundle (leaf, chain, unencrypted key)', pem),
+      field('c-file', 'Or read it from files', file),
+      field('c-names', 'Host names it serves', names, 'Empty: the names in the certificate'),
+      h('p', { class: 'field-error form-error', role: 'alert' }),
+      h('div', { class: 'actions' }, go));
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      clearErrors(form);
+      const body = { pem: pem.value };
+      const list = names.value.split(/[\s,]+/).filter(Boolean);
+      if (list.length) body.names = list;
+      go.disabled = true;
+      try {
+        await call('PUT', `/v1/certificates/${seg(name.value.trim())}`, body);
+        toast(`${name.value.trim()} served`);
+        form.reset();
+        p.now();
+      } catch (e) {
+        const id = { pem: 'c-pem', names: 'c-names', name: 'c-name' }[String(e.field).split(/[[.]/)[0]] || (e.status === 404 ? 'c-name' : null);
+        showError(form, id, e.message);
+      } finally { go.disabled = false; }
+    });
+
+    fill(main, h('h1', null, 'Certificates'), status, t.el, form);
+    return () => p.stop();
+  },
+};

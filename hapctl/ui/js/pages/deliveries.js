@@ -1,0 +1,108 @@
+// Deliveries: the generations, deliver a version or roll back with the steps shown as they
+// happen (GET /v1/deliveries/current while the cutover runs), and the history.
+
+import { call, get } from '../api.js';
+import { h, fill, rows, table, state, field, clearErrors, showError, toast } from '../dom.js';
+import { poll, stamp } from '../live.js';
+import { duration } from '../format.js';
+
+function stepsList(steps) {
+  return steps.map((s) => h('li', null, h('strong', null, s.name), ` ${duration(s.ms)}`, s.detail ? ` · ${s.detail}` : ''));
+}
+
+export default {
+  title: 'Deliveries',
+  mount(main) {
+    const status = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
+    const gens = table('Generations', ['App', 'Version', 'Role', 'Port', 'Running', 'Ready', 'PID']);
+    const hist = table('Delivery history (newest first)', ['When', 'App', 'Kind', 'From', 'To', 'Outcome', 'Duration', 'Steps']);
+    const p = poll('/v1/status', 3000, (s) => {
+      status.hidden = true;
+      stamp();
+      rows(gens.tbody, s.generations, (g) => `${g.app}/${g.version}`, (g) => h('tr', null,
+        h('td', null, g.app), h('th', { scope: 'row' }, g.version), h('td', null, g.role), h('td', null, String(g.port)),
+        h('td', null, g.running ? 'yes' : 'no'), h('td', null, g.ready ? 'yes' : 'no'), h('td', null, g.pid ? String(g.pid) : '–')),
+      { columns: gens.columns, text: 'No generation: deliver a version of an [[app]].' });
+    }, (e) => { status.hidden = false; state(status, 'error', `Cannot read the generations: ${e.message}`); });
+    const history = poll('/v1/deliveries', 5000, (list) => {
+      rows(hist.tbody, list, (d) => d.id, (d) => {
+        let steps = [];
+        try { steps = JSON.parse(d.steps); } catch { steps = []; }
+        return h('tr', null,
+          h('td', null, new Date(d.started_at_ms).toLocaleString()),
+          h('td', null, d.app), h('td', null, d.kind), h('td', null, d.from_version || '–'), h('th', { scope: 'row' }, d.to_version),
+          h('td', null, h('span', { class: `outcome ${d.outcome}` }, d.outcome)),
+          h('td', null, duration(d.duration_ms)),
+          h('td', null, h('details', null, h('summary', null, `${steps.length} step(s)`), h('p', null, d.message), h('ol', null, stepsList(steps)))));
+      }, { columns: hist.columns, text: 'No delivery yet.' });
+    });
+
+    // The cutover in progress.
+    const progress = h('section', { class: 'panel progress', 'aria-labelledby': 'progress-title', 'aria-live': 'polite' },
+      h('h2', { id: 'progress-title' }, 'Cutover'), h('p', { class: 'state' }, 'No cutover running.'), h('ol', { class: 'steps' }));
+    const [, line, list] = progress.children;
+    function showRun(run, done) {
+      line.textContent = done
+        ? `${run.kind} ${run.app} → ${run.to}: ${run.outcome} in ${duration(run.total_ms)}. ${run.message || ''}`
+        : `${run.kind} ${run.app} → ${run.version}: running…`;
+      line.className = `state ${done ? (run.outcome === 'delivered' || run.outcome === 'rolled_back' ? 'ok' : 'bad') : 'loading'}`;
+      fill(list, stepsList(run.steps || []));
+    }
+    async function cutover(button, path, body) {
+      for (const b of main.querySelectorAll('.cutover button')) b.disabled = true;
+      let watching = true;
+      const watch = async () => {
+        while (watching) {
+          try {
+            const r = await get('/v1/deliveries/current');
+            if (watching && r.json.running) showRun(r.json, false);
+          } catch { /* the final answer tells */ }
+          await new Promise((ok) => setTimeout(ok, 250));
+        }
+      };
+      watch();
+      try {
+        const r = await call('POST', path, body);
+        watching = false;
+        showRun(r.json, true);
+        toast(`${r.json.kind}: ${r.json.outcome}`);
+        return null;
+      } catch (e) {
+        watching = false;
+        if (e.body && e.body.steps) showRun(e.body, true);
+        else { line.className = 'state bad'; line.textContent = e.message; }
+        return e;
+      } finally {
+        for (const b of main.querySelectorAll('.cutover button')) b.disabled = false;
+        p.now();
+        history.now();
+      }
+    }
+
+    const app = h('input', { type: 'text', autocomplete: 'off', placeholder: 'the only [[app]] when empty' });
+    const version = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false' });
+    const deliver = h('button', { type: 'submit' }, 'Deliver');
+    const rollback = h('button', { type: 'button', class: 'quiet' }, 'Roll back');
+    const form = h('form', { class: 'panel cutover', 'aria-labelledby': 'deliver-title', novalidate: true },
+      h('h2', { id: 'deliver-title' }, 'Deliver a version'),
+      field('v-app', 'App', app),
+      field('v-version', 'Version', version),
+      h('p', { class: 'field-error form-error', role: 'alert' }),
+      h('div', { class: 'actions' }, deliver, rollback));
+    const target = () => (app.value.trim() ? { app: app.value.trim() } : {});
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      clearErrors(form);
+      const e = await cutover(deliver, '/v1/deliveries', { ...target(), version: version.value.trim() });
+      if (e && e.field) showError(form, e.field === 'app' ? 'v-app' : 'v-version', e.message);
+    });
+    rollback.addEventListener('click', async () => {
+      clearErrors(form);
+      const e = await cutover(rollback, '/v1/rollback', target());
+      if (e && e.field) showError(form, 'v-app', e.message);
+    });
+
+    fill(main, h('h1', null, 'Deliveries'), status, gens.el, h('div', { class: 'forms' }, form, progress), hist.el);
+    return () => { p.stop(); history.stop(); };
+  },
+};

@@ -1,0 +1,87 @@
+// Overview: HAProxy master and workers, live = known-good, counts, certificates, generations,
+// the last applies with their outcome, durations and reload reasons.
+
+import { h, fill, rows, table, state } from '../dom.js';
+import { poll, stamp } from '../live.js';
+import { ago, duration, daysLeft, expiryLevel } from '../format.js';
+
+const now = () => Date.now() / 1000;
+
+function card(title, body) {
+  return h('section', { class: 'card', 'aria-label': title }, h('h2', null, title), body);
+}
+
+function dl(pairs) {
+  return h('dl', null, pairs.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+}
+
+function haproxy(s) {
+  const p = s.haproxy.procs;
+  if (!p) return h('p', { class: 'bad' }, 'The master is not running (or its socket does not answer).');
+  return h('div', null,
+    dl([
+      ['Master', `PID ${p.master.pid} · ${p.master.version}`],
+      ['Up', p.master.uptime],
+      ['Reloads', String(p.master.reloads)],
+      ['Workers', p.workers.map((w) => `PID ${w.pid} (up ${w.uptime})`).join(', ') || 'none'],
+      ['Old workers', p.old_workers.length ? p.old_workers.map((w) => `PID ${w.pid}`).join(', ') : 'none'],
+    ]));
+}
+
+function live(s) {
+  const check = s.runtime_check.state;
+  const good = s.live_is_known_good && check !== 'failed';
+  return h('div', null,
+    h('p', { class: good ? 'ok big' : 'bad big' }, good ? 'Known-good' : 'Not known-good'),
+    dl([
+      ['Live files', s.live_is_known_good ? 'the known-good set' : 'differ from the known-good set'],
+      ['Runtime check', check === 'none' ? 'nothing pending' : check],
+    ]));
+}
+
+function certs(c) {
+  const soon = c.soonest_expiry;
+  const days = soon ? daysLeft(soon.not_after, now()) : null;
+  return h('div', null, dl([
+    ['Certificates', String(c.count)],
+    ['Soonest expiry', soon ? h('span', { class: expiryLevel(days) }, `${soon.name}: ${days} days`) : '–'],
+    ['Failing', c.failing.length ? c.failing.map((f) => f.name || f).join(', ') : 'none'],
+  ]));
+}
+
+export default {
+  title: 'Overview',
+  mount(main) {
+    const status = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
+    const grid = h('div', { class: 'cards' });
+    const applies = table('Last applies', ['When', 'Trigger', 'Outcome', 'Duration', 'Checks', 'Reloads', 'Reload reasons']);
+    const gens = table('Generations', ['App', 'Version', 'Role', 'Port', 'Running', 'Ready']);
+    fill(main, h('h1', null, 'Overview'), status, grid, applies.el, gens.el);
+    const p = poll('/v1/status', 2000, (s) => {
+      status.hidden = true;
+      stamp();
+      fill(grid,
+        card('HAProxy', haproxy(s)),
+        card('Live configuration', live(s)),
+        card('Counts', dl([
+          ['Domains', String(s.counts.domains)],
+          ['Blocked', String(s.counts.blocked)],
+          ['Trusted proxies', String(s.counts.trusted_proxies)],
+        ])),
+        card('Certificates', certs(s.certificates)));
+      rows(applies.tbody, s.applies, (a) => a.id, (a) => h('tr', null,
+        h('td', null, ago(a.started_at_ms / 1000, now())),
+        h('td', null, a.trigger),
+        h('td', null, h('span', { class: `outcome ${a.outcome}` }, a.outcome)),
+        h('td', null, duration(a.duration_ms)),
+        h('td', null, String(a.checks)),
+        h('td', null, String(a.reloads)),
+        h('td', null, a.reload_reasons.join('; ') || '–')), { columns: applies.columns, text: 'No apply yet.' });
+      rows(gens.tbody, s.generations, (g) => `${g.app}/${g.version}`, (g) => h('tr', null,
+        h('td', null, g.app), h('td', null, g.version), h('td', null, g.role), h('td', null, String(g.port)),
+        h('td', null, g.running ? 'yes' : 'no'), h('td', null, g.ready ? 'yes' : 'no')),
+      { columns: gens.columns, text: 'No delivered application.' });
+    }, (e) => { status.hidden = false; state(status, 'error', `Cannot read the status: ${e.message}`); });
+    return () => p.stop();
+  },
+};
