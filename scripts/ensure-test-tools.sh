@@ -5,4 +5,9 @@ set -euo pipefail
 need=()
 { command -v pebble && command -v pebble-challtestsrv; } >/dev/null 2>&1 || need+=(pebble)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# The dashboard's browser suite (tests/dashboard.rs): Debian's Chromium and chromedriver,
+# and node for the dashboard's client-side unit tests.
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
 apt_install_missing "${need[@]+"${need[@]}"}"

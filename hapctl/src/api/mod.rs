@@ -10,6 +10,7 @@
 mod auth;
 mod certs;
 mod compat;
+mod cutover;
 mod domain_page;
 mod error;
 mod limits;
@@ -89,6 +90,8 @@ struct Inner {
     dns: compat::PendingDns,
     /// The dashboard's signed-in sessions.
     sessions: ui::Sessions,
+    /// The steps of the delivery or rollback in progress.
+    cutovers: cutover::Cutovers,
 }
 
 impl AppState {
@@ -98,6 +101,10 @@ impl AppState {
 
     fn sessions(&self) -> &ui::Sessions {
         &self.0.sessions
+    }
+
+    fn cutovers(&self) -> &cutover::Cutovers {
+        &self.0.cutovers
     }
 
     fn settings(&self) -> Settings {
@@ -279,6 +286,7 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         orders,
         dns: compat::PendingDns::default(),
         sessions: ui::Sessions::default(),
+        cutovers: cutover::Cutovers::default(),
     }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

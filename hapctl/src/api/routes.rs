@@ -157,6 +157,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/v1/deliveries", "Deliver a version of an app",
             Some(json!({"type": "object", "required": ["version"], "properties": {"app": {"type": "string"}, "version": {"type": "string"}}}))), post(v1::post_delivery)),
         (doc("get", "/v1/deliveries", "Delivery history", None), get(v1::list_deliveries)),
+        (doc("get", "/v1/deliveries/current", "The latest delivery or rollback started by this daemon, its steps so far: {running, kind, app, version, started_at, steps: [{name, detail, ms}], outcome when over}; {running: false} before any", None), get(v1::current_delivery)),
         (doc("post", "/v1/rollback", "Cut back to the previous generation",
             Some(json!({"type": "object", "properties": {"app": {"type": "string"}}}))), post(v1::post_rollback)),
         (doc("post", "/v1/apply", "Re-render and apply the committed state", None), post(v1::post_apply)),

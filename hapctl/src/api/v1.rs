@@ -457,26 +457,46 @@ pub async fn post_delivery(
     State(app): State<AppState>,
     Body(req): Body<DeliveryRequest>,
 ) -> Result<Response, ApiError> {
+    let live = app.clone();
     let report = app
         .with_new_edge(move |edge| {
             let name = edge.resolve_app(req.app)?;
-            edge.deliver(&name, &req.version, &mut |_| {})
+            let cutovers = live.cutovers();
+            cutovers.start("deliver", name.as_str(), req.version.as_str());
+            edge.deliver(&name, &req.version, &mut |step| cutovers.step(step))
         })
-        .await?;
-    Ok(delivery_response(report))
+        .await;
+    finished(&app, report)
+}
+
+/// Ends the cutover `GET /v1/deliveries/current` shows, and answers with its report.
+fn finished(
+    app: &AppState,
+    report: Result<crate::deliver::DeliveryReport, ApiError>,
+) -> Result<Response, ApiError> {
+    let outcome = report.as_ref().map_or("error", |r| r.outcome.as_str());
+    app.cutovers().finish(outcome);
+    Ok(delivery_response(report?))
 }
 
 pub async fn post_rollback(
     State(app): State<AppState>,
     Body(req): Body<RollbackRequest>,
 ) -> Result<Response, ApiError> {
+    let live = app.clone();
     let report = app
         .with_new_edge(move |edge| {
             let name = edge.resolve_app(req.app)?;
-            edge.rollback(&name, &mut |_| {})
+            let cutovers = live.cutovers();
+            cutovers.start("rollback", name.as_str(), "");
+            edge.rollback(&name, &mut |step| cutovers.step(step))
         })
-        .await?;
-    Ok(delivery_response(report))
+        .await;
+    finished(&app, report)
+}
+
+pub async fn current_delivery(State(app): State<AppState>) -> Json<Value> {
+    Json(app.cutovers().current())
 }
 
 pub async fn list_deliveries(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -26,7 +26,8 @@ export function until(then, now) {
   const s = Math.round(then - now);
   if (s <= 0) return 'expired';
   if (s < 60) return `in ${s} s`;
-  if (s < 3600) return `in ${Math.ceil(s / 60)} min`;
+  const minutes = Math.ceil(s / 60);
+  if (minutes < 60) return `in ${minutes} min`;
   if (s < 86400) return `in ${Math.round(s / 3600)} h`;
   return `in ${Math.round(s / 86400)} d`;
 }

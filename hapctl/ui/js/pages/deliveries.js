@@ -44,8 +44,8 @@ export default {
     function showRun(run, done) {
       line.textContent = done
         ? `${run.kind} ${run.app} → ${run.to}: ${run.outcome} in ${duration(run.total_ms)}. ${run.message || ''}`
-        : `${run.kind} ${run.app} → ${run.version}: running…`;
-      line.className = `state ${done ? (run.outcome === 'delivered' || run.outcome === 'rolled_back' ? 'ok' : 'bad') : 'loading'}`;
+        : `${run.kind} ${run.app} → ${run.version || 'the previous generation'}: running…`;
+      line.className = `state ${done ? (['delivered', 'already-live'].includes(run.outcome) ? 'ok' : 'bad') : 'loading'}`;
       fill(list, stepsList(run.steps || []));
     }
     async function cutover(button, path, body) {

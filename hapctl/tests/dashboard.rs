@@ -1,0 +1,324 @@
+//! The dashboard in a real headless Chromium (WebDriver, tests/dashboard/webdriver.rs) against
+//! a real `hapctl serve` and HAProxy: sign in; add a domain and reach it through the edge; a
+//! hostile name refused at its field with nothing changed; a block enforced through the edge
+//! (403) and lifted; the other pages; a phone-sized window; sign out, after which no page and
+//! no API call works. A delivery and a rollback show their steps as they run. Every page is
+//! saved to target/dashboard-screenshots/.
+
+mod common;
+#[path = "dashboard/webdriver.rs"]
+mod webdriver;
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::daemon::{http_request, Daemon};
+use common::{demo_app_edge, Backend, Edge};
+use webdriver::Browser;
+
+const SHOP: &str = "shop.example.com";
+const CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+/// Controls (buttons, fields, links) with no accessible name: no label, aria-label or text.
+const UNNAMED: &str = r#"return [...document.querySelectorAll('button, input, select, textarea, a[href]')]
+  .filter(e => e.offsetParent !== null)
+  .filter(e => !(e.getAttribute('aria-label') || (e.labels && e.labels.length) || e.textContent.trim()))
+  .map(e => e.outerHTML.slice(0, 120))"#;
+
+fn url(api: &Daemon, rest: &str) -> String {
+    format!("http://127.0.0.1:{}/ui/{rest}", api.port)
+}
+
+/// Opens a page of the dashboard and waits until its data is shown (no "Loading…" left).
+fn open(b: &Browser, api: &Daemon, page: &str, heading: &str) {
+    b.goto(&url(api, &format!("#/{page}")));
+    b.wait_text("main h1", heading);
+    b.wait_js(
+        &format!("{page} loaded"),
+        "return document.querySelector('main .state.loading:not([hidden])') === null && document.querySelectorAll('main tbody tr').length > 0",
+        vec![],
+    );
+    let unnamed = b.js(UNNAMED, vec![]);
+    assert_eq!(unnamed, json!([]), "{page}: controls without a name");
+}
+
+fn sign_in(b: &Browser, api: &Daemon) {
+    b.goto(&url(api, ""));
+    b.wait_js(
+        "the sign-in form",
+        "return !document.getElementById('signin').hidden",
+        vec![],
+    );
+    b.fill("#token", &format!("{}\u{E007}", api.token));
+    b.wait_text("main h1", "Overview");
+}
+
+/// What a script in the page gets from `fetch(path)`: the status.
+fn fetch_status(b: &Browser, path: &str) -> Value {
+    b.js_async(
+        "const done = arguments[arguments.length - 1]; fetch(arguments[0]).then(r => done(r.status), e => done(String(e)))",
+        vec![json!(path)],
+    )
+}
+
+#[test]
+fn an_operator_runs_the_edge_from_the_dashboard() {
+    let edge = Edge::started();
+    let app = Backend::start("shop");
+    let api = Daemon::start(&edge);
+    let b = Browser::start(1280, 900);
+
+    // Signed out: the sign-in form, and the API refuses the page.
+    b.goto(&url(&api, ""));
+    b.wait_js(
+        "the sign-in form",
+        "return !document.getElementById('signin').hidden && document.getElementById('app').hidden",
+        vec![],
+    );
+    assert_eq!(fetch_status(&b, "/v1/status"), 401);
+    b.screenshot("signin");
+    b.fill("#token", "not-the-token\u{E007}");
+    b.wait_text("#token-error", "wrong API token");
+    assert_eq!(
+        b.js(
+            "return document.getElementById('token').getAttribute('aria-invalid')",
+            vec![]
+        ),
+        "true"
+    );
+
+    sign_in(&b, &api);
+    let master = edge.master_pid();
+    b.wait_text(".card", &format!("PID {master}"));
+    b.wait_text(".card", "Known-good");
+    open(&b, &api, "overview", "Overview");
+    b.screenshot("overview");
+    // The token is nowhere the page can reach; the session cookie is HttpOnly and Strict.
+    let leaks = b.js(
+        "return [document.documentElement.outerHTML, location.href, JSON.stringify(localStorage), JSON.stringify(sessionStorage), document.cookie].filter(t => t.includes(arguments[0])).length",
+        vec![json!(api.token)],
+    );
+    assert_eq!(leaks, 0);
+    assert_eq!(b.js("return document.cookie", vec![]), "");
+    let cookies = b.cookies();
+    let session = cookies
+        .iter()
+        .find(|c| c["name"] == "hapctl_session")
+        .unwrap_or_else(|| panic!("no session cookie: {cookies:?}"))
+        .clone();
+    assert_eq!(session["httpOnly"], true, "{session}");
+    assert_eq!(session["sameSite"], "Strict", "{session}");
+    assert!(session["expiry"].as_u64().is_some(), "expiring: {session}");
+
+    // A domain added in the page is routed through the edge.
+    open(&b, &api, "domains", "Domains");
+    b.wait_text("main tbody", "No domain yet");
+    b.fill("#d-name", SHOP);
+    b.fill("#d-servers", &app.addr());
+    b.click("main form button[type=submit]");
+    b.wait_text("main tbody th", SHOP);
+    edge.wait_for_body(SHOP, "shop");
+    b.screenshot("domains");
+
+    // A hostile name: the API's error at the name field, nothing changed.
+    let before: BTreeSet<String> = api.domain_names();
+    let hostile = "evil<img src=x onerror=alert(1)>.example.com";
+    b.fill("#d-name", hostile);
+    b.fill("#d-servers", &app.addr());
+    b.click("main form button[type=submit]");
+    let error = b.wait_text("#d-name-error", "invalid domain");
+    assert!(error.contains(hostile), "shown as text: {error}");
+    assert_eq!(
+        b.js(
+            "return document.getElementById('d-name').getAttribute('aria-invalid')",
+            vec![]
+        ),
+        "true"
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('img').length", vec![]),
+        0
+    );
+    // A bad server: at the servers field, with its line.
+    b.fill("#d-name", "other.example.com");
+    b.fill("#d-servers", &format!("{}\nnot-an-address", app.addr()));
+    b.click("main form button[type=submit]");
+    b.wait_text("#d-servers-error", "line 2:");
+    b.screenshot("domains-errors");
+    assert_eq!(api.domain_names(), before, "nothing changed");
+    // The search finds it, and finds nothing for a name that is not there.
+    b.fill("#d-search", "shop");
+    b.wait_text("main .summary", "of 1");
+    b.fill("#d-search", "nothing-like-it");
+    b.wait_text("main tbody", "No domain matches");
+
+    // A block from the page is enforced through the edge; lifting it serves again.
+    open(&b, &api, "blocks", "Blocks");
+    b.wait_text("main tbody", "Nobody is blocked");
+    assert_eq!(edge.get_from(CLIENT, SHOP, "/").status, 200);
+    b.fill("#b-ip", &CLIENT.to_string());
+    b.fill("#b-reason", "from the dashboard");
+    b.fill("#b-ttl", "1h\u{E007}");
+    b.wait_text("main tbody th", &CLIENT.to_string());
+    b.wait_text("main tbody", "in 1 h");
+    assert_eq!(edge.get_from(CLIENT, SHOP, "/").status, 403);
+    assert_eq!(edge.get(SHOP, "/").status, 200, "only that client");
+    // A bulk paste with one bad line: the line named, nothing blocked.
+    b.fill(
+        "#b-bulk",
+        "198.51.100.7 scanner\n# a comment\nnot-an-ip abuse",
+    );
+    b.click("form[aria-labelledby=bulk-form-title] button[type=submit]");
+    b.wait_text("#b-bulk-error", "line 3:");
+    assert_eq!(api.blocked_keys(), BTreeSet::from([CLIENT.to_string()]));
+    b.screenshot("blocks");
+    b.click(&format!("button[aria-label='Unblock {CLIENT}']"));
+    b.click(&format!("button[aria-label='Unblock {CLIENT}']"));
+    b.wait_text("main tbody", "Nobody is blocked");
+    assert_eq!(edge.get_from(CLIENT, SHOP, "/").status, 200);
+
+    // The other pages show the edge's data.
+    open(&b, &api, "certificates", "Certificates");
+    b.wait_text("main tbody th", "default");
+    b.screenshot("certificates");
+    open(&b, &api, "protections", "Protections");
+    b.wait_text("main tbody th", SHOP);
+    b.screenshot("protections");
+    open(&b, &api, "applies", "Applies");
+    b.wait_text("main tbody", &format!("domain put {SHOP}"));
+    b.screenshot("applies");
+    open(&b, &api, "deliveries", "Deliveries");
+    b.wait_text("main tbody", "No generation");
+    b.screenshot("deliveries");
+
+    // Keyboard: Tab from the skip link reaches the navigation, Enter follows it.
+    b.js("document.querySelector('.skip').focus()", vec![]);
+    b.press("\u{E004}");
+    assert_eq!(
+        b.js("return document.activeElement.textContent", vec![]),
+        "Overview"
+    );
+    b.press("\u{E007}");
+    b.wait_text("main h1", "Overview");
+
+    // A phone: nothing wider than the screen.
+    b.resize(390, 844);
+    open(&b, &api, "domains", "Domains");
+    b.screenshot("domains-phone");
+    let overflow = b.js(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+        vec![],
+    );
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "wider than the phone by {overflow} px"
+    );
+    b.resize(1280, 900);
+
+    // Sign out: the form again, and the old cookie opens nothing any more.
+    let cookie = format!("hapctl_session={}", session["value"].as_str().unwrap());
+    b.click("#signout");
+    b.wait_js(
+        "the sign-in form",
+        "return !document.getElementById('signin').hidden && document.querySelector('main').children.length === 0",
+        vec![],
+    );
+    b.screenshot("signed-out");
+    for path in [
+        "/v1/status",
+        "/v1/domains",
+        "/v1/blocked-ips",
+        "/ui/session",
+    ] {
+        assert_eq!(fetch_status(&b, path), 401, "{path} from the page");
+        let r = http_request(
+            api.port,
+            "GET",
+            path,
+            &[("Cookie", &cookie)],
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(r.status, 401, "{path} with the old cookie: {r:?}");
+    }
+    b.goto(&url(&api, "#/domains"));
+    b.wait_js(
+        "the sign-in form after a reload",
+        "return !document.getElementById('signin').hidden && document.querySelectorAll('main tbody tr').length === 0",
+        vec![],
+    );
+}
+
+#[test]
+fn a_delivery_and_a_rollback_show_their_steps_as_they_run() {
+    let host = "app.example.com";
+    let edge = demo_app_edge(host, "v1");
+    // Versions named *slow* take 800 ms to become ready: time to see the steps come.
+    let script = edge.path("run-app.sh");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let slow = text.replace(
+        "*never*) delay=600000;;",
+        "*never*) delay=600000;; *slow*) delay=800;;",
+    );
+    assert_ne!(slow, text, "the demo app's script changed: {text}");
+    std::fs::write(&script, slow).unwrap();
+    let api = Daemon::start(&edge);
+    let b = Browser::start(1280, 900);
+    sign_in(&b, &api);
+    open(&b, &api, "deliveries", "Deliveries");
+    b.wait_text("main tbody th", "v1");
+
+    b.fill("#v-version", "v2-slow\u{E007}");
+    // While it runs, the steps appear one by one (the readiness poll takes a while).
+    b.wait_js(
+        "a step while the delivery runs",
+        "return document.querySelector('.progress .state.loading') && document.querySelectorAll('.progress .steps li').length > 0",
+        vec![],
+    );
+    b.wait_text(".progress .state", "delivered");
+    edge.wait_for_body(host, "v2-slow\n");
+    let steps = b.js(
+        "return document.querySelectorAll('.progress .steps li').length",
+        vec![],
+    );
+    assert!(steps.as_u64().unwrap() >= 3, "steps shown: {steps}");
+    b.screenshot("deliveries-delivered");
+
+    b.click(".cutover button.quiet");
+    b.wait_text(".progress .state", "rollback shop → v1: delivered");
+    edge.wait_for_body(host, "v1\n");
+    b.screenshot("deliveries-rolled-back");
+    let generations = api.get("/v1/status").json["generations"].clone();
+    assert!(
+        generations
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["version"] == "v1" && g["role"] == "current"),
+        "{generations}"
+    );
+}
+
+#[test]
+fn the_client_side_logic_passes_its_unit_tests() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/tests");
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg("--test").arg(&dir);
+    let out = common::run_bounded(cmd, Duration::from_secs(60));
+    let text = common::describe(&out);
+    assert!(
+        out.status.success(),
+        "node --test {}: {text}",
+        dir.display()
+    );
+    let passed: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# pass "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(passed >= 6, "some tests did not run: {text}");
+}

@@ -1,0 +1,66 @@
+// Unit tests of the dashboard's pure logic: `node --test hapctl/ui/tests/` (run by
+// tests/dashboard.rs).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  duration, ago, until, daysLeft, expiryLevel, parseBulk, splitField, parseServers, serversText, seg,
+} from '../js/format.js';
+
+test('durations are short and readable', () => {
+  assert.equal(duration(528), '528 ms');
+  assert.equal(duration(1008), '1.0 s');
+  assert.equal(duration(125_000), '2 min');
+  assert.equal(duration(7_200_000), '2.0 h');
+  assert.equal(duration(undefined), '–');
+});
+
+test('times are relative to now', () => {
+  assert.equal(ago(1000, 1003), 'just now');
+  assert.equal(ago(1000, 1000 + 125), '2 min ago');
+  assert.equal(ago(0, 3 * 86400 + 5), '3 d ago');
+  assert.equal(until(null, 0), 'never');
+  assert.equal(until(100, 200), 'expired');
+  assert.equal(until(3599, 0), 'in 1 h');
+  assert.equal(until(90, 0), 'in 2 min');
+});
+
+test('days left and their level', () => {
+  assert.equal(daysLeft(10 * 86400 + 5, 0), 10);
+  assert.equal(daysLeft(0, 86400), -1);
+  assert.equal(expiryLevel(3), 'bad');
+  assert.equal(expiryLevel(14), 'warn');
+  assert.equal(expiryLevel(60), 'ok');
+});
+
+test('a pasted list keeps the line of each entry', () => {
+  const { entries, lines } = parseBulk('198.51.100.7 scanner\n\n# note\n203.0.113.0/24, abuse here\r\n  2001:db8::1\tbad bot', '1h');
+  assert.deepEqual(entries, [
+    { ip: '198.51.100.7', reason: 'scanner', ttl: '1h' },
+    { ip: '203.0.113.0/24', reason: 'abuse here', ttl: '1h' },
+    { ip: '2001:db8::1', reason: 'bad bot', ttl: '1h' },
+  ]);
+  assert.deepEqual(lines, [1, 4, 5]);
+  assert.deepEqual(parseBulk('x', '').entries, [{ ip: 'x', reason: '' }]);
+  assert.deepEqual(parseBulk(' \n#only\n', ''), { entries: [], lines: [] });
+});
+
+test('API error fields name the control and the item', () => {
+  assert.deepEqual(splitField('servers[2].address'), { top: 'servers', index: 2, rest: 'address' });
+  assert.deepEqual(splitField('[3].ip'), { top: 'ip', index: 3, rest: '' });
+  assert.deepEqual(splitField('domain'), { top: 'domain', index: null, rest: '' });
+  assert.equal(splitField(null).top, '');
+});
+
+test('servers round-trip between the form and the API', () => {
+  const servers = parseServers('10.0.0.1:80 weight=5\n\n web:8080 backup no-check ');
+  assert.deepEqual(servers, [
+    { address: '10.0.0.1:80', weight: 5 },
+    { address: 'web:8080', backup: true, check: false },
+  ]);
+  const shown = serversText([
+    { addr: '10.0.0.1:80', options: { weight: 5, check: true } },
+    { addr: 'web:8080', options: { backup: true, check: false } },
+  ]);
+  assert.equal(shown, '10.0.0.1:80 weight=5\nweb:8080 backup no-check');
+  assert.equal(seg('203.0.113.0/24'), '203.0.113.0%2F24');
+});
