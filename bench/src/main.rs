@@ -27,6 +27,7 @@ mod logs;
 mod protect;
 mod render;
 mod rss;
+mod server_change;
 mod stats;
 mod sys;
 mod traffic;
@@ -88,6 +89,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "server-change",
+        about: "a server of an existing domain added / removed / re-weighted → in effect, runtime path vs reload path, CLI and API, at --sizes",
+        run: server_change::run,
+        long: false,
+    },
+    Section {
         name: "rss",
         about: "`hapctl serve` memory (VmRSS, VmHWM) at 10,000 domains and 100,000 blocked entries",
         run: rss::run,
@@ -123,7 +130,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, rss, protect, logs, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, rss, protect, logs, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
@@ -139,7 +146,8 @@ struct Args {
     /// Write every result (with raw samples) to this JSON file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// domain-add: operations per size (default 15, and 7 from 10,000 domains up).
+    /// domain-add: operations per size (default 15, and 7 from 10,000 domains up);
+    /// server-change: changes per series (default 20; reload series 10, 6 from 10,000 up).
     #[arg(long)]
     runs: Option<usize>,
     /// render: time budget per size in milliseconds (at least 15 iterations are always run).

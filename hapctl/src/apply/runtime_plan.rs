@@ -1,0 +1,505 @@
+//! Which changes the running worker can take without a reload, and how. Pure: the old and
+//! the new desired state in, the runtime operations out, or why only a reload can load the
+//! change.
+//!
+//! - Servers of domains that already exist: added, removed, re-weighted, moved to another
+//!   address (`add server`, drain + `del server`, `set server … weight|addr`).
+//! - Exact domains added with a slot-capable profile and servers given by address: a free
+//!   slot backend of that kind takes their servers, then `hosts.map` their route
+//!   (`model::Placement`); removed domains lose their route first, then their servers
+//!   (drained).
+//!
+//! Everything else must be equal, or the change needs a reload.
+
+use crate::model::{Backend, Domain, EdgeState, Server, ServerHost, SlotKind};
+
+/// One change to one backend's servers in the running worker. `name` is the server's name
+/// in HAProxy (in a slot, `<domain>:<server>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerOp {
+    Add {
+        backend: String,
+        name: String,
+        server: Server,
+    },
+    /// Drained first: its requests and streams finish.
+    Remove { backend: String, name: String },
+    Weight {
+        backend: String,
+        name: String,
+        weight: u16,
+    },
+    Addr {
+        backend: String,
+        name: String,
+        ip: String,
+        port: u16,
+    },
+}
+
+impl ServerOp {
+    pub fn backend(&self) -> &str {
+        match self {
+            ServerOp::Add { backend, .. }
+            | ServerOp::Remove { backend, .. }
+            | ServerOp::Weight { backend, .. }
+            | ServerOp::Addr { backend, .. } => backend,
+        }
+    }
+}
+
+/// A change of `hosts.map`: where an exact domain is routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteOp {
+    Add { domain: Domain, backend: String },
+    Remove { domain: Domain },
+}
+
+/// What the worker must do, in this order: servers added or changed, routes added, routes
+/// removed, servers removed (drained).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimePlan {
+    pub servers: Vec<ServerOp>,
+    pub routes: Vec<RouteOp>,
+}
+
+impl RuntimePlan {
+    pub fn len(&self) -> usize {
+        self.servers.len() + self.routes.len()
+    }
+}
+
+/// Why a change does not go through the runtime path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotRuntime {
+    /// No domain or server changed (the change, if any, is elsewhere).
+    Unchanged,
+    /// Only a reload can load it: why, for the reload's recorded reason.
+    Reload(String),
+    /// Every slot of a kind is taken: the reload that follows sizes them again.
+    Capacity(String),
+}
+
+/// HAProxy's weight when a server line names none.
+const DEFAULT_WEIGHT: u16 = 1;
+
+/// The operations that turn `old` into `new` in the worker. Added domains are placed into
+/// free slots of `new.placement`, which the caller saves with the change.
+pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRuntime> {
+    let added: Vec<Domain> = new
+        .domains
+        .keys()
+        .filter(|d| !old.domains.contains_key(*d))
+        .cloned()
+        .collect();
+    let removed: Vec<Domain> = old
+        .domains
+        .keys()
+        .filter(|d| !new.domains.contains_key(*d))
+        .cloned()
+        .collect();
+    // Everything but the servers of the domains both have must be equal: compare the two
+    // states without the added and removed domains, with the old servers put back.
+    let mut rest = new.clone();
+    for domain in &added {
+        rest.domains.remove(domain);
+    }
+    let mut base = old.clone();
+    for domain in &removed {
+        base.domains.remove(domain);
+        base.placement.release(domain);
+    }
+    for (domain, backend) in rest.domains.iter_mut() {
+        let before = &base.domains[domain];
+        *backend = with_servers(backend, before.servers())
+            .ok_or_else(|| NotRuntime::Reload(format!("{domain} changed")))?;
+    }
+    if rest != base {
+        let domains_same = added.is_empty() && removed.is_empty() && new.domains == old.domains;
+        let placement_only = {
+            let mut same_place = rest.clone();
+            same_place.placement = base.placement.clone();
+            same_place == base
+        };
+        return Err(if domains_same && placement_only {
+            NotRuntime::Reload(
+                "the placement changed: slotted domains move to backends of their own (compaction)"
+                    .into(),
+            )
+        } else if domains_same {
+            NotRuntime::Unchanged
+        } else {
+            NotRuntime::Reload(
+                "domains changed beyond their servers (profile, SSE routing) or with other settings"
+                    .into(),
+            )
+        });
+    }
+    let mut plan = RuntimePlan::default();
+    for (domain, after) in &new.domains {
+        let Some(before) = old.domains.get(domain) else {
+            continue;
+        };
+        if before.servers() == after.servers() {
+            continue;
+        }
+        if after.sse_routing() {
+            return Err(NotRuntime::Reload(format!(
+                "{domain} has SSE routing (a twin backend per domain)"
+            )));
+        }
+        let backend = old.placement.backend_name(domain);
+        let name = |s: &Server| old.placement.server_name(domain, &s.name);
+        plan.servers.extend(backend_ops(
+            &backend,
+            &name,
+            before.servers(),
+            after.servers(),
+        )?);
+    }
+    for domain in &added {
+        let backend = &new.domains[domain];
+        let kind = slot_kind(domain, backend)?;
+        if new.placement.capacity(kind) == 0 {
+            return Err(NotRuntime::Reload(format!(
+                "{domain} is the first {} domain: there is no slot backend of that kind yet",
+                kind.as_str()
+            )));
+        }
+        let Some(slot) = new.placement.place(domain, kind) else {
+            return Err(NotRuntime::Capacity(format!(
+                "no free slot_{}_* backend for {domain} ({} of {} in use)",
+                kind.as_str(),
+                new.placement.capacity(kind),
+                new.placement.capacity(kind)
+            )));
+        };
+        for s in backend.servers() {
+            plan.servers.push(ServerOp::Add {
+                backend: slot.backend_name(),
+                name: new.placement.server_name(domain, &s.name),
+                server: s.clone(),
+            });
+        }
+        plan.routes.push(RouteOp::Add {
+            domain: domain.clone(),
+            backend: slot.backend_name(),
+        });
+    }
+    for domain in &removed {
+        let backend = &old.domains[domain];
+        if domain.is_wildcard() || backend.sse_routing() {
+            return Err(NotRuntime::Reload(format!(
+                "{domain} is removed: a wildcard or SSE-routed domain has more than one route"
+            )));
+        }
+        plan.routes.push(RouteOp::Remove {
+            domain: domain.clone(),
+        });
+        for s in backend.servers() {
+            plan.servers.push(ServerOp::Remove {
+                backend: old.placement.backend_name(domain),
+                name: old.placement.server_name(domain, &s.name),
+            });
+        }
+    }
+    if plan.len() == 0 {
+        return Err(NotRuntime::Unchanged);
+    }
+    Ok(plan)
+}
+
+/// The slot kind an added domain can take, or why it needs a backend section of its own.
+fn slot_kind(domain: &Domain, backend: &Backend) -> Result<SlotKind, NotRuntime> {
+    let why = |what: &str| Err(NotRuntime::Reload(format!("{domain} is new and {what}")));
+    if domain.is_wildcard() {
+        return why("a wildcard (its route is a suffix map)");
+    }
+    if backend.sse_routing() {
+        return why("has SSE routing (a twin backend per domain)");
+    }
+    if let Some(s) = backend
+        .servers()
+        .iter()
+        .find(|s| ip_of(&s.addr.host).is_none())
+    {
+        return why(&format!(
+            "its server {} is a host name (resolvers)",
+            s.name.as_str()
+        ));
+    }
+    SlotKind::of(backend.profile()).map_or_else(
+        || why("has a profile with lines of its own (http-check)"),
+        Ok,
+    )
+}
+
+fn with_servers(backend: &Backend, servers: &[Server]) -> Option<Backend> {
+    Backend::new(servers.to_vec(), backend.profile().clone())
+        .ok()
+        .map(|b| b.with_sse_routing(backend.sse_routing()))
+}
+
+fn backend_ops(
+    backend: &str,
+    runtime_name: &dyn Fn(&Server) -> String,
+    before: &[Server],
+    after: &[Server],
+) -> Result<Vec<ServerOp>, NotRuntime> {
+    let mut ops = Vec::new();
+    let find = |list: &[Server], name: &str| list.iter().find(|s| s.name.as_str() == name).cloned();
+    for old in before {
+        if find(after, old.name.as_str()).is_none() {
+            ops.push(ServerOp::Remove {
+                backend: backend.into(),
+                name: runtime_name(old),
+            });
+        }
+    }
+    for new in after {
+        let name = runtime_name(new);
+        let ip = ip_of(&new.addr.host).ok_or_else(|| {
+            NotRuntime::Reload(format!(
+                "server {} of {backend} is a host name (resolvers)",
+                new.name.as_str()
+            ))
+        })?;
+        let Some(old) = find(before, new.name.as_str()) else {
+            ops.push(ServerOp::Add {
+                backend: backend.into(),
+                name,
+                server: new.clone(),
+            });
+            continue;
+        };
+        // Only the weight and the address change in place; any other option (checks, TLS…)
+        // is a new server line, which only a reload loads.
+        let mut same = old.options.clone();
+        same.weight = new.options.weight;
+        if same != new.options {
+            return Err(NotRuntime::Reload(format!(
+                "server {} of {backend} changed options other than weight and address",
+                new.name.as_str()
+            )));
+        }
+        if old.options.weight != new.options.weight {
+            ops.push(ServerOp::Weight {
+                backend: backend.into(),
+                name: name.clone(),
+                weight: new.options.weight.unwrap_or(DEFAULT_WEIGHT),
+            });
+        }
+        if old.addr != new.addr {
+            ops.push(ServerOp::Addr {
+                backend: backend.into(),
+                name,
+                ip,
+                port: new.addr.port.get(),
+            });
+        }
+    }
+    Ok(ops)
+}
+
+/// A server named by host name is resolved by the `resolvers` section, which dynamic servers
+/// cannot use: only addresses go through the runtime path.
+pub fn ip_of(host: &ServerHost) -> Option<String> {
+    match host {
+        ServerHost::V4(ip) => Some(ip.to_string()),
+        ServerHost::V6(ip) => Some(ip.to_string()),
+        ServerHost::Name(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Placement, Profile, ServerName};
+
+    fn server(name: &str, spec: &str) -> Server {
+        Server::parse_spec(spec, name.parse::<ServerName>().unwrap()).unwrap()
+    }
+
+    fn domain(name: &str) -> Domain {
+        name.parse().unwrap()
+    }
+
+    fn state(servers: Vec<Server>) -> EdgeState {
+        let mut s = EdgeState::default();
+        s.domains.insert(
+            domain("shop.example.com"),
+            Backend::new(servers, Profile::Default).unwrap(),
+        );
+        s.placement = Placement::sized_for(&s);
+        s
+    }
+
+    #[test]
+    fn server_changes_become_runtime_operations() {
+        let old = state(vec![
+            server("s1", "10.0.0.1:80"),
+            server("s2", "10.0.0.2:80"),
+        ]);
+        let mut new = state(vec![
+            server("s1", "10.0.0.9:8080,weight=5"),
+            server("s3", "10.0.0.3:80"),
+        ]);
+        let plan = plan(&old, &mut new).unwrap();
+        let be = "d_shop.example.com".to_string();
+        assert_eq!(
+            plan.servers,
+            vec![
+                ServerOp::Remove {
+                    backend: be.clone(),
+                    name: "s2".into()
+                },
+                ServerOp::Weight {
+                    backend: be.clone(),
+                    name: "s1".into(),
+                    weight: 5
+                },
+                ServerOp::Addr {
+                    backend: be.clone(),
+                    name: "s1".into(),
+                    ip: "10.0.0.9".into(),
+                    port: 8080
+                },
+                ServerOp::Add {
+                    backend: be,
+                    name: "s3".into(),
+                    server: server("s3", "10.0.0.3:80")
+                },
+            ]
+        );
+        assert!(plan.routes.is_empty());
+    }
+
+    #[test]
+    fn a_new_domain_takes_a_slot_and_a_removed_one_gives_it_back() {
+        let old = state(vec![server("s1", "10.0.0.1:80")]);
+        let mut new = old.clone();
+        let backend = Backend::new(
+            vec![
+                server("a", "10.0.0.5:80"),
+                server("b", "10.0.0.6:80,weight=3"),
+            ],
+            Profile::Default,
+        )
+        .unwrap();
+        new.domains.insert(domain("new.example.com"), backend);
+        let plan = plan(&old, &mut new).unwrap();
+        let slot = "slot_default_0".to_string();
+        assert_eq!(
+            plan.servers,
+            vec![
+                ServerOp::Add {
+                    backend: slot.clone(),
+                    name: "new.example.com:a".into(),
+                    server: server("a", "10.0.0.5:80")
+                },
+                ServerOp::Add {
+                    backend: slot.clone(),
+                    name: "new.example.com:b".into(),
+                    server: server("b", "10.0.0.6:80,weight=3")
+                },
+            ]
+        );
+        assert_eq!(
+            plan.routes,
+            vec![RouteOp::Add {
+                domain: domain("new.example.com"),
+                backend: slot.clone()
+            }]
+        );
+        assert_eq!(new.placement.backend_name(&domain("new.example.com")), slot);
+
+        // Removed again: the route goes first, then the servers, and the slot is free.
+        let mut gone = old.clone();
+        let plan = super::plan(&new, &mut gone).unwrap();
+        assert_eq!(
+            plan.routes,
+            vec![RouteOp::Remove {
+                domain: domain("new.example.com")
+            }]
+        );
+        assert_eq!(plan.servers.len(), 2);
+        assert!(
+            matches!(&plan.servers[0], ServerOp::Remove { backend, name }
+            if backend == "slot_default_0" && name == "new.example.com:a")
+        );
+        assert_eq!(gone.placement.slots().count(), 0);
+    }
+
+    #[test]
+    fn a_full_kind_says_so() {
+        let old = state(vec![server("s1", "10.0.0.1:80")]);
+        let mut new = old.clone();
+        for i in 0..16 {
+            new.domains.insert(
+                domain(&format!("n{i}.example.com")),
+                Backend::new(vec![server("a", "10.0.0.5:80")], Profile::Default).unwrap(),
+            );
+        }
+        assert_eq!(plan(&old, &mut new.clone()).unwrap().routes.len(), 16);
+        new.domains.insert(
+            domain("one-too-many.example.com"),
+            Backend::new(vec![server("a", "10.0.0.5:80")], Profile::Default).unwrap(),
+        );
+        match plan(&old, &mut new) {
+            Err(NotRuntime::Capacity(why)) => assert!(why.contains("16 of 16"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn anything_else_needs_a_reload() {
+        let old = state(vec![server("s1", "10.0.0.1:80")]);
+        let reload = |mut new: EdgeState| match plan(&old, &mut new) {
+            Err(NotRuntime::Reload(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(plan(&old, &mut old.clone()), Err(NotRuntime::Unchanged));
+        reload(state(vec![server("s1", "10.0.0.1:80,nocheck")]));
+        assert!(reload(state(vec![server("s1", "app.internal:80")])).contains("host name"));
+        // Another profile.
+        let mut other = old.clone();
+        other.domains.insert(
+            domain("shop.example.com"),
+            Backend::new(vec![server("s1", "10.0.0.2:80")], Profile::WebSocket).unwrap(),
+        );
+        reload(other);
+        // New domains that need a section of their own.
+        for (name, profile, spec) in [
+            ("*.wild.example.com", Profile::Default, "10.0.0.2:80"),
+            ("named.example.com", Profile::Default, "app.internal:80"),
+            ("ws.example.com", Profile::WebSocket, "10.0.0.2:80"),
+            (
+                "checked.example.com",
+                "http-check:/health".parse().unwrap(),
+                "10.0.0.2:80",
+            ),
+        ] {
+            let mut more = old.clone();
+            more.domains.insert(
+                domain(name),
+                Backend::new(vec![server("s1", spec)], profile).unwrap(),
+            );
+            match plan(&old, &mut more) {
+                Err(NotRuntime::Reload(_)) | Err(NotRuntime::Capacity(_)) => {}
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        // A change outside the domains, alone and with a server change.
+        let mut suspended = old.clone();
+        suspended.suspended.insert(domain("shop.example.com"));
+        assert_eq!(
+            plan(&old, &mut suspended.clone()),
+            Err(NotRuntime::Unchanged)
+        );
+        suspended.domains.insert(
+            domain("shop.example.com"),
+            Backend::new(vec![server("s1", "10.0.0.2:80")], Profile::Default).unwrap(),
+        );
+        reload(suspended);
+    }
+}

@@ -1,0 +1,282 @@
+//! Carrying a runtime plan into the running worker and reading it back: every wanted server
+//! present with its address, port and weight and in service, every removed one gone (or,
+//! still finishing its connections, draining: it gets no new request) (`show servers state`),
+//! every route added or removed (`get map`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap, RuntimeServers};
+use crate::model::{EdgeState, Server};
+use crate::render::FileId;
+
+use super::runtime_plan::{ip_of, NotRuntime, RouteOp, RuntimePlan, ServerOp};
+
+/// How long a removal waits for a draining server's last connection before leaving it
+/// draining (no new request) until its connections end or the next reload.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `srv_admin_state` bits of a server drained or in maintenance by the runtime API.
+const DRAINING_OR_MAINT: u32 = 0x01 | 0x08;
+/// The files a runtime plan may change: the backends' sections and the routes.
+const PLAN_FILES: [FileId; 2] = [FileId::Config, FileId::HostsMap];
+
+/// What the push did beyond the plan.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Removed servers still serving connections at the drain deadline.
+    pub left_draining: Vec<String>,
+}
+
+/// Applies `plan` through the worker's admin socket (servers, routes added, routes removed,
+/// servers removed), then reads every touched backend and route back against `state`.
+pub fn push(
+    settings: &crate::settings::Settings,
+    plan: &RuntimePlan,
+    state: &EdgeState,
+) -> Result<Pushed, RuntimeError> {
+    let socket = || CliSocket::new(&settings.paths.admin_socket, Duration::from_secs(5));
+    let servers = RuntimeServers::new(socket());
+    let hosts = RuntimeMap::on_worker(
+        socket(),
+        FileId::HostsMap.path(&settings.paths).display().to_string(),
+    );
+    let mut pushed = Pushed::default();
+    let (removals, changes): (Vec<&ServerOp>, Vec<&ServerOp>) = plan
+        .servers
+        .iter()
+        .partition(|op| matches!(op, ServerOp::Remove { .. }));
+    for op in changes {
+        match op {
+            ServerOp::Add {
+                backend,
+                name,
+                server,
+            } => servers.add(
+                backend,
+                name,
+                &server.addr.to_string(),
+                &server.options.to_text(),
+                server.options.check,
+            )?,
+            ServerOp::Weight {
+                backend,
+                name,
+                weight,
+            } => servers.set_weight(backend, name, *weight)?,
+            ServerOp::Addr {
+                backend,
+                name,
+                ip,
+                port,
+            } => servers.set_addr(backend, name, ip, *port)?,
+            ServerOp::Remove { .. } => unreachable!("partitioned above"),
+        }
+    }
+    // Routes after the servers they lead to, removals before the servers go.
+    for op in plan
+        .routes
+        .iter()
+        .filter(|op| matches!(op, RouteOp::Add { .. }))
+    {
+        if let RouteOp::Add { domain, backend } = op {
+            hosts.add(&domain.to_string(), backend)?;
+        }
+    }
+    for op in &plan.routes {
+        if let RouteOp::Remove { domain } = op {
+            hosts.remove(&domain.to_string())?;
+        }
+    }
+    for op in removals {
+        if let ServerOp::Remove { backend, name } = op {
+            if !servers.remove(backend, name, DRAIN_TIMEOUT)? {
+                pushed.left_draining.push(format!("{backend}/{name}"));
+            }
+        }
+    }
+    read_back(&servers, &hosts, plan, state)?;
+    Ok(pushed)
+}
+
+fn read_back(
+    servers: &RuntimeServers,
+    hosts: &RuntimeMap,
+    plan: &RuntimePlan,
+    state: &EdgeState,
+) -> Result<(), RuntimeError> {
+    let wanted = wanted_servers(state);
+    let mut touched: Vec<&str> = plan.servers.iter().map(ServerOp::backend).collect();
+    touched.sort_unstable();
+    touched.dedup();
+    for backend in touched {
+        let held = servers.state(backend)?;
+        let want = wanted.get(backend).map(Vec::as_slice).unwrap_or_default();
+        check_backend(backend, want, &held)?;
+    }
+    for op in &plan.routes {
+        let (domain, want) = match op {
+            RouteOp::Add { domain, backend } => (domain, Some(backend.as_str())),
+            RouteOp::Remove { domain } => (domain, None),
+        };
+        let held = hosts.value_of(&domain.to_string())?;
+        if held.as_deref() != want {
+            return Err(RuntimeError::Refused {
+                command: format!("get map hosts.map {domain}"),
+                answer: format!("routes to {held:?}, expected {want:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Each backend's servers as the files declare them, by their names in HAProxy.
+fn wanted_servers(state: &EdgeState) -> BTreeMap<String, Vec<(String, &Server)>> {
+    let mut out = BTreeMap::new();
+    for (domain, backend) in &state.domains {
+        let named: Vec<(String, &Server)> = backend
+            .servers()
+            .iter()
+            .map(|s| (state.placement.server_name(domain, &s.name), s))
+            .collect();
+        if backend.sse_routing() {
+            out.insert(crate::render::sse_twin(domain), named.clone());
+        }
+        out.insert(state.placement.backend_name(domain), named);
+    }
+    out
+}
+
+fn check_backend(
+    backend: &str,
+    want: &[(String, &Server)],
+    held: &BTreeMap<String, crate::haproxy::ServerState>,
+) -> Result<(), RuntimeError> {
+    let wrong = |what: String| RuntimeError::Refused {
+        command: format!("show servers state {backend}"),
+        answer: what,
+    };
+    for (name, s) in want {
+        let Some(h) = held.get(name) else {
+            return Err(wrong(format!("{name} is missing")));
+        };
+        let ip = ip_of(&s.addr.host).unwrap_or_default();
+        let weight = u32::from(s.options.weight.unwrap_or(1));
+        if h.addr != ip || h.port != s.addr.port.get() || h.weight != weight || h.admin_state != 0 {
+            return Err(wrong(format!(
+                "{} is {}:{} weight {} admin state {}, expected {ip}:{} weight {weight} in service",
+                h.name,
+                h.addr,
+                h.port,
+                h.weight,
+                h.admin_state,
+                s.addr.port.get()
+            )));
+        }
+    }
+    for h in held.values() {
+        let wanted = want.iter().any(|(name, _)| *name == h.name);
+        if !wanted && h.admin_state & DRAINING_OR_MAINT == 0 {
+            return Err(wrong(format!("{} is still in service", h.name)));
+        }
+    }
+    Ok(())
+}
+
+/// How the apply goes on after [`super::Applier::runtime_change`].
+pub(super) enum RuntimeOutcome {
+    /// The worker took the plan (files written first, read back; no check, no reload).
+    Applied(String),
+    /// Check and reload instead; `why` is the recorded reason's detail (`None`: only the
+    /// changed files explain it).
+    Reload {
+        why: Option<NotRuntime>,
+        failure: Option<String>,
+    },
+}
+
+impl super::Applier<'_> {
+    /// The runtime path for domains and servers, when `plan` exists and the files it changes
+    /// are the backends' sections and the routes.
+    pub(super) fn runtime_change(
+        &self,
+        plan: Result<RuntimePlan, NotRuntime>,
+        before: &EdgeState,
+        state: &EdgeState,
+        new: &super::Snapshot,
+        live: &super::Snapshot,
+        p: &mut super::Progress,
+    ) -> Result<RuntimeOutcome, super::ApplyError> {
+        let plan = match plan {
+            Ok(plan) if p.changed.iter().all(|id| PLAN_FILES.contains(id)) => plan,
+            Ok(_) => {
+                return Ok(RuntimeOutcome::Reload {
+                    why: Some(NotRuntime::Reload(
+                        "files beyond haproxy.cfg and hosts.map changed with the domains".into(),
+                    )),
+                    failure: None,
+                })
+            }
+            Err(why) => {
+                return Ok(RuntimeOutcome::Reload {
+                    why: Some(why),
+                    failure: None,
+                })
+            }
+        };
+        if self.master.show_proc().is_err() {
+            return Ok(RuntimeOutcome::Reload {
+                why: None,
+                failure: None,
+            });
+        }
+        // The live files must be what the previous state renders with today's settings and
+        // templates: then the new files differ from them by the plan alone.
+        let old = super::Snapshot::from_set(&crate::render::render(
+            before,
+            self.settings,
+            self.templates,
+        )?);
+        if PLAN_FILES.iter().any(|id| old.get(*id) != live.get(*id)) {
+            return Ok(RuntimeOutcome::Reload {
+                why: Some(NotRuntime::Reload(
+                    "the live files are not what the previous state renders (settings or templates changed)"
+                        .into(),
+                )),
+                failure: None,
+            });
+        }
+        // Recovery reloads after a crash from here on, so the worker cannot keep servers or
+        // routes the files lost.
+        self.write_marker(super::Phase::Reloading)?;
+        new.write_live(&self.settings.paths, live, |_| {})
+            .map_err(super::io_context("cannot write the changed files"))?;
+        crate::fault::point("runtime-servers:after-write");
+        p.step("write");
+        match push(self.settings, &plan, state) {
+            Ok(pushed) => {
+                crate::fault::point("runtime-servers:after-push");
+                p.step("runtime");
+                let mut message = format!(
+                    "{} change(s) through the runtime API ({} server, {} route), read back, no check, no reload",
+                    plan.len(),
+                    plan.servers.len(),
+                    plan.routes.len()
+                );
+                if !pushed.left_draining.is_empty() {
+                    message += &format!(
+                        "; {} still finishing connections: draining (no new request) until they end or the next reload",
+                        pushed.left_draining.join(", ")
+                    );
+                }
+                Ok(RuntimeOutcome::Applied(message))
+            }
+            Err(e) => {
+                tracing::warn!("runtime change failed ({e}); checking and reloading instead");
+                Ok(RuntimeOutcome::Reload {
+                    why: None,
+                    failure: Some(e.to_string()),
+                })
+            }
+        }
+    }
+}
