@@ -30,13 +30,20 @@ const FIRST: &str = "1.0.0";
 /// Short requests per second, for the whole of each cutover.
 const RATE: f64 = 200.0;
 const STREAMS: usize = 2;
-/// 4 s streams: they must outlive the command, also a slow one (a rollback took 2–3 s before).
-const STREAM_LINES: u32 = 40;
+/// Held streams: the client closes them `STREAM_HOLD` after the command ended, so they span a
+/// command of any duration (fixed 4 s streams ended before commands of 4–8.5 s under load).
+/// Their announced length only bounds them: it must cover the command's timeout.
+const STREAM_HOLD: Duration = Duration::from_secs(1);
+const STREAM_LINES: u32 = 1_400;
 const STREAM_INTERVAL_MS: u32 = 100;
 const SETTLE: Duration = Duration::from_secs(1);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// Cutovers in a row that could not be measured (the edge does not serve) end the series.
 const MAX_UNMEASURED_IN_A_ROW: usize = 3;
+/// What the re-executed master logs when the old worker did not hand its listening sockets
+/// over within HAProxy's 1 s (`_getsocks`): the new worker binds its own, and connections
+/// waiting in the old worker's queue are reset when it stops.
+const HANDOVER_FAILED: &str = "Failed to get the sockets from the old process";
 
 /// One cutover as the series keeps it.
 struct Cutover {
@@ -55,6 +62,8 @@ struct Cutover {
     intact: usize,
     master_same: bool,
     new_worker: bool,
+    /// The master logged [`HANDOVER_FAILED`] during this cutover.
+    handover_failed: bool,
     exit_code: Option<i32>,
     command_ms: f64,
     /// Command start → the probe's first answer from the new version.
@@ -86,6 +95,7 @@ impl Cutover {
             "streams_intact": self.intact,
             "master_pid_unchanged": self.master_same,
             "new_worker": self.new_worker,
+            "listener_handover_failed": self.handover_failed,
             "exit_code": self.exit_code,
             "command_ms": self.command_ms,
             "switch_ms": self.switch_ms,
@@ -128,6 +138,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         rate: RATE,
         stream_lines: STREAM_LINES,
         stream_interval_ms: STREAM_INTERVAL_MS,
+        stream_hold: Some(STREAM_HOLD),
         settle: SETTLE,
         max_failures: 0,
         expect_version: None,
@@ -207,13 +218,17 @@ fn series(
         let subject = Subject::Command(argv_of(&app.command(&args)));
         let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let load = crate::sys::load_average();
+        let master_log = &app.settings.paths.haproxy_log;
+        let log_from = std::fs::metadata(master_log).map_or(0, |m| m.len());
         let mut c = match prove::run(&app.settings, &options, &subject, &mut |_| {}) {
             Ok(report) => {
                 unmeasured = 0;
                 let mut c = read_proof(n, kind, &to, &report)?;
                 c.changes = changes.map_or(0, changes::Setup::landed) - changes_before;
+                let logged = logged_since(master_log, log_from);
+                c.handover_failed = logged.contains(HANDOVER_FAILED);
                 if !c.passed {
-                    c.journal = Some(keep_failure(out_dir, n, &report)?);
+                    c.journal = Some(keep_failure(out_dir, n, &report, &logged)?);
                 }
                 c
             }
@@ -228,7 +243,7 @@ fn series(
         }
         rollback_next = kind == "deliver" && c.exit_code == Some(0);
         eprintln!(
-            "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}, load {}{}",
+            "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}{}, load {}{}",
             c.started_at,
             if c.passed { "pass" } else { "FAIL" },
             ms(c.command_ms),
@@ -237,6 +252,11 @@ fn series(
             c.intact,
             c.streams,
             if c.master_same { "same" } else { "CHANGED" },
+            if c.handover_failed {
+                ", listener handover FAILED"
+            } else {
+                ""
+            },
             c.load.map_or("?".into(), |l| l.to_string()),
             c.failed_checks
                 .iter()
@@ -273,14 +293,28 @@ fn argv_of(cmd: &Command) -> Vec<String> {
     argv
 }
 
-/// The journal (prove's own markdown) and the whole JSON report of a failed cutover.
-fn keep_failure(out_dir: &Path, n: usize, report: &ProveReport) -> anyhow::Result<PathBuf> {
+/// What HAProxy's master and workers logged (their stderr, direct mode) from byte `from` on.
+fn logged_since(master_log: &Path, from: u64) -> String {
+    let logged = std::fs::read(master_log).unwrap_or_default();
+    let from = usize::try_from(from).unwrap_or(0).min(logged.len());
+    String::from_utf8_lossy(&logged[from..]).into_owned()
+}
+
+/// The journal (prove's own markdown), the whole JSON report of a failed cutover and what
+/// HAProxy logged meanwhile.
+fn keep_failure(
+    out_dir: &Path,
+    n: usize,
+    report: &ProveReport,
+    logged: &str,
+) -> anyhow::Result<PathBuf> {
     let journal = prove::journal::write(out_dir, report)
         .with_context(|| format!("cannot write a journal in {}", out_dir.display()))?;
     std::fs::write(
         out_dir.join(format!("proof-{n}.json")),
         serde_json::to_string_pretty(report)?,
     )?;
+    std::fs::write(out_dir.join(format!("haproxy-{n}.log")), logged)?;
     Ok(journal)
 }
 
@@ -299,6 +333,7 @@ fn not_measured(n: usize, kind: &'static str, to: &str, why: String) -> Cutover 
         intact: 0,
         master_same: false,
         new_worker: false,
+        handover_failed: false,
         exit_code: None,
         command_ms: f64::NAN,
         switch_ms: None,
@@ -360,10 +395,16 @@ fn read_proof(
         late: p.probe.late,
         failed: p.probe.failed,
         streams: p.streams.len(),
-        intact: p.streams.iter().filter(|s| s.intact()).count(),
+        // Intact and still open when the command ended (prove's streams check).
+        intact: p
+            .streams
+            .iter()
+            .filter(|s| s.intact() && s.ended_ms.is_some_and(|e| e > p.run.ended_ms))
+            .count(),
         master_same: p.before.processes.master_pid.is_some()
             && p.before.processes.master_pid == p.after.processes.master_pid,
         new_worker: !p.after.new_workers.is_empty(),
+        handover_failed: false,
         exit_code: p.run.exit_code,
         command_ms: p.run.duration_ms,
         switch_ms: p

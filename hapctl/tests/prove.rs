@@ -417,6 +417,85 @@ fn nothing_runs_when_the_edge_cannot_be_measured() {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     let out = edge.run(&["prove", "--path", "no-slash", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    // Held streams must not end on their own before the command could: 50 x 100 ms is short.
+    let out = edge.run(&["prove", "--stream-hold", "1s", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("held streams"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// A command slower than the streams: fixed streams (2.5 s) end before it does, and the
+/// streams check fails, as it must; held streams, closed by the client 500 ms after the
+/// command ended, span it whatever it takes.
+#[test]
+fn held_streams_span_a_slow_command_that_fixed_streams_do_not() {
+    let edge = edge_14();
+    let slow = script(
+        &edge,
+        "slow.sh",
+        "set -e\nsleep 3.5\n\"$HAPCTL\" deliver 1.5.0",
+    );
+    let mut args = FAST.to_vec();
+    args.extend(["--expect-version", "1.5.0", "--", slow.to_str().unwrap()]);
+    let report = prove(&edge, 9, &args);
+    expect_checks(
+        &report,
+        0,
+        &[("streams", "fail"), ("probe", "pass"), ("command", "pass")],
+    );
+    assert!(
+        measured(&report, 0, "streams").contains("did not span the cutover"),
+        "{report:#}"
+    );
+
+    let slow_back = script(
+        &edge,
+        "slow-back.sh",
+        "set -e\nsleep 3.5\n\"$HAPCTL\" rollback",
+    );
+    let report = prove(
+        &edge,
+        0,
+        &[
+            "--streams",
+            "2",
+            "--stream-lines",
+            "400",
+            "--stream-interval-ms",
+            "50",
+            "--stream-hold",
+            "500ms",
+            "--timeout",
+            "8s",
+            "--settle",
+            "300ms",
+            "--expect-version",
+            "1.4.2",
+            "--",
+            slow_back.to_str().unwrap(),
+        ],
+    );
+    let p = &report["proofs"][0];
+    let ended = p["run"]["ended_ms"].as_f64().unwrap();
+    for s in p["streams"].as_array().unwrap() {
+        assert_eq!(s["version"], "1.5.0", "{s}");
+        assert_eq!(s["closed_by_client"], true, "{s}");
+        assert_eq!(
+            s["final_chunk"], false,
+            "closed before its announced end: {s}"
+        );
+        assert!(s["ended_ms"].as_f64().unwrap() >= ended + 500.0, "{s}");
+        // 3.5 s of sleep alone is 70 lines of 50 ms.
+        let received = s["received"].as_u64().unwrap();
+        assert!((70..400).contains(&received), "{s}");
+    }
+    assert!(
+        measured(&report, 0, "streams").contains("until the client closed it"),
+        "{report:#}"
+    );
 }
 
 /// The lab of the delivery lesson (examples/lab/) in direct mode: its settings with an exec

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::changes;
-use super::{Cutover, FIRST, RATE, SETTLE, STREAMS, STREAM_INTERVAL_MS, STREAM_LINES};
+use super::{Cutover, FIRST, RATE, SETTLE, STREAMS, STREAM_HOLD, STREAM_INTERVAL_MS};
 use crate::stats::{ms, percentile};
 use crate::{Report, Table, Target};
 
@@ -50,8 +50,8 @@ pub(super) fn summarize(
     let intact_pct = 100.0 * intact as f64 / streams.max(1) as f64;
     let with_changes = change_log.is_some();
     let title = format!(
-        "cutovers: {total} consecutive proven cutovers (deliver / rollback), {RATE} req/s, {STREAMS} streams of {} s{}",
-        f64::from(STREAM_LINES * STREAM_INTERVAL_MS) / 1000.0,
+        "cutovers: {total} consecutive proven cutovers (deliver / rollback), {RATE} req/s, {STREAMS} streams held to {:?} after each command{}",
+        STREAM_HOLD,
         if with_changes { ", with runtime changes" } else { "" }
     );
     let mut totals = Table::new(
@@ -66,6 +66,7 @@ pub(super) fn summarize(
             "streams intact",
             "master PID changes",
             "a new worker each",
+            "listener handovers failed",
             "reloads",
             "haproxy -c",
         ],
@@ -87,6 +88,11 @@ pub(super) fn summarize(
             "{}/{total}",
             cutovers.iter().filter(|c| c.new_worker).count()
         ),
+        cutovers
+            .iter()
+            .filter(|c| c.handover_failed)
+            .count()
+            .to_string(),
         t.reloads.to_string(),
         t.checks.to_string(),
     ]);
@@ -185,7 +191,7 @@ pub(super) fn summarize(
         Target {
             goal: format!("{} cutovers, 0 failures", t.count),
             met: Some(total == t.count && passed == total),
-            detail: format!("{} failed of {total}", total - passed),
+            detail: format!("{} failed of {total}{}", total - passed, by_check(cutovers)),
         },
         Target {
             goal: "0 failed short requests".into(),
@@ -218,8 +224,9 @@ pub(super) fn summarize(
             "edge: demo-app through an [[app]] with the exec runner (ready delay 0), first version {FIRST}; \
              deliver 2.0.N (a new process each time; the generation replaced by the delivery before is removed) \
              and rollback (to the previous generation, still running) alternating. Each cutover measured by \
-             hapctl::prove::run (the checks of `hapctl prove`): {STREAMS} streams of {STREAM_LINES} lines every \
-             {STREAM_INTERVAL_MS} ms opened before the command, {RATE} short requests/s (a new connection each) \
+             hapctl::prove::run (the checks of `hapctl prove`): {STREAMS} streams (a line every \
+             {STREAM_INTERVAL_MS} ms) opened before the command and closed by the client {STREAM_HOLD:?} after it \
+             ended (whatever the command's duration), {RATE} short requests/s (a new connection each) \
              from just before the command to {SETTLE:?} after it, 0 failures tolerated."
         ),
         format!("per-cutover records (JSON lines) and failed cutovers' journals: {}", t.out_dir.display()),
@@ -238,6 +245,7 @@ pub(super) fn summarize(
             "streams": streams,
             "streams_intact": intact,
             "master_pid_changes": pid_changes,
+            "listener_handovers_failed": cutovers.iter().filter(|c| c.handover_failed).count(),
             "reloads": t.reloads,
             "haproxy_c": t.checks,
             "command_ms": spread(&all, |c| Some(c.command_ms)),
@@ -246,4 +254,21 @@ pub(super) fn summarize(
             "records": t.out_dir.join("cutovers.jsonl"),
         }),
     })
+}
+
+/// Failed cutovers per failed check (`streams`, `probe`, …), e.g. ` (streams: 6, probe: 1)`.
+fn by_check(cutovers: &[Cutover]) -> String {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for c in cutovers {
+        for f in &c.failed_checks {
+            *counts
+                .entry(f.split(':').next().unwrap_or("?"))
+                .or_default() += 1;
+        }
+    }
+    if counts.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = counts.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    format!(" ({})", list.join(", "))
 }

@@ -35,6 +35,11 @@ pub struct ProveArgs {
     /// Pause between two lines of a stream, in ms.
     #[arg(long, default_value_t = 100)]
     stream_interval_ms: u32,
+    /// Hold the streams: the client closes them this long after the command ended, so they
+    /// outlast a command of any duration (--stream-lines then only bounds them and must cover
+    /// --timeout, the hold and 10 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    stream_hold: Option<Duration>,
     /// How long the probe goes on after the command ended.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     settle: Duration,
@@ -101,6 +106,7 @@ pub fn run(dir: &Path, args: ProveArgs) -> Result<u8, Failure> {
         rate: args.rate,
         stream_lines: args.stream_lines,
         stream_interval_ms: args.stream_interval_ms,
+        stream_hold: args.stream_hold,
         settle: args.settle,
         max_failures: args.max_failures,
         expect_version: args.expect_version.map(|v| v.to_string()),

@@ -145,10 +145,17 @@ pub(super) fn check_probe(probe: &ProbeSummary, failures: &[ProbeFailure], max: 
 }
 
 pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &Options) -> Check {
-    let expected = "every long stream runs to its announced end (final chunk, every line, in \
-                    order) without error, every line from the generation it started on, and \
-                    stays open until the command has ended"
-        .to_string();
+    let end = match options.stream_hold {
+        Some(hold) => format!(
+            "runs until the client closes it {} ms after the command (every line in order)",
+            hold.as_millis()
+        ),
+        None => "runs to its announced end (final chunk, every line, in order)".into(),
+    };
+    let expected = format!(
+        "every long stream {end} without error, every line from the generation it started on, \
+         and stays open until the command has ended"
+    );
     if streams.is_empty() {
         return Check {
             name: "streams",
@@ -164,10 +171,10 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
             let mut why = Vec::new();
             if let Some(e) = &s.error {
                 why.push(e.clone());
-            } else if !s.final_chunk {
+            } else if !s.final_chunk && !s.closed_by_client {
                 why.push("no final chunk".into());
             }
-            if s.received != s.announced {
+            if s.received != s.announced && !s.closed_by_client {
                 why.push(format!("{}/{} lines", s.received, s.announced));
             }
             if s.foreign_lines > 0 {
@@ -194,13 +201,24 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
         status: pass_if(broken.is_empty()),
         expected,
         measured: if broken.is_empty() {
+            let received = |f: fn(u32, u32) -> u32| streams.iter().map(|s| s.received).reduce(f);
+            let each = if options.stream_hold.is_some() {
+                format!(
+                    "{}-{} lines each until the client closed it",
+                    received(u32::min).unwrap_or(0),
+                    received(u32::max).unwrap_or(0)
+                )
+            } else {
+                format!(
+                    "{} lines of {} each",
+                    options.stream_lines, options.stream_lines
+                )
+            };
             format!(
-                "{}/{} streams intact: {} lines of {} each, every one from the generation it \
-                 started on ({}); longest pause between lines {:.0} ms",
+                "{}/{} streams intact: {each}, every one from the generation it started on ({}); \
+                 longest pause between lines {:.0} ms",
                 streams.len(),
                 streams.len(),
-                options.stream_lines,
-                options.stream_lines,
                 streams
                     .iter()
                     .filter_map(|s| s.version.clone())

@@ -68,9 +68,21 @@ pub fn render(report: &Report) -> String {
         "- **Long streams** (established connections that must survive the cutover): {} \
          stream(s) of `GET /stream?lines={}&interval_ms={}`, opened before the command and \
          their first line received, each noting the generation that served it. Each must run \
-         to its announced end — the final chunk, {} lines in order — without error, every line \
-         from the generation it started on (`V i/N`), and still be open when the command ends.",
-        o.streams, o.stream_lines, o.stream_interval_ms, o.stream_lines
+         {} — without error, every line from the generation it started on (`V i/N`), and \
+         still be open when the command ends.",
+        o.streams,
+        o.stream_lines,
+        o.stream_interval_ms,
+        match o.stream_hold {
+            Some(hold) => format!(
+                "until the client closes it {} ms after the command ended, its lines in order",
+                hold.as_millis()
+            ),
+            None => format!(
+                "to its announced end — the final chunk, {} lines in order",
+                o.stream_lines
+            ),
+        }
     );
     let _ = writeln!(
         md,

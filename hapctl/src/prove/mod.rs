@@ -73,6 +73,10 @@ pub struct Options {
     pub rate: f64,
     pub stream_lines: u32,
     pub stream_interval_ms: u32,
+    /// Held streams: closed by the client this long after the command ended instead of at
+    /// their announced end, so that they outlast a command of any duration.
+    #[serde(serialize_with = "ser_opt_ms", rename = "stream_hold_ms")]
+    pub stream_hold: Option<Duration>,
     #[serde(serialize_with = "ser_ms", rename = "settle_ms")]
     pub settle: Duration,
     /// Probe failures tolerated.
@@ -92,6 +96,13 @@ pub struct Options {
 
 fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_millis() as u64)
+}
+
+fn ser_opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser_ms(d, s),
+        None => s.serialize_none(),
+    }
 }
 
 impl Options {
@@ -117,6 +128,18 @@ impl Options {
                 "--stream-interval-ms {} must be at most 60000",
                 self.stream_interval_ms
             ));
+        }
+        if let Some(hold) = self.stream_hold {
+            let length = Duration::from_millis(
+                u64::from(self.stream_lines) * u64::from(self.stream_interval_ms),
+            );
+            if length < self.timeout + hold + Duration::from_secs(10) {
+                return bad(format!(
+                    "held streams of {} lines every {} ms end on their own before the command's \
+                     timeout ({:?}) plus the hold ({hold:?}) and 10 s",
+                    self.stream_lines, self.stream_interval_ms, self.timeout
+                ));
+            }
         }
         if !self.path.starts_with('/') || self.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return bad(format!(
@@ -412,6 +435,8 @@ fn prove_one(
         lines: options.stream_lines,
         interval_ms: options.stream_interval_ms,
         connect_timeout: CONNECT_TIMEOUT,
+        hold: options.stream_hold,
+        command_end: stream::CommandEnd::default(),
     };
     let open = open_streams(&stream_config, options.streams, clock, &mut timeline)?;
     if !open.is_empty() {
@@ -453,6 +478,7 @@ fn prove_one(
     let (before_procs, before_list) = edge.processes(clock);
     let Some(before_list) = before_list else {
         let _ = probe.stop();
+        stream_config.command_end.set(ms(clock));
         return Err(ProveError::Before(format!(
             "HAProxy's master socket stopped answering `show proc` ({})",
             before_procs.error.unwrap_or_default()
@@ -463,6 +489,7 @@ fn prove_one(
     // During.
     progress(&format!("  running: {}", argv.join(" ")));
     let run = command::run_command(argv, &edge.state_dir, options.timeout, clock);
+    stream_config.command_end.set(run.ended_ms);
     timeline.push(event(
         run.started_ms,
         "command",
@@ -629,7 +656,8 @@ fn open_streams(
     Ok(open)
 }
 
-/// Waits for each stream to end (bounded by its announced length plus 10 s).
+/// Waits for each stream to end (bounded by its announced length, or its close when held,
+/// plus 10 s).
 fn finish_streams(
     open: Vec<stream::OpenStream>,
     config: &stream::StreamConfig,
@@ -639,7 +667,9 @@ fn finish_streams(
     let mut streams = Vec::new();
     for s in open {
         let (id, version) = (s.id, s.version.clone());
-        let end_ms = s.first_line_ms + config.expected_duration().as_secs_f64() * 1000.0;
+        let end_ms = config
+            .close_at()
+            .unwrap_or(s.first_line_ms + config.expected_duration().as_secs_f64() * 1000.0);
         let left = Duration::from_secs_f64(((end_ms - ms(clock)) / 1000.0).max(0.0));
         let log = s
             .finish(left + Duration::from_secs(10))
@@ -651,10 +681,15 @@ fn finish_streams(
             });
         let what = if log.intact() {
             format!(
-                "stream {id} ended: {}/{} lines, all from {}, final chunk",
+                "stream {id} ended: {}/{} lines, all from {}, {}",
                 log.received,
                 log.announced,
-                log.version.as_deref().unwrap_or("?")
+                log.version.as_deref().unwrap_or("?"),
+                if log.closed_by_client {
+                    "closed by the client after the command and the hold"
+                } else {
+                    "final chunk"
+                }
             )
         } else {
             format!(

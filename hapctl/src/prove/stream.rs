@@ -1,10 +1,11 @@
 //! Long streams: `GET /stream?lines=N&interval_ms=M` on the demo app's protocol (a chunked
 //! answer, one line `V i/N` per chunk, then the zero chunk), read line by line in a thread.
 //! Each stream is judged on what a client sees: did it run to its announced end, without
-//! error, every line from the generation that served its first one?
+//! error, every line from the generation that served its first one? A *held* stream is
+//! closed by the client a fixed time after the command ended, so it outlasts any command.
 
 use std::net::SocketAddr;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,20 @@ pub struct StreamConfig {
     pub lines: u32,
     pub interval_ms: u32,
     pub connect_timeout: Duration,
+    /// Held streams: the client closes them this long after the command ended (the announced
+    /// lines only bound them).
+    pub hold: Option<Duration>,
+    pub command_end: CommandEnd,
+}
+
+/// When the command ended (ms on prove's clock), set once and seen by every stream thread.
+#[derive(Debug, Clone, Default)]
+pub struct CommandEnd(Arc<OnceLock<f64>>);
+
+impl CommandEnd {
+    pub fn set(&self, ms: f64) {
+        let _ = self.0.set(ms);
+    }
 }
 
 impl StreamConfig {
@@ -41,6 +56,12 @@ impl StreamConfig {
     pub fn expected_duration(&self) -> Duration {
         Duration::from_millis(u64::from(self.lines) * u64::from(self.interval_ms))
     }
+
+    /// When a held stream closes (ms on prove's clock): known once the command has ended.
+    pub fn close_at(&self) -> Option<f64> {
+        let end = self.command_end.0.get()?;
+        Some(end + self.hold?.as_secs_f64() * 1000.0)
+    }
 }
 
 /// What one long stream received.
@@ -56,6 +77,8 @@ pub struct StreamLog {
     pub received: u32,
     /// The zero chunk that ends a chunked answer arrived.
     pub final_chunk: bool,
+    /// A held stream the client closed as planned, after the command's end and the hold.
+    pub closed_by_client: bool,
     /// Why the stream stopped before its end, if it did.
     pub error: Option<String>,
     /// Lines from another generation than the first line's.
@@ -83,6 +106,7 @@ impl StreamLog {
             announced: config.lines,
             received: 0,
             final_chunk: false,
+            closed_by_client: false,
             error: None,
             foreign_lines: 0,
             out_of_sequence: 0,
@@ -97,11 +121,11 @@ impl StreamLog {
 }
 
 impl StreamLog {
-    /// Ran to its announced end, without error, every line in sequence and from its generation.
+    /// Ran to its announced end (or, held, until the client closed it), without error, every
+    /// line in sequence and from its generation.
     pub fn intact(&self) -> bool {
         self.error.is_none()
-            && self.final_chunk
-            && self.received == self.announced
+            && (self.closed_by_client || self.final_chunk && self.received == self.announced)
             && self.foreign_lines == 0
             && self.out_of_sequence == 0
     }
@@ -230,6 +254,11 @@ fn read_stream(
                 last = Some(now);
                 take_line(&mut log, &line, now, &mut on_first);
             }
+            if config.close_at().is_some_and(|t| ms_since(clock) >= t) {
+                // Dropping the connection closes it: the client ends the stream.
+                log.closed_by_client = true;
+                return Ok(());
+            }
         }
         Err(http::HttpError::new(
             http::Cause::Other,
@@ -296,6 +325,7 @@ mod tests {
             announced: 3,
             received: 0,
             final_chunk: false,
+            closed_by_client: false,
             error: None,
             foreign_lines: 0,
             out_of_sequence: 0,
@@ -330,6 +360,15 @@ mod tests {
         assert!(!l.intact(), "no final chunk yet");
         l.final_chunk = true;
         assert!(l.intact());
+
+        // Held: closed by the client before its announced end, intact only if in sequence.
+        let mut l = log();
+        take_line(&mut l, "v 1/3", 1.0, &mut |_, _| {});
+        assert!(!l.intact(), "neither ended nor closed");
+        l.closed_by_client = true;
+        assert!(l.intact());
+        take_line(&mut l, "w 2/3", 2.0, &mut |_, _| {});
+        assert!(!l.intact(), "a foreign line breaks a held stream too");
 
         let mut l = log();
         take_line(&mut l, "garbage", 1.0, &mut |_, _| {});
