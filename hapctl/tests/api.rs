@@ -110,12 +110,13 @@ fn a_block_through_the_api_is_enforced_at_once_without_reload_or_check_and_survi
     assert_eq!(blocked_map_file_keys(&edge), keys(["127.0.0.2"]));
     assert_eq!(runtime_blocked_keys(&edge), keys(["127.0.0.2"]));
 
-    // A later reload (a domain PUT) keeps exactly the committed blocks.
+    // A later reload (a domain PUT only a reload loads: the first websocket domain) keeps
+    // exactly the committed blocks.
     let other = Backend::start("other");
     let r = api.call(
         "PUT",
         "/v1/domains/other.example.com",
-        Some(&json!({"servers": [{"address": other.addr()}]})),
+        Some(&json!({"servers": [{"address": other.addr()}], "profile": "websocket"})),
     );
     assert_eq!(r.status, 201, "{r:?}");
     assert!(reloads(&edge) > reloads_before, "the domain PUT reloaded");
@@ -866,10 +867,11 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 #[test]
 fn metrics_count_applies_checks_reloads_blocks_and_requests() {
     let (_edge, app, api) = edge_with_api();
+    // The first websocket domain: a new kind of backend section, so a check and a reload.
     let r = api.call(
         "PUT",
         "/v1/domains/m.example.com",
-        Some(&json!({"servers": [{"address": app.addr()}]})),
+        Some(&json!({"servers": [{"address": app.addr()}], "profile": "websocket"})),
     );
     assert_eq!(r.status, 201, "{r:?}");
     let r = api.call("POST", "/v1/blocked-ips", Some(&json!({"ip": "127.0.0.2"})));
@@ -921,8 +923,8 @@ fn metrics_count_applies_checks_reloads_blocks_and_requests() {
         "buckets are cumulative: {buckets:?}"
     );
     at_least("hapctl_haproxy_checks_total", 1.0);
-    // The domain PUT needed a reload: a new backend is a config change. Every reason is a
-    // series, 0 included.
+    // The domain PUT needed a reload: a new kind of backend is a config change. Every reason
+    // is a series, 0 included.
     at_least("hapctl_reloads_total{reason=\"config\"}", 1.0);
     assert_eq!(
         sample(text, "hapctl_reloads_total{reason=\"rollback\"}"),

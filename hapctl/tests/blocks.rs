@@ -47,7 +47,8 @@ fn blocks_take_effect_without_reload_or_check_and_survive_reloads() {
         "{files:?}"
     );
 
-    // A later reload (any domain change) keeps exactly the committed blocks.
+    // A later reload (a domain change only a reload loads: the first websocket domain)
+    // keeps exactly the committed blocks.
     let other = Backend::start("other");
     edge.ok(&[
         "domain",
@@ -55,6 +56,8 @@ fn blocks_take_effect_without_reload_or_check_and_survive_reloads() {
         "other.example.com",
         "--server",
         &other.addr(),
+        "--profile",
+        "websocket",
     ]);
     assert!(edge.show_proc().master.reloads > reloads);
     assert_eq!(

@@ -39,9 +39,12 @@ use hapctl::store::{ApplyRecord, Store};
 use common::daemon::{blocked_map_file_keys, runtime_blocked_keys, BLOCKED_MAPS};
 use common::{describe, http_get, run_bounded, Backend, Edge, Response};
 
-/// Every crash point on the apply path, in the order an apply reaches them.
-const POINTS: [&str; 9] = [
+/// Every crash point on the apply path, in the order an apply reaches them: the runtime path
+/// (domains and servers through the runtime API) stops after its two own points.
+const POINTS: [&str; 11] = [
     "before-snapshot",
+    "runtime-servers:after-write",
+    "runtime-servers:after-push",
     "write:1",
     "write:2",
     "write:3",
@@ -49,6 +52,13 @@ const POINTS: [&str; 9] = [
     "before-reload",
     "after-reload",
     "before-commit",
+    "after-commit",
+];
+/// The points the runtime path reaches.
+const RUNTIME_PATH: [&str; 4] = [
+    "before-snapshot",
+    "runtime-servers:after-write",
+    "runtime-servers:after-push",
     "after-commit",
 ];
 const ROUNDS_PER_POINT: usize = 3;
@@ -69,9 +79,10 @@ type FileSet = Vec<(PathBuf, Vec<u8>)>;
 /// least N+1 files).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Change {
-    /// `domain add b.example.com`: haproxy.cfg, hosts.map.
+    /// `domain add b.example.com`: haproxy.cfg, hosts.map, through the runtime path (a slot
+    /// backend takes its server).
     AddDomain,
-    /// `domain rm a.example.com`: haproxy.cfg, hosts.map.
+    /// `domain rm a.example.com`: haproxy.cfg, hosts.map, through the runtime path.
     RemoveDomain,
     /// `proxy add 127.0.0.3`: trusted-proxies.acl.
     TrustProxy,
@@ -122,13 +133,29 @@ impl Change {
         self != Change::Block
     }
 
+    /// Whether the change goes through the runtime path (no check, no reload).
+    fn via_runtime(self) -> bool {
+        matches!(self, Change::AddDomain | Change::RemoveDomain)
+    }
+
+    /// Whether the change's own command reaches `point`.
     fn reaches(self, point: &str) -> bool {
         if !self.via_apply() {
             return false;
         }
+        if self.via_runtime() {
+            return RUNTIME_PATH.contains(&point);
+        }
+        !point.starts_with("runtime-") && self.reload_path_reaches(point)
+    }
+
+    /// Whether an apply writing this change's files through check and reload reaches
+    /// `point`: the change itself, or the recovery command once it is committed (a recovery
+    /// puts the known-good set back, so it writes the committed set again and reloads).
+    fn reload_path_reaches(self, point: &str) -> bool {
         match point.strip_prefix("write:") {
             Some(n) => self.files_changed() > n.parse::<usize>().unwrap(),
-            None => true,
+            None => !point.starts_with("runtime-"),
         }
     }
 }
@@ -280,8 +307,11 @@ impl Fixture {
                 self.edge.ok(&["domain", "rm", DOMAIN_B]);
             }
             Change::RemoveDomain => {
+                // Added back at runtime, A takes a slot: compaction puts it back into the
+                // backend of its own the base set has.
                 self.edge
                     .ok(&["domain", "add", DOMAIN_A, "--server", &self.a.addr()]);
+                self.edge.ok(&["apply", "--compact"]);
             }
             Change::TrustProxy => {
                 self.edge.ok(&["proxy", "rm", "127.0.0.3"]);
@@ -416,13 +446,18 @@ fn marker_after(point: &str) -> Option<&'static str> {
     match point {
         "before-snapshot" => None,
         "after-reload" | "before-commit" | "after-commit" => Some("reloading\n"),
+        p if p.starts_with("runtime-") => Some("reloading\n"),
         _ => Some("writing\n"),
     }
 }
 
-/// Whether HAProxy runs the new set at `point` (the reload happened before it).
-fn reloaded_at(point: &str) -> bool {
-    matches!(point, "after-reload" | "before-commit" | "after-commit")
+/// Whether HAProxy serves the new state at `point` (the reload or the runtime change
+/// happened before it).
+fn serves_new_at(point: &str) -> bool {
+    matches!(
+        point,
+        "after-reload" | "before-commit" | "after-commit" | "runtime-servers:after-push"
+    )
 }
 
 struct Round {
@@ -449,7 +484,11 @@ fn run_round(fx: &Fixture, round: &Round) -> String {
     let edge = &fx.edge;
     for (k, point) in kills.iter().enumerate() {
         assert!(
-            change.reaches(point),
+            if k == 0 {
+                change.reaches(point)
+            } else {
+                change.reload_path_reaches(point)
+            },
             "bad plan: {change:?} does not reach {point}"
         );
         assert!(
@@ -494,7 +533,7 @@ fn run_round(fx: &Fixture, round: &Round) -> String {
         );
         fx.expect_routing(
             change,
-            reloaded_at(point),
+            serves_new_at(point),
             variant,
             &format!("right after the kill at {point}"),
         );
@@ -936,12 +975,13 @@ fn a_kill_while_the_reload_is_in_flight_recovers() {
     let fx = Fixture::new();
     let edge = &fx.edge;
     for attempt in 0..5 {
-        let mut cmd = edge.command(&["domain", "add", DOMAIN_B, "--server", &fx.b.addr()]);
+        let args = fx.command_args(Change::AddWildcard);
+        let mut cmd = edge.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
         cmd.env("HAPCTL_FAULT", "before-reload");
         assert_killed(
             &run_bounded(cmd, Duration::from_secs(60)),
             "before-reload",
-            Change::AddDomain,
+            Change::AddWildcard,
             0,
         );
         // The killed apply's next two steps.
@@ -970,9 +1010,9 @@ fn a_kill_while_the_reload_is_in_flight_recovers() {
         assert_files_eq(&now.files, &fx.base.files, &what);
         assert_eq!(now.domains, fx.base.domains, "{what}");
         assert_eq!(
-            edge.get(DOMAIN_B, "/").status,
+            edge.get(UNDER_WILDCARD, "/").status,
             404,
-            "HAProxy serves {DOMAIN_B}, which neither the database nor the live files hold: \
+            "HAProxy serves {WILDCARD}, which neither the database nor the live files hold: \
              it loaded the killed apply's set and the recovery did not reload it back. {what}"
         );
         assert!(!edge.path("run/apply.pending").exists(), "{what}");

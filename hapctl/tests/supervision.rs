@@ -345,8 +345,17 @@ fn a_master_that_cannot_start_is_retried_with_backoff_never_doubled_and_recovers
 fn an_interrupted_apply_is_recovered_before_the_restart() {
     let (edge, _app, api) = supervised_edge();
     let other = Backend::start("other");
-    // Killed after writing the new files, before any check or reload.
-    let mut cmd = edge.command(&["domain", "add", OTHER, "--server", &other.addr()]);
+    // Killed after writing the new files, before any check or reload (the first websocket
+    // domain: only a reload loads it).
+    let mut cmd = edge.command(&[
+        "domain",
+        "add",
+        OTHER,
+        "--server",
+        &other.addr(),
+        "--profile",
+        "websocket",
+    ]);
     cmd.env("HAPCTL_FAULT", "after-write");
     let out = run_bounded(cmd, Duration::from_secs(60));
     assert!(!out.status.success(), "the apply was killed");

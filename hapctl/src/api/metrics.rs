@@ -71,9 +71,12 @@ impl Metrics {
         });
     }
 
-    /// The background `haproxy -c` of a runtime-changed set refused it: a defect.
-    pub fn runtime_check_failed(&self) {
-        self.with(|c| c.runtime_check_failures += 1);
+    /// The background `haproxy -c` of a runtime-changed set ran; `refused`: a defect.
+    pub fn runtime_checked(&self, refused: bool) {
+        self.with(|c| {
+            c.checks += 1;
+            c.runtime_check_failures += u64::from(refused);
+        });
     }
 
     /// A reload made outside an apply (certificate fallback, a client's request...).

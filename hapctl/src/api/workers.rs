@@ -69,8 +69,9 @@ fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metr
             Err(RecvTimeoutError::Timeout) => {
                 // One check for every runtime change made since the last one.
                 match edge.validate_pending() {
-                    Ok(crate::apply::PendingCheck::Refused(_)) => metrics.runtime_check_failed(),
-                    Ok(_) => {}
+                    Ok(crate::apply::PendingCheck::Refused(_)) => metrics.runtime_checked(true),
+                    Ok(crate::apply::PendingCheck::Promoted) => metrics.runtime_checked(false),
+                    Ok(crate::apply::PendingCheck::Nothing) => {}
                     Err(e) => tracing::error!("the pending check of runtime changes failed: {e}"),
                 }
                 continue;

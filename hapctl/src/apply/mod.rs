@@ -10,8 +10,8 @@
 mod layout;
 mod pending;
 mod report;
-mod server_plan;
-mod server_push;
+mod runtime_plan;
+mod runtime_push;
 mod snapshot;
 
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ use crate::haproxy::{
     CliSocket, Master, ReloadError, ReloadKind, ReloadReason, RuntimeMap, Supervisor, Validator,
     Verdict,
 };
-use crate::model::EdgeState;
+use crate::model::{EdgeState, Placement};
 use crate::render::{self, FileId, RenderError, Templates};
 use crate::settings::Settings;
 use crate::store::{Store, StoreError, Tx};
@@ -35,6 +35,7 @@ pub use layout::LayoutMismatch;
 pub use pending::{PendingCheck, RuntimeCheck};
 use report::{reason_for_files, record, Progress};
 pub use report::{ApplyReport, Outcome, Step};
+use runtime_push::RuntimeOutcome;
 pub use snapshot::{KnownGood, Snapshot};
 
 /// How long an apply waits for another one to finish.
@@ -181,11 +182,14 @@ impl<'a> Applier<'a> {
         before: &EdgeState,
     ) -> Result<(ApplyReport, Option<Loaded>), ApplyError> {
         let mut p = Progress::new();
-        let state = tx.load_state()?;
-        let new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
+        let mut state = tx.load_state()?;
+        // Added domains take free slots in `state` here; saved below if the plan is used.
+        let plan = runtime_plan::plan(before, &mut state);
+        let mut new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
         p.step("render");
         let paths = &self.settings.paths;
-        let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
+        let mut live =
+            Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
         p.changed = new.differing(&live);
 
         if p.changed.is_empty() && !stale_worker {
@@ -212,16 +216,26 @@ impl<'a> Applier<'a> {
         let target = self.rollback_target(&live, &mut p)?;
         p.step("snapshot");
 
-        let mut runtime_failure = None;
+        let (mut runtime_failure, mut why_not) = (None, None);
         if !stale_worker {
-            match self.runtime_servers(before, &state, &new, &live, &mut p)? {
-                Ok(message) => {
+            if plan.is_ok() {
+                tx.save_placement(&state.placement)?;
+            }
+            match self.runtime_change(plan, before, &state, &new, &live, &mut p)? {
+                RuntimeOutcome::Applied(message) => {
                     return Ok((
                         p.report(Outcome::Applied, message, vec![]),
                         Some(Loaded::Unchecked),
                     ))
                 }
-                Err(failure) => runtime_failure = failure,
+                RuntimeOutcome::Reload { why, failure } => {
+                    if failure.is_some() {
+                        // The runtime attempt wrote its files: compare with what is on disk.
+                        live = Snapshot::read_live(paths)
+                            .map_err(io_context("cannot read the live files"))?;
+                    }
+                    (runtime_failure, why_not) = (failure, why);
+                }
             }
         }
         if !stale_worker
@@ -253,6 +267,22 @@ impl<'a> Applier<'a> {
                     runtime_failure = Some(e.to_string());
                 }
             }
+        }
+
+        // A domain change only a reload loads: slotted domains move back to their own
+        // backends, and the spare slots are sized for the domains there are now. (Other
+        // reloads keep the placement: a recovery loads exactly the committed set.)
+        let fresh = Placement::sized_for(&state);
+        let domain_change = matches!(
+            why_not,
+            Some(runtime_plan::NotRuntime::Reload(_) | runtime_plan::NotRuntime::Capacity(_))
+        );
+        if domain_change && fresh != state.placement {
+            state.placement = fresh;
+            tx.save_placement(&state.placement)?;
+            new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
+            p.changed = new.differing(&live);
+            p.step("placement");
         }
 
         self.write_marker(Phase::Writing)?;
@@ -307,7 +337,11 @@ impl<'a> Applier<'a> {
         if running {
             fault::point("before-reload");
             self.write_marker(Phase::Reloading)?;
-            p.reload(reason_for_files(&p.changed, runtime_failure.as_deref()));
+            p.reload(reason_for_files(
+                &p.changed,
+                runtime_failure.as_deref(),
+                why_not.as_ref(),
+            ));
             let map_before = blocks.file_now();
             let reload = self.master.reload(self.settings.haproxy.reload_timeout);
             p.step("reload");

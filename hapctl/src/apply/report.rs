@@ -9,6 +9,8 @@ use crate::haproxy::{ReloadKind, ReloadReason};
 use crate::render::FileId;
 use crate::store::ApplyRecord;
 
+use super::runtime_plan::NotRuntime;
+
 /// What an apply did. Only `Applied` and `Unchanged` leave the desired-state change committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -181,29 +183,40 @@ pub(super) fn record(report: &ApplyReport, trigger: &str) -> ApplyRecord {
 }
 
 /// The reason for reloading after `changed` files were written: the files a reload alone
-/// loads, or, when every one was a runtime map, why the runtime change failed.
-pub(super) fn reason_for_files(changed: &[FileId], runtime_failure: Option<&str>) -> ReloadReason {
+/// loads and why the runtime path could not take the change (`why_not`), or, when every one
+/// was a runtime map, why the runtime change failed.
+pub(super) fn reason_for_files(
+    changed: &[FileId],
+    runtime_failure: Option<&str>,
+    why_not: Option<&NotRuntime>,
+) -> ReloadReason {
     let reload_only: Vec<&str> = changed
         .iter()
         .filter(|id| !FileId::RUNTIME_MAPS.contains(id))
         .map(|id| id.name())
         .collect();
-    match (reload_only.is_empty(), runtime_failure) {
-        (_, Some(e)) => ReloadReason::new(
+    match (reload_only.is_empty(), runtime_failure, why_not) {
+        (_, Some(e), _) => ReloadReason::new(
             ReloadKind::RuntimeFailed,
             format!("the runtime change of {} failed ({e})", names(changed)),
         ),
-        (true, None) => ReloadReason::new(
+        (_, None, Some(NotRuntime::Capacity(why))) => {
+            ReloadReason::new(ReloadKind::Capacity, why.clone())
+        }
+        (true, None, _) => ReloadReason::new(
             ReloadKind::StaleWorker,
             "the running worker had not loaded hapctl's files (it had no blocked map)",
         ),
-        (false, _) => ReloadReason::new(
-            ReloadKind::Config,
-            format!(
+        (false, None, why) => {
+            let mut detail = format!(
                 "{} changed, which only a reload loads",
                 reload_only.join(", ")
-            ),
-        ),
+            );
+            if let Some(NotRuntime::Reload(why)) = why {
+                detail += &format!(": {why}");
+            }
+            ReloadReason::new(ReloadKind::Config, detail)
+        }
     }
 }
 
@@ -220,13 +233,13 @@ mod tests {
 
     #[test]
     fn reasons_name_the_files_only_a_reload_loads() {
-        let r = reason_for_files(&[FileId::Config, FileId::RUNTIME_MAPS[0]], None);
+        let r = reason_for_files(&[FileId::Config, FileId::RUNTIME_MAPS[0]], None, None);
         assert_eq!(r.kind, ReloadKind::Config);
         assert_eq!(r.detail, "haproxy.cfg changed, which only a reload loads");
-        let r = reason_for_files(&FileId::RUNTIME_MAPS[..1], Some("refused"));
+        let r = reason_for_files(&FileId::RUNTIME_MAPS[..1], Some("refused"), None);
         assert_eq!(r.kind, ReloadKind::RuntimeFailed);
         assert!(r.detail.ends_with("failed (refused)"), "{}", r.detail);
-        let r = reason_for_files(&[], None);
+        let r = reason_for_files(&[], None, None);
         assert_eq!(r.kind, ReloadKind::StaleWorker);
         assert_eq!(r.to_string().split(':').next(), Some("stale-worker"));
     }

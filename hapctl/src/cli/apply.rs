@@ -11,6 +11,10 @@ pub struct ApplyArgs {
     /// Show the diff and HAProxy's verdict; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Move the domains added at runtime (in slot backends) to backends of their own, and
+    /// size the spare slots again: one check, one reload.
+    #[arg(long, conflicts_with = "dry_run")]
+    compact: bool,
     #[arg(long)]
     json: bool,
 }
@@ -22,7 +26,11 @@ pub fn run(dir: &Path, args: ApplyArgs) -> Result<u8, Failure> {
         output::print_dry_run(&dry, args.json);
         return Ok(if dry.verdict == "valid" { 0 } else { 3 });
     }
-    let report = edge.apply("apply")?;
+    let report = if args.compact {
+        edge.compact()?
+    } else {
+        edge.apply("apply")?
+    };
     Ok(output::print_report(&report, args.json))
 }
 

@@ -177,7 +177,18 @@ impl Edge {
         Ok(self.applier_run(trigger, |_| Ok(()))?.0)
     }
 
-    /// Adds or replaces a domain. The flag is true when the domain is new.
+    /// Moves every domain a runtime add put into a slot backend to a backend of its own and
+    /// sizes the spare slots for the domains there are: one check and one reload, nothing
+    /// when the placement is already that (see `model::Placement`).
+    pub fn compact(&mut self) -> Result<ApplyReport, EdgeError> {
+        let report = self.applier_run("apply --compact", |tx| {
+            let state = tx.load_state()?;
+            tx.save_placement(&crate::model::Placement::sized_for(&state))?;
+            Ok(())
+        })?;
+        Ok(report.0)
+    }
+
     /// Adds or replaces a domain. The flag is true when the domain is new.
     pub fn put_domain(
         &mut self,

@@ -28,12 +28,15 @@ pub enum ReloadKind {
     CertificateFallback,
     /// A block change could not be confirmed through the runtime API.
     BlockFallback,
+    /// A change the runtime path could take, but every pre-allocated slot of its kind was in
+    /// use: the reload loads it and sizes the spare slots again.
+    Capacity,
     /// Asked for by a person or a client (`hapctl haproxy reload`, the old `/api/reload`).
     Requested,
 }
 
 impl ReloadKind {
-    pub const ALL: [ReloadKind; 8] = [
+    pub const ALL: [ReloadKind; 9] = [
         ReloadKind::Config,
         ReloadKind::RuntimeFailed,
         ReloadKind::StaleWorker,
@@ -41,6 +44,7 @@ impl ReloadKind {
         ReloadKind::Recovery,
         ReloadKind::CertificateFallback,
         ReloadKind::BlockFallback,
+        ReloadKind::Capacity,
         ReloadKind::Requested,
     ];
 
@@ -53,6 +57,7 @@ impl ReloadKind {
             ReloadKind::Recovery => "recovery",
             ReloadKind::CertificateFallback => "certificate-fallback",
             ReloadKind::BlockFallback => "block-fallback",
+            ReloadKind::Capacity => "capacity",
             ReloadKind::Requested => "requested",
         }
     }

@@ -114,6 +114,28 @@ impl RuntimeMap {
         Ok(found.pop().unwrap_or(Lookup::NotFound))
     }
 
+    /// The value the worker's map gives `key` (`get map`), `None` when nothing matches.
+    pub fn value_of(&self, key: &str) -> Result<Option<String>, RuntimeError> {
+        let command = format!("get map {} {key}", self.map);
+        let answer = self.command(&command)?;
+        match parse_lookup(&answer) {
+            Some(Lookup::NotFound) => Ok(None),
+            Some(Lookup::Found(_)) => answer
+                .split(", ")
+                .find_map(|f| f.strip_prefix("value=\""))
+                .and_then(|rest| rest.split('"').next())
+                .map(|v| Some(v.to_string()))
+                .ok_or(RuntimeError::Refused {
+                    command,
+                    answer: answer.trim().to_string(),
+                }),
+            None => Err(RuntimeError::Refused {
+                command,
+                answer: answer.trim().to_string(),
+            }),
+        }
+    }
+
     /// Runs the same command for each key, `PIPELINE` at a time on one connection; returns the
     /// answer's non-empty lines (commands that succeed silently give none).
     fn pipelined(

@@ -7,6 +7,7 @@ mod block_query;
 mod error;
 mod limits;
 mod name;
+mod placement;
 mod presets;
 mod profile;
 mod protections;
@@ -24,6 +25,7 @@ pub use limits::{
     Windows, LOCAL_NETS, MAX_TARPIT_SECS, MAX_THRESHOLD, MAX_WINDOW_SECS,
 };
 pub use name::{Domain, DomainName};
+pub use placement::{BackendSlot, Placement, SlotKind, MAX_SPARES};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};
 pub use protections::{

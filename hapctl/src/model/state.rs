@@ -7,6 +7,7 @@ use super::block::ProxyNet;
 use super::error::Invalid;
 use super::limits::Limits;
 use super::name::Domain;
+use super::placement::Placement;
 use super::profile::Profile;
 use super::protections::DomainProtections;
 use super::server::Server;
@@ -97,4 +98,6 @@ pub struct EdgeState {
     pub limits: Limits,
     /// Domains with path-protection profiles (`wordpress`, …); absent means none.
     pub protections: BTreeMap<Domain, DomainProtections>,
+    /// Which domains sit in pre-allocated slot backends, and how many each kind has.
+    pub placement: Placement,
 }

@@ -22,29 +22,19 @@ pub(super) fn sections(state: &EdgeState, resolvers: Option<&str>) -> String {
     // Roughly 200 bytes per backend: one allocation for 10,000 domains.
     let mut out = String::with_capacity(state.domains.len() * 256);
     for (domain, backend) in &state.domains {
+        if state.placement.slot_of(domain).is_some() {
+            continue;
+        }
         let profile = backend.profile();
-        let kind = match profile {
-            Profile::Default => "default",
-            Profile::WebSocket => "websocket",
-            Profile::Sse => "sse",
-            Profile::LongLived => "long-lived",
-            Profile::HttpCheck(_) => "http-check",
-        };
-        let directives = match profile {
-            Profile::WebSocket => "    balance leastconn\n    timeout tunnel 1h\n",
-            Profile::Sse => {
-                "    balance roundrobin\n    timeout server 1h\n    option http-no-delay\n"
-            }
-            Profile::LongLived => SSE_TWIN,
-            Profile::Default | Profile::HttpCheck(_) => "    balance roundrobin\n",
-        };
         let name = domain.backend_name();
+        let comment = format!("{domain} ({})", kind_name(profile));
         section(
             &mut out,
             &name,
-            &format!("{domain} ({kind})"),
-            directives,
+            &comment,
+            directives(profile),
             backend,
+            None,
             resolvers,
         );
         if backend.sse_routing() {
@@ -55,21 +45,77 @@ pub(super) fn sections(state: &EdgeState, resolvers: Option<&str>) -> String {
                 &comment,
                 SSE_TWIN,
                 backend,
+                None,
                 resolvers,
             );
         }
     }
+    slot_sections(&mut out, state, resolvers);
     out
 }
 
-/// One backend section with `backend`'s health check and servers. Writing to a String cannot
-/// fail.
+/// The slot backends of every kind: the domain a slot serves (its servers named
+/// `<domain>:<server>`), or empty, waiting for one.
+fn slot_sections(out: &mut String, state: &EdgeState, resolvers: Option<&str>) {
+    for (kind, _) in state.placement.capacities() {
+        for (index, occupant) in state.placement.occupants(kind).into_iter().enumerate() {
+            let slot = crate::model::BackendSlot {
+                kind,
+                index: index as u16,
+            };
+            let name = slot.backend_name();
+            let profile = kind.profile();
+            match occupant.and_then(|d| Some((d, state.domains.get(d)?))) {
+                Some((domain, backend)) => {
+                    let comment = format!("slot: {domain} ({})", kind_name(backend.profile()));
+                    let prefix = Some(domain.to_string());
+                    let directives = directives(backend.profile());
+                    section(out, &name, &comment, directives, backend, prefix, resolvers);
+                }
+                None => {
+                    let comment = format!(
+                        "spare slot ({}): empty until a domain takes it at runtime",
+                        kind_name(&profile)
+                    );
+                    let _ = write!(
+                        out,
+                        "\nbackend {name}\n    # {comment}\n{}",
+                        directives(&profile)
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn kind_name(profile: &Profile) -> &'static str {
+    match profile {
+        Profile::Default => "default",
+        Profile::WebSocket => "websocket",
+        Profile::Sse => "sse",
+        Profile::LongLived => "long-lived",
+        Profile::HttpCheck(_) => "http-check",
+    }
+}
+
+fn directives(profile: &Profile) -> &'static str {
+    match profile {
+        Profile::WebSocket => "    balance leastconn\n    timeout tunnel 1h\n",
+        Profile::Sse => "    balance roundrobin\n    timeout server 1h\n    option http-no-delay\n",
+        Profile::LongLived => SSE_TWIN,
+        Profile::Default | Profile::HttpCheck(_) => "    balance roundrobin\n",
+    }
+}
+
+/// One backend section with `backend`'s health check and servers (their names after
+/// `prefix:` in a slot). Writing to a String cannot fail.
 fn section(
     out: &mut String,
     name: &str,
     comment: &str,
     directives: &str,
     backend: &Backend,
+    prefix: Option<String>,
     resolvers: Option<&str>,
 ) {
     let _ = write!(out, "\nbackend {name}\n    # {comment}\n{directives}");
@@ -80,7 +126,11 @@ fn section(
         );
     }
     for s in backend.servers() {
-        let _ = write!(out, "    server {} {}", s.name, s.addr);
+        match &prefix {
+            Some(p) => write!(out, "    server {p}:{} {}", s.name, s.addr),
+            None => write!(out, "    server {} {}", s.name, s.addr),
+        }
+        .unwrap_or_default();
         let options = s.options.to_text();
         if !options.is_empty() {
             let _ = write!(out, " {options}");

@@ -169,7 +169,7 @@ fn routes<'s>(
     let mut routes: Vec<(&Domain, String)> = state
         .domains
         .keys()
-        .map(|d| (d, d.backend_name()))
+        .map(|d| (d, state.placement.backend_name(d)))
         .collect();
     for (domain, app) in &state.app_domains {
         let backend = settings

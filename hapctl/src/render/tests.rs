@@ -271,3 +271,46 @@ fn workers_drop_privileges_only_when_the_master_starts_as_root() {
         assert!(!cfg.contains(word), "{word:?} without root");
     }
 }
+
+#[test]
+fn slotted_domains_are_served_from_their_slot_and_spare_slots_are_empty() {
+    use crate::model::{BackendSlot, Placement, SlotKind};
+    let mut state = sample_state();
+    let placed: crate::model::Domain = "new.example.com".parse().unwrap();
+    state.domains.insert(
+        placed.clone(),
+        backend(&["10.0.0.7:80", "10.0.0.8:80,weight=3"], "default"),
+    );
+    let capacity = std::collections::BTreeMap::from([(SlotKind::Default, 3)]);
+    let slot = BackendSlot {
+        kind: SlotKind::Default,
+        index: 1,
+    };
+    state.placement =
+        Placement::new(capacity, std::collections::BTreeMap::from([(placed, slot)])).unwrap();
+    let set = render(&state, &settings(), &Templates::embedded()).unwrap();
+    let config = text(&set, FileId::Config);
+    assert!(
+        config.contains(
+            "\nbackend slot_default_1\n    # slot: new.example.com (default)\n    balance roundrobin\n    server new.example.com:s1 10.0.0.7:80 check\n    server new.example.com:s2 10.0.0.8:80 check weight 3\n"
+        ),
+        "{config}"
+    );
+    for free in [0, 2] {
+        assert!(
+            config.contains(&format!("\nbackend slot_default_{free}\n    # spare slot (default): empty until a domain takes it at runtime\n    balance roundrobin\n")),
+            "{config}"
+        );
+    }
+    assert!(!config.contains("backend d_new.example.com"), "{config}");
+    assert!(config.contains("backend d_shop.example.com"));
+    let hosts = text(&set, FileId::HostsMap);
+    assert!(
+        hosts.contains("new.example.com slot_default_1\n"),
+        "{hosts}"
+    );
+    assert!(
+        hosts.contains("shop.example.com d_shop.example.com\n"),
+        "{hosts}"
+    );
+}

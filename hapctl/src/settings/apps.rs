@@ -180,7 +180,8 @@ pub(super) fn resolve(
     Ok(apps)
 }
 
-/// HAProxy identifiers (backend and server names); `d_` and `w_` are the domains' backends.
+/// HAProxy identifiers (backend and server names); `d_`, `w_` and `slot_` are the domains'
+/// backends.
 fn check_identifier(s: &str) -> Result<(), String> {
     let shown = crate::model::bounded(s);
     let ok = !s.is_empty()
@@ -192,9 +193,9 @@ fn check_identifier(s: &str) -> Result<(), String> {
             "{shown:?} must be 1-64 characters of letters, digits, '_', '.', ':' and '-'"
         ));
     }
-    if s.starts_with("d_") || s.starts_with("w_") {
+    if ["d_", "w_", "slot_"].iter().any(|p| s.starts_with(p)) {
         return Err(format!(
-            "{shown:?} starts with d_ or w_, which hapctl uses for domain backends"
+            "{shown:?} starts with d_, w_ or slot_, which hapctl uses for domain backends"
         ));
     }
     Ok(())

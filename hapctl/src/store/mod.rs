@@ -24,6 +24,7 @@ mod state;
 
 use schema::{BLOCK_MIGRATIONS, MIGRATIONS};
 mod limits;
+mod placement;
 mod policies;
 mod profiles;
 

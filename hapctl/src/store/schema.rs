@@ -103,6 +103,7 @@ CREATE TABLE suspended_domains (
     "ALTER TABLE domains ADD COLUMN sse_routing INTEGER NOT NULL DEFAULT 0;",
     // Why each reload of an apply was made, one `kind: detail` per line.
     "ALTER TABLE applies ADD COLUMN reload_reasons TEXT NOT NULL DEFAULT '';",
+    super::placement::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::{corrupt, generation_row, limits, profiles, StoreError};
+use super::{corrupt, generation_row, limits, placement, profiles, StoreError};
 use crate::model::{
     AppName, Backend, Domain, EdgeState, HttpsPolicy, ProxyNet, Server, ServerOptions, TextContext,
 };
@@ -93,6 +93,7 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
 
     state.limits = limits::load(conn)?;
     profiles::load(conn, &mut state)?;
+    placement::load(conn, &mut state)?;
 
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
     let mut rows = stmt.query([])?;

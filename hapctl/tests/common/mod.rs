@@ -815,6 +815,7 @@ impl Drop for DemoEdge {
     }
 }
 
+pub mod app;
 pub mod daemon;
 pub mod pages;
 pub mod pebble;
