@@ -22,6 +22,7 @@ pub mod render;
 pub mod settings;
 pub mod store;
 pub mod tls;
+pub mod waf;
 
 /// Entry points for the fuzz targets in `fuzz/` (built with `--cfg fuzzing` by cargo-fuzz):
 /// every parser of text that comes from outside.

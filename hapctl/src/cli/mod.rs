@@ -22,6 +22,7 @@ pub mod output;
 mod prove;
 mod proxy;
 mod serve;
+mod waf;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -102,6 +103,9 @@ enum Command {
     Prove(prove::ProveArgs),
     /// Import the old manager's database, certificates and lists (plan first; --dry-run).
     ImportLegacy(import_legacy::ImportArgs),
+    /// The web application firewall: its SPOE agent, status, a request evaluated offline.
+    #[command(subcommand)]
+    Waf(waf::WafCommand),
 }
 
 /// `--json` of the commands that change something.
@@ -187,6 +191,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Generations(out) => deliver::generations(dir, out),
         Command::Prove(args) => prove::run(dir, args),
         Command::ImportLegacy(args) => import_legacy::run(dir, args),
+        Command::Waf(cmd) => waf::run(dir, cmd),
     }
 }
 

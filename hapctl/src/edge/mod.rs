@@ -57,6 +57,7 @@ mod init;
 mod limits;
 mod profiles;
 mod supervise;
+mod waf;
 
 pub use adopt::Adoption;
 pub use batch::StateChange;
@@ -115,6 +116,7 @@ impl DomainChange {
                 tx.set_suspended(d, false, unix_now())?;
                 tx.set_domain_limits(d, None)?;
                 tx.set_protections(d, &crate::model::DomainProtections::default())?;
+                tx.set_waf_policy(d, &crate::model::WafPolicy::default())?;
                 DomainResult::Removed
             }
             DomainChange::Remove(_) => DomainResult::NotFound,

@@ -15,6 +15,7 @@ mod server;
 mod server_options;
 mod state;
 mod tls;
+mod waf;
 
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
@@ -38,3 +39,4 @@ pub use server_options::{
 };
 pub use state::{Backend, EdgeState, MAX_SERVERS};
 pub use tls::{CertName, CertSource, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
+pub use waf::{Exclusion, FailMode, RuleId, WafMode, WafPolicy, MAX_BODY_LIMIT, MAX_EXCLUSIONS};

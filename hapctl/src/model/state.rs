@@ -94,6 +94,8 @@ pub struct EdgeState {
     pub https: BTreeMap<Domain, HttpsPolicy>,
     /// Domains answered with the suspended page (503) instead of their backend.
     pub suspended: BTreeSet<Domain>,
+    /// Domains whose requests the WAF inspects (docs/waf.md); absent means off.
+    pub waf: BTreeMap<Domain, super::waf::WafPolicy>,
     /// Per-client rate limits: table windows, policies, exemptions.
     pub limits: Limits,
     /// Domains with path-protection profiles (`wordpress`, …); absent means none.

@@ -33,10 +33,17 @@ pub enum FileId {
     DeniedPage,
     SseMap,
     NotConfiguredPage,
+    /// Web application firewall policies per domain (docs/waf.md), and their wildcards.
+    WafMap,
+    WafWildcardsMap,
+    /// The SPOE configuration of hapctl's WAF agent (`filter spoe … config`).
+    WafSpoe,
+    WafBlockedPage,
+    WafUnavailablePage,
 }
 
 impl FileId {
-    pub const ALL: [FileId; 25] = [
+    pub const ALL: [FileId; 30] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -62,13 +69,18 @@ impl FileId {
         FileId::DeniedPage,
         FileId::SseMap,
         FileId::NotConfiguredPage,
+        FileId::WafMap,
+        FileId::WafWildcardsMap,
+        FileId::WafSpoe,
+        FileId::WafBlockedPage,
+        FileId::WafUnavailablePage,
     ];
 
     /// The files the apply renders, compares, snapshots and restores. Not the blocked maps,
     /// which the block path owns (see `crate::blocks`), nor the ACME token map and the
     /// crt-list, which the certificate path owns (see `crate::tls`): each is rewritten from the
     /// database by its owner, never restored to an older copy.
-    pub const RENDERED: [FileId; 21] = [
+    pub const RENDERED: [FileId; 26] = [
         FileId::Config,
         FileId::Generation,
         FileId::HostsMap,
@@ -90,11 +102,16 @@ impl FileId {
         FileId::DeniedPage,
         FileId::SseMap,
         FileId::NotConfiguredPage,
+        FileId::WafMap,
+        FileId::WafWildcardsMap,
+        FileId::WafSpoe,
+        FileId::WafBlockedPage,
+        FileId::WafUnavailablePage,
     ];
 
     /// Rendered maps that the running worker can take through the runtime API: an apply that
     /// changes only these needs no reload.
-    pub const RUNTIME_MAPS: [FileId; 9] = [
+    pub const RUNTIME_MAPS: [FileId; 11] = [
         FileId::HttpsMap,
         FileId::HttpsWildcardsMap,
         FileId::SuspendedMap,
@@ -104,6 +121,8 @@ impl FileId {
         FileId::ExemptMap,
         FileId::ProfilesMap,
         FileId::ProfilesWildcardsMap,
+        FileId::WafMap,
+        FileId::WafWildcardsMap,
     ];
 
     /// Stable relative name, used for the snapshot layout and in messages.
@@ -134,6 +153,11 @@ impl FileId {
             FileId::DeniedPage => "pages/denied.html",
             FileId::SseMap => "maps/sse.map",
             FileId::NotConfiguredPage => "pages/not-configured.html",
+            FileId::WafMap => "maps/waf.map",
+            FileId::WafWildcardsMap => "maps/waf-wildcards.map",
+            FileId::WafSpoe => "waf-spoe.conf",
+            FileId::WafBlockedPage => "pages/waf-blocked.html",
+            FileId::WafUnavailablePage => "pages/waf-unavailable.html",
         }
     }
 
@@ -165,6 +189,12 @@ impl FileId {
             FileId::DeniedPage => paths.pages_dir.join("denied.html"),
             FileId::SseMap => paths.maps_dir.join("sse.map"),
             FileId::NotConfiguredPage => paths.pages_dir.join("not-configured.html"),
+            FileId::WafMap => paths.maps_dir.join("waf.map"),
+            FileId::WafWildcardsMap => paths.maps_dir.join("waf-wildcards.map"),
+            // Beside haproxy.cfg (the Debian layout: /etc/haproxy/waf-spoe.conf).
+            FileId::WafSpoe => paths.config.with_file_name("waf-spoe.conf"),
+            FileId::WafBlockedPage => paths.pages_dir.join("waf-blocked.html"),
+            FileId::WafUnavailablePage => paths.pages_dir.join("waf-unavailable.html"),
         }
     }
 
@@ -179,6 +209,9 @@ impl FileId {
             FileId::LimitedPage => Some("limited.html.j2"),
             FileId::DeniedPage => Some("denied.html.j2"),
             FileId::NotConfiguredPage => Some("not-configured.html.j2"),
+            FileId::WafSpoe => Some("waf-spoe.conf.j2"),
+            FileId::WafBlockedPage => Some("waf-blocked.html.j2"),
+            FileId::WafUnavailablePage => Some("waf-unavailable.html.j2"),
             FileId::HostsMap
             | FileId::WildcardsMap
             | FileId::BlockedMap
@@ -195,7 +228,9 @@ impl FileId {
             | FileId::ExemptMap
             | FileId::ProfilesMap
             | FileId::ProfilesWildcardsMap
-            | FileId::SseMap => None,
+            | FileId::SseMap
+            | FileId::WafMap
+            | FileId::WafWildcardsMap => None,
         }
     }
 }

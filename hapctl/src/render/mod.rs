@@ -8,6 +8,7 @@ mod backends;
 mod fileset;
 mod logging;
 mod templates;
+mod waf;
 
 use std::fmt::Write;
 
@@ -132,6 +133,7 @@ pub fn render(
             hold_valid => r.hold_valid.to_string(),
         }),
         request_id => logging::REQUEST_ID_MARK,
+        waf => waf::view(settings.waf.as_ref(), paths),
         backends => backends,
         apps => apps,
         hard_stop_after => hard_stop_after,
@@ -261,6 +263,8 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, String)]) -> V
                 );
             }
         }
+        FileId::WafMap => waf::map(&mut out, state, false),
+        FileId::WafWildcardsMap => waf::map(&mut out, state, true),
         _ => unreachable!("{id:?} is rendered from a template"),
     }
     out.into_bytes()

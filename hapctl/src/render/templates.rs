@@ -4,7 +4,7 @@ use std::path::Path;
 
 use minijinja::Environment;
 
-const EMBEDDED: [(&str, &str); 8] = [
+const EMBEDDED: [(&str, &str); 11] = [
     (
         "haproxy.cfg.j2",
         include_str!("../../templates/haproxy.cfg.j2"),
@@ -36,6 +36,18 @@ const EMBEDDED: [(&str, &str); 8] = [
     (
         "not-configured.html.j2",
         include_str!("../../templates/not-configured.html.j2"),
+    ),
+    (
+        "waf-spoe.conf.j2",
+        include_str!("../../templates/waf-spoe.conf.j2"),
+    ),
+    (
+        "waf-blocked.html.j2",
+        include_str!("../../templates/waf-blocked.html.j2"),
+    ),
+    (
+        "waf-unavailable.html.j2",
+        include_str!("../../templates/waf-unavailable.html.j2"),
     ),
 ];
 

@@ -19,6 +19,7 @@ mod privileges;
 mod resolvers;
 mod tls;
 mod unknown_host;
+pub mod waf;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
@@ -75,6 +76,7 @@ pub struct Settings {
     pub logs: LogSettings,
     /// `[resolvers]`, if the servers' names are resolved at runtime.
     pub resolvers: Option<ResolverSettings>,
+    pub waf: Option<waf::WafSettings>,
 }
 
 /// The HTTP API daemon (`hapctl serve`).
@@ -198,6 +200,7 @@ struct RawSettings {
     #[serde(default)]
     logs: logs::RawLogs,
     resolvers: Option<resolvers::RawResolvers>,
+    waf: Option<waf::RawWaf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -353,6 +356,7 @@ buffer = "16MiB"
 # nameservers = ["127.0.0.11:53"]
 # hold_valid = "10s"
 
+# [waf]: the web application firewall agent (listen, crs, workers, timeout; docs/waf.md).
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
 # templates_dir = "templates"
@@ -569,6 +573,7 @@ impl Settings {
             acme,
             logs,
             resolvers,
+            waf: waf::resolve_waf(raw.waf).map_err(|(key, message)| value_error(&key, message))?,
             haproxy,
             paths,
             render,

@@ -27,6 +27,7 @@ mod limits;
 mod placement;
 mod policies;
 mod profiles;
+mod waf;
 
 pub use blocks::{BlockPage, BlockTx};
 pub use certs::CertRecord;

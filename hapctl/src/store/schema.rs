@@ -104,6 +104,7 @@ CREATE TABLE suspended_domains (
     // Why each reload of an apply was made, one `kind: detail` per line.
     "ALTER TABLE applies ADD COLUMN reload_reasons TEXT NOT NULL DEFAULT '';",
     super::placement::MIGRATION,
+    super::waf::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

@@ -93,6 +93,7 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
 
     state.limits = limits::load(conn)?;
     profiles::load(conn, &mut state)?;
+    super::waf::load(conn, &mut state)?;
     placement::load(conn, &mut state)?;
 
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;

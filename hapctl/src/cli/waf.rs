@@ -1,0 +1,254 @@
+//! `hapctl waf`: the web application firewall agent (docs/waf.md).
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use hapctl::model::{Domain, Exclusion, FailMode, Invalid, WafMode, WafPolicy};
+use hapctl::settings::waf::WafSettings;
+use hapctl::settings::Settings;
+use hapctl::waf::message::Inspect;
+use hapctl::waf::metrics::Snapshot;
+use hapctl::waf::verdict::Verdict;
+use hapctl::waf::{self, Engine};
+
+use super::Failure;
+
+#[derive(Subcommand)]
+pub enum WafCommand {
+    /// Run the SPOE agent HAProxy asks ([waf] listen; SIGHUP reloads the rules).
+    Serve,
+    /// The agent's health and counters (from its state file).
+    Status(StatusArgs),
+    /// Evaluate a request against the CRS without sending it: the rules that match, the score.
+    Test(TestArgs),
+    /// A domain's policy: shown, or changed by the flags given (a runtime change, no reload).
+    Policy(PolicyArgs),
+}
+
+#[derive(Args)]
+pub struct PolicyArgs {
+    domain: Domain,
+    /// off, detect (log only) or block.
+    #[arg(long)]
+    mode: Option<WafMode>,
+    /// When the agent is down, slow or fails: open (pass, logged) or closed (503).
+    #[arg(long)]
+    fail: Option<FailMode>,
+    /// CRS paranoia level, 1 to 4.
+    #[arg(long)]
+    paranoia: Option<String>,
+    /// Anomaly score at which a request is blocked (CRS default 5).
+    #[arg(long)]
+    threshold: Option<String>,
+    /// Request-body bytes inspected (at most [waf] body_max are sent).
+    #[arg(long)]
+    body_limit: Option<String>,
+    /// A rule that does not count: `942100`, or `942100@/search` under a path. Repeatable.
+    #[arg(long = "exclude")]
+    exclude: Vec<Exclusion>,
+    /// Drop the exclusions the domain had before the ones given.
+    #[arg(long)]
+    clear_exclusions: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Path and query (`/search?q=1' OR '1'='1`) or a full http:// URL.
+    url: String,
+    #[arg(long, default_value = "GET")]
+    method: String,
+    /// `Name: value`, repeatable.
+    #[arg(long = "header", short = 'H')]
+    headers: Vec<String>,
+    /// The request body.
+    #[arg(long)]
+    body: Option<String>,
+    /// The policy to score under, as its map value (`block:open:1:5:8192:942100@/x`).
+    #[arg(long, default_value = "block:open:1:5:8192:")]
+    policy: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(dir: &Path, cmd: WafCommand) -> Result<u8, Failure> {
+    if let WafCommand::Policy(args) = cmd {
+        return policy(dir, args);
+    }
+    let settings = Settings::load(dir)?;
+    let waf = settings
+        .waf
+        .as_ref()
+        .context("[waf] is not configured in hapctl.toml (docs/waf.md)")?;
+    match cmd {
+        WafCommand::Serve => serve(waf, &settings.paths.run_dir),
+        WafCommand::Status(a) => status(&settings, a),
+        WafCommand::Test(a) => test(waf, a),
+        WafCommand::Policy(_) => unreachable!("handled above"),
+    }
+}
+
+fn policy(dir: &Path, args: PolicyArgs) -> Result<u8, Failure> {
+    let mut edge = super::open(dir)?;
+    let mut p = edge.state()?.waf.remove(&args.domain).unwrap_or_default();
+    let before = p.clone();
+    p.mode = args.mode.unwrap_or(p.mode);
+    p.fail = args.fail.unwrap_or(p.fail);
+    if args.clear_exclusions {
+        p.exclusions.clear();
+    }
+    p.exclusions.extend(args.exclude);
+    // One parser for every field: the map value's (the agent reads the same one).
+    let mut fields: Vec<String> = p.to_map_value().split(':').map(str::to_string).collect();
+    for (i, v) in [
+        (2, args.paranoia),
+        (3, args.threshold),
+        (4, args.body_limit),
+    ] {
+        if let Some(v) = v {
+            fields[i] = v;
+        }
+    }
+    let p = WafPolicy::from_map_value(&fields.join(":")).map_err(Failure::input)?;
+    if p == before {
+        if args.json {
+            super::output::print_json(&p);
+        } else {
+            println!("{} {}", args.domain, p.to_map_value());
+        }
+        return Ok(0);
+    }
+    edge.check_waf_policy(&p).map_err(Failure::input)?;
+    let report = edge.set_waf_policy(&args.domain, p.clone())?;
+    if !args.json {
+        println!("{} {}", args.domain, p.to_map_value());
+    }
+    Ok(super::output::print_report(&report, args.json))
+}
+
+fn serve(waf: &WafSettings, run_dir: &Path) -> Result<u8, Failure> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(waf.workers + 2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let stop = async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        waf::serve(waf, run_dir, stop).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(0)
+}
+
+fn status(settings: &Settings, args: StatusArgs) -> Result<u8, Failure> {
+    let path = waf::state_file(&settings.paths.run_dir);
+    let snapshot = Snapshot::read(&path);
+    let age = snapshot
+        .as_ref()
+        .map(|s| (hapctl::clock::unix_now().max(0) as u64).saturating_sub(s.updated_at));
+    // The agent rewrites its state every second: older than 5 s, it is gone or stuck.
+    let up = age.is_some_and(|a| a <= 5);
+    if args.json {
+        let v = serde_json::json!({"up": up, "age_secs": age, "agent": snapshot});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if let Some(s) = snapshot {
+        println!(
+            "agent: {} (pid {}, state {} s old)",
+            if up { "up" } else { "DOWN" },
+            s.pid,
+            age.unwrap_or(0)
+        );
+        println!("engine: {}", s.engine);
+        println!(
+            "inspected {}  blocked {}  detected {}  errors {}  timeouts {}",
+            s.inspected, s.blocked, s.detected, s.errors, s.timeouts
+        );
+        for (rule, n) in &s.by_rule {
+            println!("  rule {rule}: {n}");
+        }
+    } else {
+        println!("agent: DOWN (no state file at {})", path.display());
+    }
+    Ok(if up { 0 } else { 1 })
+}
+
+fn test(waf: &WafSettings, args: TestArgs) -> Result<u8, Failure> {
+    let policy = WafPolicy::from_map_value(&args.policy).map_err(Failure::input)?;
+    let target = args
+        .url
+        .strip_prefix("http://")
+        .map(|rest| rest.find('/').map_or("/", |i| &rest[i..]))
+        .unwrap_or(&args.url);
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if !path.starts_with('/') {
+        return Err(Failure::input(Invalid::new(
+            "url",
+            &args.url,
+            "must be a path or an http:// URL",
+        )));
+    }
+    let headers = args
+        .headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(n, v)| (n.trim().as_bytes().to_vec(), v.trim().as_bytes().to_vec()))
+                .ok_or_else(|| Failure::input(Invalid::new("header", h, "must be `Name: value`")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut body = args.body.unwrap_or_default().into_bytes();
+    body.truncate(policy.body_limit as usize);
+    let req = Inspect {
+        policy,
+        id: "hapctl-waf-test".into(),
+        client_ip: "127.0.0.1".into(),
+        client_port: 0,
+        method: args.method,
+        path: path.to_string(),
+        query: query.to_string(),
+        version: "1.1".into(),
+        headers,
+        body,
+    };
+    let engine = Engine::load(&waf.crs)?;
+    let uri = req.uri();
+    let matches = engine.evaluate(&req.request(&uri), req.policy.paranoia)?;
+    let verdict = Verdict::score(&matches, &req.policy, &req.path);
+    let outcome = match (verdict.over, req.policy.mode) {
+        (true, WafMode::Block) => "block",
+        (true, _) => "detect",
+        (false, _) => "pass",
+    };
+    if args.json {
+        let rules: Vec<_> = matches
+            .iter()
+            .map(|m| serde_json::json!({"id": m.id, "severity": m.severity, "message": m.message, "points": m.anomaly_points()}))
+            .collect();
+        let v = serde_json::json!({"verdict": outcome, "score": verdict.score, "counted": verdict.rules, "matched": rules});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for m in &matches {
+            println!("{:>9}  +{}  {}", m.id, m.anomaly_points(), m.message);
+        }
+        println!(
+            "verdict: {outcome} (score {}, threshold {})",
+            verdict.score, req.policy.threshold
+        );
+    }
+    Ok(0)
+}

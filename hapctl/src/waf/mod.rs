@@ -1,0 +1,93 @@
+//! The web application firewall (docs/waf.md): hapctl's own SPOE agent over libmodsecurity v3
+//! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
+//! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
+//! `message.rs` parses HAProxy's SPOE message, `agent.rs` speaks SPOP, `metrics.rs` counts
+//! and keeps the state file. The HAProxy side is rendered by `render::waf`.
+
+pub mod agent;
+pub mod engine;
+pub mod ffi;
+pub mod matches;
+pub mod message;
+pub mod metrics;
+pub mod verdict;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::settings::waf::WafSettings;
+
+pub use agent::{Agent, Answer};
+pub use engine::{Engine, EngineError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("waf agent: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The agent's state file, under the run directory.
+pub fn state_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("waf.json")
+}
+
+/// Runs the agent until `stop` resolves: accepts HAProxy's connections, reloads the rules
+/// on SIGHUP (connections stay), writes the state file every second.
+pub async fn serve(
+    settings: &WafSettings,
+    run_dir: &Path,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let engine = Engine::load(&settings.crs)?;
+    let engine_name = engine.version().to_string();
+    let agent = Arc::new(Agent::new(
+        engine,
+        settings.workers,
+        settings.agent_deadline(),
+    ));
+    let listener = TcpListener::bind(settings.listen).await?;
+    let state = state_file(run_dir);
+    let mut loaded_at = crate::clock::unix_now().max(0) as u64;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tracing::info!(listen = %settings.listen, engine = %engine_name, "waf agent ready");
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                let (stream, _) = accepted?;
+                let agent = agent.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = agent::serve_connection(agent, stream).await {
+                        tracing::debug!(error = %e, "spop connection ended");
+                    }
+                });
+            }
+            _ = hup.recv() => {
+                let crs = settings.crs.clone();
+                let loaded = tokio::task::spawn_blocking(move || Engine::load(&crs)).await;
+                match loaded.map_err(std::io::Error::other)? {
+                    Ok(engine) => {
+                        agent.replace_engine(engine);
+                        loaded_at = crate::clock::unix_now().max(0) as u64;
+                        tracing::info!("waf rules reloaded");
+                    }
+                    Err(e) => tracing::error!(error = %e, "waf rules reload refused; the old rules stay"),
+                }
+            }
+            _ = tick.tick() => {
+                let snapshot = agent.metrics.snapshot(&engine_name, loaded_at);
+                if let Err(e) = snapshot.write(&state) {
+                    tracing::warn!(error = %e, path = %state.display(), "waf state file not written");
+                }
+            }
+        }
+    }
+    Ok(())
+}
