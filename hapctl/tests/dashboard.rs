@@ -1,9 +1,9 @@
 //! The dashboard in a real headless Chromium (WebDriver, tests/dashboard/webdriver.rs) against
 //! a real `hapctl serve` and HAProxy: sign in; add a domain and reach it through the edge; a
 //! hostile name refused at its field with nothing changed; a block enforced through the edge
-//! (403) and lifted; the other pages; a phone-sized window; sign out, after which no page and
-//! no API call works. A delivery and a rollback show their steps as they run. Every page is
-//! saved to target/dashboard-screenshots/.
+//! (403) and lifted; suspension and the HTTPS redirect through the edge; the other pages; a
+//! phone-sized window; sign out, after which no page and no API call works. A delivery and a
+//! rollback show their steps as they run. Every page is saved to target/dashboard-screenshots/.
 
 mod common;
 #[path = "dashboard/webdriver.rs"]
@@ -54,6 +54,22 @@ fn sign_in(b: &Browser, api: &Daemon) {
     );
     b.fill("#token", &format!("{}\u{E007}", api.token));
     b.wait_text("main h1", "Overview");
+}
+
+/// Waits until the edge answers `SHOP` with `status`.
+fn wait_status(edge: &Edge, status: u16) {
+    let deadline = std::time::Instant::now() + webdriver::WAIT;
+    loop {
+        let r = edge.get(SHOP, "/");
+        if r.status == status {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edge never answered {status}: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// What a script in the page gets from `fetch(path)`: the status.
@@ -186,7 +202,24 @@ fn an_operator_runs_the_edge_from_the_dashboard() {
     b.screenshot("certificates");
     open(&b, &api, "protections", "Protections");
     b.wait_text("main tbody th", SHOP);
+    // Suspension and the HTTPS redirect from the page, seen through the edge.
+    b.click(&format!("button[aria-label='Suspend {SHOP}']"));
+    wait_status(&edge, 503);
+    b.wait_text("main tbody td", "suspended");
+    b.click(&format!("button[aria-label='Resume {SHOP}']"));
+    wait_status(&edge, 200);
+    let redirect = format!("select[aria-label='HTTP to HTTPS for {SHOP}']");
+    b.click(&format!("{redirect} option[value='301']"));
+    wait_status(&edge, 301);
+    // The page has the answer (the select is enabled again, redrawn from the API).
+    b.wait_js(
+        "the redirect shown",
+        "const s = document.querySelector(arguments[0]); return s && !s.disabled && s.value === '301'",
+        vec![json!(redirect)],
+    );
     b.screenshot("protections");
+    b.click(&format!("{redirect} option[value='off']"));
+    wait_status(&edge, 200);
     open(&b, &api, "applies", "Applies");
     b.wait_text("main tbody", &format!("domain put {SHOP}"));
     b.screenshot("applies");

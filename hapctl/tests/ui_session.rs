@@ -189,6 +189,24 @@ fn the_session_cookie_replaces_the_token_and_changes_need_the_csrf_header() {
     assert_eq!(ok.status, 201, "{ok:?}");
     edge.wait_for_body(SHOP, "shop");
 
+    // Polling: an ETag, and a 304 without a body while nothing changed.
+    let page = "/v1/domains?limit=10";
+    let first = send(&api, "GET", page, &c, None);
+    let tag = first.header("etag").expect("an ETag").to_string();
+    let same = send(
+        &api,
+        "GET",
+        page,
+        &[("Cookie", cookie.as_str()), ("If-None-Match", tag.as_str())],
+        None,
+    );
+    assert_eq!(same.status, 304, "{same:?}");
+    assert!(same.text.is_empty());
+    assert!(
+        api.get(page).header("etag").is_none(),
+        "bearer answers unchanged"
+    );
+
     // The cookie is the dashboard's way into /v1 only, not into the old manager's routes.
     assert_eq!(send(&api, "GET", "/api/domains", &c, None).status, 401);
     // Bearer tokens work as before, with or without a cookie.

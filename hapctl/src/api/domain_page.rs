@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use crate::model::{Domain, EdgeState};
+use crate::model::{Domain, EdgeState, HttpsPolicy};
 
 /// Domains per page unless `limit` says otherwise, and the most it may say.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -80,8 +80,9 @@ impl DomainQuery {
         (page, next, matching.len())
     }
 
-    /// `{domains, next, total}`, each domain as `view` shows it plus its suspension and
-    /// protections (what the dashboard's protections page reads).
+    /// `{domains, next, total}`, each domain as `view` shows it plus its suspension,
+    /// protections, HTTPS policy and whether it has its own limits (the dashboard's
+    /// protections page).
     pub fn page(&self, state: &EdgeState, view: impl Fn(&Domain) -> Option<Value>) -> Value {
         let all: Vec<(String, &Domain)> = state
             .domains
@@ -100,11 +101,23 @@ impl DomainQuery {
                 let mut v = view(d)?;
                 v["suspended"] = json!(state.suspended.contains(*d));
                 v["protections"] = json!(state.protections.get(*d));
+                v["own_limits"] = json!(state.limits.domains.contains_key(*d));
+                v["https"] = https_json(state.https.get(*d).copied().unwrap_or_default());
                 Some(v)
             })
             .collect();
         json!({"domains": domains, "next": next, "total": total})
     }
+}
+
+/// A domain's HTTPS policy in the shape `PUT /v1/domains/{name}/https` takes.
+fn https_json(policy: HttpsPolicy) -> Value {
+    let redirect = match policy.redirect.code() {
+        0 => "off".to_string(),
+        code => code.to_string(),
+    };
+    json!({"redirect": redirect, "hsts_max_age": policy.hsts.map(|h| h.max_age()),
+        "hsts_include_subdomains": policy.hsts.is_some_and(|h| h.include_subdomains)})
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
         (doc("get", "/v1/status", "HAProxy master and workers, last applies, generations, counts", None), get(v1::status)),
-        (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended and protections", None)
+        (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended, protections, https and own_limits", None)
             .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::domain_page::MAX_LIMIT, "default": super::domain_page::DEFAULT_LIMIT}), "domains per page")
             .with_query("after", json!({"type": "string"}), "the `next` of the page before")
             .with_query("q", json!({"type": "string"}), "only names containing this text"), get(v1::list_domains)),
@@ -228,6 +228,7 @@ pub fn router(app: AppState) -> Router {
             routing_error(&uri, StatusCode::METHOD_NOT_ALLOWED)
         })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(ui::etag))
         .layer(middleware::from_fn_with_state(app.clone(), count_requests))
         .with_state(app)
 }

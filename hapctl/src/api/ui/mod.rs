@@ -4,6 +4,7 @@
 //! no data), every `/v1` call needs the session.
 
 mod assets;
+mod etag;
 pub mod session;
 
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use serde_json::json;
 use super::auth::constant_time_eq;
 use super::error::{ApiError, Body, PathParam};
 use super::AppState;
+pub use etag::etag;
 pub use session::Sessions;
 use session::Verdict;
 

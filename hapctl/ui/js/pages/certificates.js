@@ -85,7 +85,37 @@ export default {
       } finally { go.disabled = false; }
     });
 
-    fill(main, h('h1', null, 'Certificates'), status, t.el, form);
+    // An ACME order (HTTP-01, or DNS-01 through [acme] dns_hook).
+    const oName = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false' });
+    const oNames = h('input', { type: 'text', autocomplete: 'off', placeholder: 'shop.example.com, www.shop.example.com' });
+    const dns = h('input', { type: 'checkbox' });
+    const orderGo = h('button', { type: 'submit' }, 'Order');
+    const order = h('form', { class: 'panel', 'aria-labelledby': 'order-form-title', novalidate: true },
+      h('h2', { id: 'order-form-title' }, 'Order from the ACME CA'),
+      field('o-name', 'Name', oName),
+      field('o-names', 'Host names', oNames, 'Empty: the name itself'),
+      h('div', { class: 'field check' }, h('label', null, dns, ' DNS-01 (through [acme] dns_hook; needed for a wildcard)')),
+      h('p', { class: 'field-error form-error', role: 'alert' }),
+      h('div', { class: 'actions' }, orderGo));
+    order.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      clearErrors(order);
+      const body = { dns_01: dns.checked };
+      const list = oNames.value.split(/[\s,]+/).filter(Boolean);
+      if (list.length) body.names = list;
+      orderGo.disabled = true;
+      orderGo.textContent = 'Ordering…';
+      try {
+        await call('POST', `/v1/certificates/${seg(oName.value.trim())}/request`, body);
+        toast(`${oName.value.trim()} issued and served`);
+        order.reset();
+        p.now();
+      } catch (e) {
+        showError(order, e.field && e.field.startsWith('names') ? 'o-names' : 'o-name', e.message);
+      } finally { orderGo.disabled = false; orderGo.textContent = 'Order'; }
+    });
+
+    fill(main, h('h1', null, 'Certificates'), status, t.el, h('div', { class: 'forms' }, form, order));
     return () => p.stop();
   },
 };

@@ -13,7 +13,7 @@ export default {
     let q = '';
     const search = h('input', { type: 'search', placeholder: 'part of a name', autocomplete: 'off' });
     const dStatus = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
-    const dt = table('Domains (first 50 matching)', ['Name', 'Serving', 'Profiles', 'Actions']);
+    const dt = table('Domains (first 50 matching)', ['Name', 'Serving', 'HTTP to HTTPS', 'Profiles', 'Rate limits', 'Actions']);
     const act = async (button, method, path, body, done) => {
       button.disabled = true;
       try { await call(method, path, body); toast(done); } catch (e) { toast(`Refused: ${e.message}`); }
@@ -35,10 +35,27 @@ export default {
           await act(profile, 'PUT', `/v1/domains/${name}/profiles`, { profiles: wp ? [] : ['wordpress'] }, `${d.domain}: wordpress ${wp ? 'off' : 'on'}`);
           domains.now();
         });
+        const https = d.https || { redirect: 'off' };
+        const redirect = h('select', { 'aria-label': `HTTP to HTTPS for ${d.domain}` },
+          [['off', 'served on both'], ['301', '301 redirect'], ['308', '308 redirect']]
+            .map(([v, t]) => h('option', { value: v, selected: https.redirect === v }, t)));
+        redirect.addEventListener('change', async () => {
+          await act(redirect, 'PUT', `/v1/domains/${name}/https`, { ...https, redirect: redirect.value }, `${d.domain}: HTTP ${redirect.value === 'off' ? 'served' : `redirected (${redirect.value})`}`);
+          domains.now();
+        });
+        const ownLimits = d.own_limits
+          ? h('button', { type: 'button', class: 'quiet', 'aria-label': `${d.domain}: follow the default rate limits`, onclick: async (ev) => {
+            await act(ev.target, 'DELETE', `/v1/domains/${name}/limits`, undefined, `${d.domain} follows the default limits`);
+            domains.now();
+            limits.now();
+          } }, 'own · use default')
+          : 'default';
         return h('tr', null,
           h('th', { scope: 'row' }, d.domain),
           h('td', null, d.suspended ? h('span', { class: 'badge warn' }, 'suspended') : 'yes'),
+          h('td', null, redirect, https.hsts_max_age ? h('span', { class: 'hint' }, ` HSTS ${https.hsts_max_age} s`) : null),
           h('td', null, wp ? 'wordpress' : 'none'),
+          h('td', null, ownLimits),
           h('td', { class: 'row-actions' }, suspend, profile));
       }, { columns: dt.columns, text: q ? `No domain matches “${q}”.` : 'No domain yet.' });
     }, (e) => { dStatus.hidden = false; state(dStatus, 'error', `Cannot list the domains: ${e.message}`); });
