@@ -137,6 +137,12 @@ fn an_operator_runs_the_edge_from_the_dashboard() {
     b.click("main form button[type=submit]");
     b.wait_text("main tbody th", SHOP);
     edge.wait_for_body(SHOP, "shop");
+    // The save is over in the page (the row may show first, from the poll).
+    b.wait_js(
+        "the form emptied after the save",
+        "return !document.querySelector('main form button[type=submit]').disabled && document.getElementById('d-name').value === ''",
+        vec![],
+    );
     b.screenshot("domains");
 
     // A hostile name: the API's error at the name field, nothing changed.

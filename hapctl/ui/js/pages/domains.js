@@ -125,7 +125,8 @@ export default {
         const r = await call('PUT', `/v1/domains/${seg(domain)}`, body);
         const a = r.json.apply || {};
         toast(`${domain} ${r.json.result || 'saved'}: ${a.outcome || ''} in ${a.duration_ms ?? '?'} ms`);
-        reset();
+        // Not when the next one is being typed already.
+        if (name.value.trim() === domain) reset();
         p.now();
       } catch (e) {
         const { top, index } = splitField(e.field);
