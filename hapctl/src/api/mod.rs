@@ -248,6 +248,20 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         )?),
         _ => None,
     };
+    // hapctl's WAF agent (direct mode), up before HAProxy may send it requests (docs/waf.md).
+    let _waf_agent = match (&edge.settings.waf, edge.settings.haproxy.mode) {
+        (Some(_), crate::settings::Mode::Direct) => Some(
+            crate::waf::supervise::start(
+                state_dir,
+                edge.settings
+                    .paths
+                    .haproxy_log
+                    .with_file_name("waf-agent.log"),
+            )
+            .map_err(ServeError::Server)?,
+        ),
+        _ => None,
+    };
 
     // Bring the edge to the committed state (this also finishes an interrupted apply), start
     // HAProxy if needed (unless it was stopped on purpose), and rebuild what lives only in the

@@ -173,12 +173,16 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         .filter(|c| c.record.last_error.is_some())
         .collect();
     let soonest = certs.iter().map(|c| &c.record).min_by_key(|r| r.not_after);
+    let waf = edge.settings.waf.as_ref().map(|_| {
+        hapctl::waf::metrics::Health::read(&hapctl::waf::state_file(&edge.settings.paths.run_dir))
+    });
     if json {
         print_json(&serde_json::json!({
             "haproxy": haproxy,
             "supervision": supervision,
             "live_is_known_good": known_good,
             "runtime_check": edge.runtime_check(),
+            "waf": waf,
             "applies": last,
             "certificates": {
                 "count": certs.len(),
@@ -204,6 +208,15 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             "DEFECT ALARM: haproxy -c refused the set hapctl changed at runtime (not promoted): {}",
             lines.join(" | ")
         ),
+    }
+    if let Some(w) = &waf {
+        match (&w.agent, w.up) {
+            (Some(a), true) => println!(
+                "waf agent: up (pid {}), inspected {}, blocked {}, detected {}, errors {}, timeouts {}",
+                a.pid, a.inspected, a.blocked, a.detected, a.errors, a.timeouts
+            ),
+            _ => println!("waf agent: DOWN (domains fail open or closed by their policy)"),
+        }
     }
     if let Some(r) = soonest {
         println!(

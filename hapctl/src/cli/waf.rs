@@ -9,7 +9,7 @@ use hapctl::model::{Domain, Exclusion, FailMode, Invalid, WafMode, WafPolicy};
 use hapctl::settings::waf::WafSettings;
 use hapctl::settings::Settings;
 use hapctl::waf::message::Inspect;
-use hapctl::waf::metrics::Snapshot;
+use hapctl::waf::metrics::Health;
 use hapctl::waf::verdict::Verdict;
 use hapctl::waf::{self, Engine};
 
@@ -157,16 +157,11 @@ fn serve(waf: &WafSettings, run_dir: &Path) -> Result<u8, Failure> {
 
 fn status(settings: &Settings, args: StatusArgs) -> Result<u8, Failure> {
     let path = waf::state_file(&settings.paths.run_dir);
-    let snapshot = Snapshot::read(&path);
-    let age = snapshot
-        .as_ref()
-        .map(|s| (hapctl::clock::unix_now().max(0) as u64).saturating_sub(s.updated_at));
-    // The agent rewrites its state every second: older than 5 s, it is gone or stuck.
-    let up = age.is_some_and(|a| a <= 5);
+    let health = Health::read(&path);
+    let (up, age) = (health.up, health.age_secs);
     if args.json {
-        let v = serde_json::json!({"up": up, "age_secs": age, "agent": snapshot});
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else if let Some(s) = snapshot {
+        super::output::print_json(&health);
+    } else if let Some(s) = health.agent {
         println!(
             "agent: {} (pid {}, state {} s old)",
             if up { "up" } else { "DOWN" },

@@ -118,3 +118,27 @@ impl Snapshot {
         serde_json::from_slice(&std::fs::read(path).ok()?).ok()
     }
 }
+
+/// The agent as its state file shows it: it rewrites the file every second, so a file older
+/// than [`STALE_AFTER_SECS`] means an agent that is gone or stuck.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Health {
+    pub up: bool,
+    pub age_secs: Option<u64>,
+    pub agent: Option<Snapshot>,
+}
+
+pub const STALE_AFTER_SECS: u64 = 5;
+
+impl Health {
+    pub fn read(path: &Path) -> Health {
+        let agent = Snapshot::read(path);
+        let now = crate::clock::unix_now().max(0) as u64;
+        let age_secs = agent.as_ref().map(|s| now.saturating_sub(s.updated_at));
+        Health {
+            up: age_secs.is_some_and(|a| a <= STALE_AFTER_SECS),
+            age_secs,
+            agent,
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
 //! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
 //! `message.rs` parses HAProxy's SPOE message, `agent.rs` speaks SPOP, `metrics.rs` counts
-//! and keeps the state file. The HAProxy side is rendered by `render::waf`.
+//! and keeps the state file, `supervise.rs` keeps the agent running under `hapctl serve`.
+//! The HAProxy side is rendered by `render::waf`.
 
 pub mod agent;
 pub mod engine;
@@ -10,6 +11,7 @@ pub mod ffi;
 pub mod matches;
 pub mod message;
 pub mod metrics;
+pub mod supervise;
 pub mod verdict;
 
 use std::path::{Path, PathBuf};
