@@ -98,41 +98,31 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         .filter(|d| !new.domains.contains_key(*d))
         .cloned()
         .collect();
-    // Everything but the servers of the domains both have must be equal: compare the two
-    // states without the added and removed domains, with the old servers put back.
-    let mut rest = new.clone();
-    for domain in &added {
-        rest.domains.remove(domain);
-    }
-    let mut base = old.clone();
+    // Everything but the servers of the domains both have must be equal. Compared field by
+    // field, without copying the states (tens of ms at 10,000 domains).
+    let others_equal = others_equal(old, new);
+    let mut placement = old.placement.clone();
     for domain in &removed {
-        base.domains.remove(domain);
-        base.placement.release(domain);
+        placement.release(domain);
     }
-    for (domain, backend) in rest.domains.iter_mut() {
-        let before = &base.domains[domain];
-        *backend = with_servers(backend, before.servers())
-            .ok_or_else(|| NotRuntime::Reload(format!("{domain} changed")))?;
-    }
-    if rest != base {
-        let domains_same = added.is_empty() && removed.is_empty() && new.domains == old.domains;
-        let placement_only = {
-            let mut same_place = rest.clone();
-            same_place.placement = base.placement.clone();
-            same_place == base
-        };
-        return Err(if domains_same && placement_only {
-            NotRuntime::Reload(
+    let placement_equal = placement == new.placement;
+    let shapes_equal = new.domains.iter().all(|(domain, after)| {
+        old.domains.get(domain).is_none_or(|before| {
+            before.profile() == after.profile() && before.sse_routing() == after.sse_routing()
+        })
+    });
+    let domains_equal = added.is_empty() && removed.is_empty() && new.domains == old.domains;
+    if !(others_equal && placement_equal && shapes_equal) {
+        return Err(match (domains_equal, others_equal, placement_equal) {
+            (true, true, false) => NotRuntime::Reload(
                 "the placement changed: slotted domains move to backends of their own (compaction)"
                     .into(),
-            )
-        } else if domains_same {
-            NotRuntime::Unchanged
-        } else {
-            NotRuntime::Reload(
+            ),
+            (true, _, true) => NotRuntime::Unchanged,
+            _ => NotRuntime::Reload(
                 "domains changed beyond their servers (profile, SSE routing) or with other settings"
                     .into(),
-            )
+            ),
         });
     }
     let mut plan = RuntimePlan::default();
@@ -234,10 +224,29 @@ fn slot_kind(domain: &Domain, backend: &Backend) -> Result<SlotKind, NotRuntime>
     )
 }
 
-fn with_servers(backend: &Backend, servers: &[Server]) -> Option<Backend> {
-    Backend::new(servers.to_vec(), backend.profile().clone())
-        .ok()
-        .map(|b| b.with_sse_routing(backend.sse_routing()))
+/// Whether everything but the domains and the placement is equal. Destructured without
+/// `..`: a new field of `EdgeState` must be sorted here.
+fn others_equal(old: &EdgeState, new: &EdgeState) -> bool {
+    let EdgeState {
+        domains: _,
+        placement: _,
+        app_domains,
+        live_generations,
+        trusted_proxies,
+        https,
+        suspended,
+        waf,
+        limits,
+        protections,
+    } = old;
+    *app_domains == new.app_domains
+        && *live_generations == new.live_generations
+        && *trusted_proxies == new.trusted_proxies
+        && *https == new.https
+        && *suspended == new.suspended
+        && *waf == new.waf
+        && *limits == new.limits
+        && *protections == new.protections
 }
 
 fn backend_ops(

@@ -17,6 +17,7 @@ use crate::model::{
 };
 
 mod blocks;
+mod cache;
 mod certs;
 mod ids;
 mod schema;
@@ -99,6 +100,8 @@ pub struct ApplyRecord {
 pub struct Store {
     conn: Connection,
     blocks: Connection,
+    /// The state of the last committed transaction, while nobody else writes.
+    cache: std::cell::RefCell<cache::Committed>,
 }
 
 /// Opens a database file with hapctl's settings and brings its schema up to date.
@@ -139,22 +142,28 @@ impl Store {
         Ok(Store {
             conn: open_migrated(path, MIGRATIONS)?,
             blocks,
+            cache: Default::default(),
         })
     }
 
     /// Starts a write transaction; other writers wait until it ends.
     pub fn begin(&mut self) -> Result<Tx<'_>, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Checked inside the transaction: no other writer can commit from here on.
+        let copy = self.cache.get_mut().take(&tx)?;
         Ok(Tx {
-            tx: self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?,
+            tx,
             blocks: &self.blocks,
+            mirror: cache::Mirror::new(copy),
+            committed: &self.cache,
         })
     }
 
-    /// The committed desired state, leaving out blocks expired at `now`.
+    /// The committed desired state.
     pub fn load_state(&self) -> Result<EdgeState, StoreError> {
-        load_state(&self.conn)
+        self.cache.borrow_mut().read(&self.conn)
     }
 
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
@@ -246,39 +255,48 @@ impl Store {
 pub struct Tx<'a> {
     tx: rusqlite::Transaction<'a>,
     blocks: &'a Connection,
+    /// What `load_state` read, followed through this transaction's domain writes.
+    mirror: cache::Mirror,
+    committed: &'a std::cell::RefCell<cache::Committed>,
 }
 
 impl Tx<'_> {
-    /// Creates or replaces a domain; returns true when it is new.
+    /// Creates or replaces a domain; returns true when it is new. A domain in a slot keeps it.
     pub fn put_domain(
         &self,
         domain: &Domain,
         backend: &Backend,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let name = domain.to_string();
-        let existed = self.remove_domain(domain)?;
-        self.tx.execute(
-            "INSERT INTO domains (name, profile, created_at, updated_at, sse_routing) VALUES (?1, ?2, ?3, ?3, ?4)",
-            params![name, backend.profile().to_string(), now, backend.sse_routing()],
-        )?;
-        let mut insert = self.tx.prepare_cached(
-            "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled, extra_options)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
-        for (i, s) in backend.servers().iter().enumerate() {
-            insert.execute(params![
-                name,
-                i as i64,
-                s.name.to_string(),
-                s.addr.to_string(),
-                s.options.weight,
-                s.options.maxconn,
-                s.options.check,
-                s.options.extra_text()
-            ])?;
-        }
-        Ok(!existed)
+        let write = || {
+            let name = domain.to_string();
+            let existed = self.delete_domain_row(domain)?;
+            self.tx.execute(
+                "INSERT INTO domains (name, profile, created_at, updated_at, sse_routing) VALUES (?1, ?2, ?3, ?3, ?4)",
+                params![name, backend.profile().to_string(), now, backend.sse_routing()],
+            )?;
+            let mut insert = self.tx.prepare_cached(
+                "INSERT INTO servers (domain, position, name, addr, weight, maxconn, check_enabled, extra_options)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for (i, s) in backend.servers().iter().enumerate() {
+                insert.execute(params![
+                    name,
+                    i as i64,
+                    s.name.to_string(),
+                    s.addr.to_string(),
+                    s.options.weight,
+                    s.options.maxconn,
+                    s.options.check,
+                    s.options.extra_text()
+                ])?;
+            }
+            Ok(!existed)
+        };
+        self.mirror.follow(&self.tx, write, |state| {
+            state.app_domains.remove(domain);
+            state.domains.insert(domain.clone(), backend.clone());
+        })
     }
 
     /// Routes a domain to a delivered application (replacing any earlier route); returns true
@@ -337,8 +355,23 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Returns false when the domain did not exist.
+    /// Returns false when the domain did not exist. Its slot, if any, is free again.
     pub fn remove_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        let write = || {
+            let existed = self.delete_domain_row(domain)?;
+            self.tx
+                .execute("DELETE FROM slots WHERE domain = ?1", [domain.to_string()])?;
+            Ok(existed)
+        };
+        self.mirror.follow(&self.tx, write, |state| {
+            state.domains.remove(domain);
+            state.app_domains.remove(domain);
+            state.placement.release(domain);
+        })
+    }
+
+    /// The domain's row and (cascading) its servers.
+    fn delete_domain_row(&self, domain: &Domain) -> Result<bool, StoreError> {
         Ok(self
             .tx
             .execute("DELETE FROM domains WHERE name = ?1", [domain.to_string()])?
@@ -362,7 +395,7 @@ impl Tx<'_> {
     }
 
     pub fn load_state(&self) -> Result<EdgeState, StoreError> {
-        load_state(&self.tx)
+        self.mirror.load(&self.tx)
     }
 
     /// The keys of the blocks in force at `now` (committed ones: blocks change outside this tx).
@@ -371,6 +404,12 @@ impl Tx<'_> {
     }
 
     pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
+        // History is not desired state: the mirror stays exact.
+        self.mirror
+            .follow(&self.tx, || self.insert_apply(rec), |_| {})
+    }
+
+    fn insert_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
         self.tx.execute(
             "INSERT INTO applies (started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files, reload_reasons)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -390,7 +429,14 @@ impl Tx<'_> {
     }
 
     pub fn commit(self) -> Result<(), StoreError> {
-        Ok(self.tx.commit()?)
+        // A connection's own commits leave its data_version as it is: read it now.
+        let mut committed = self.committed.borrow_mut();
+        committed.keep(self.mirror.into_copy(), &self.tx)?;
+        if let Err(e) = self.tx.commit() {
+            *committed = Default::default();
+            return Err(e.into());
+        }
+        Ok(())
     }
 }
 

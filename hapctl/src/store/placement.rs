@@ -61,6 +61,16 @@ pub(super) fn load(conn: &Connection, state: &mut EdgeState) -> Result<(), Store
 impl Tx<'_> {
     /// Replaces the stored placement with `placement`.
     pub fn save_placement(&self, placement: &Placement) -> Result<(), StoreError> {
+        self.mirror.follow(
+            &self.tx,
+            || self.write_placement(placement),
+            |state| {
+                state.placement = placement.clone();
+            },
+        )
+    }
+
+    fn write_placement(&self, placement: &Placement) -> Result<(), StoreError> {
         self.tx.execute("DELETE FROM slot_capacity", [])?;
         self.tx.execute("DELETE FROM slots", [])?;
         let mut insert = self

@@ -1,0 +1,127 @@
+//! The desired state kept between reads. `load_state` parses every row again (tens of ms at
+//! 10,000 domains), which an apply did twice (before and after its change). So a transaction
+//! keeps what it loaded and follows its own domain writes, and the store keeps the state of
+//! the last transaction it committed while nobody else writes.
+//!
+//! A copy is exact while the connection's `total_changes()` is what it was when the copy was
+//! made (or brought up to date): any write the copy does not follow changes that count, and
+//! the next read parses the rows again. Another connection's commit changes `PRAGMA
+//! data_version`. Debug builds (every test) check each hit against a full load.
+
+use rusqlite::Connection;
+
+use super::{load_state, StoreError};
+use crate::model::EdgeState;
+
+/// A copy of the state and the connection's change count at which it is exact.
+#[derive(Debug, Clone)]
+pub(super) struct Copy {
+    state: EdgeState,
+    changes: u64,
+}
+
+/// The store's copy between transactions, with the data version it was read at.
+#[derive(Debug, Default)]
+pub(super) struct Committed(Option<(Copy, i64)>);
+
+fn data_version(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
+impl Committed {
+    /// The copy, if it is still exact on `conn` (taken out: the transaction owns it now).
+    pub(super) fn take(&mut self, conn: &Connection) -> Result<Option<Copy>, StoreError> {
+        match self.0.take() {
+            Some((copy, version))
+                if copy.changes == conn.total_changes() && version == data_version(conn)? =>
+            {
+                Ok(Some(copy))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Keeps a transaction's copy after its commit, when it is exact.
+    pub(super) fn keep(&mut self, copy: Option<Copy>, conn: &Connection) -> Result<(), StoreError> {
+        self.0 = match copy.filter(|c| c.changes == conn.total_changes()) {
+            Some(copy) => Some((copy, data_version(conn)?)),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The state, from the copy when it is exact, else from the rows.
+    pub(super) fn read(&mut self, conn: &Connection) -> Result<EdgeState, StoreError> {
+        let copy = match self.take(conn)? {
+            Some(copy) => checked(copy, conn)?,
+            None => Copy {
+                state: load_state(conn)?,
+                changes: conn.total_changes(),
+            },
+        };
+        let state = copy.state.clone();
+        self.keep(Some(copy), conn)?;
+        Ok(state)
+    }
+}
+
+/// A transaction's copy: what it loaded, followed through its domain writes.
+#[derive(Debug, Default)]
+pub(super) struct Mirror(std::cell::RefCell<Option<Copy>>);
+
+impl Mirror {
+    pub(super) fn new(copy: Option<Copy>) -> Mirror {
+        Mirror(std::cell::RefCell::new(copy))
+    }
+
+    pub(super) fn into_copy(self) -> Option<Copy> {
+        self.0.into_inner()
+    }
+
+    fn exact(&self, conn: &Connection) -> bool {
+        matches!(&*self.0.borrow(), Some(c) if c.changes == conn.total_changes())
+    }
+
+    /// The state: the copy when exact, else the rows (and the copy is made again).
+    pub(super) fn load(&self, conn: &Connection) -> Result<EdgeState, StoreError> {
+        if self.exact(conn) {
+            let copy = self.0.borrow().clone().expect("exact implies a copy");
+            return Ok(checked(copy, conn)?.state);
+        }
+        let state = load_state(conn)?;
+        *self.0.borrow_mut() = Some(Copy {
+            state: state.clone(),
+            changes: conn.total_changes(),
+        });
+        Ok(state)
+    }
+
+    /// Runs `write`; when the copy was exact before it, `update` makes the same change to the
+    /// copy, which stays exact. `write` must change exactly what `update` does.
+    pub(super) fn follow<T>(
+        &self,
+        conn: &Connection,
+        write: impl FnOnce() -> Result<T, StoreError>,
+        update: impl FnOnce(&mut EdgeState),
+    ) -> Result<T, StoreError> {
+        let was_exact = self.exact(conn);
+        let out = write()?;
+        if let (true, Some(copy)) = (was_exact, self.0.borrow_mut().as_mut()) {
+            update(&mut copy.state);
+            copy.changes = conn.total_changes();
+        }
+        Ok(out)
+    }
+}
+
+/// In debug builds, a hit must equal what the rows say.
+fn checked(copy: Copy, conn: &Connection) -> Result<Copy, StoreError> {
+    if cfg!(debug_assertions) {
+        let rows = load_state(conn)?;
+        assert_eq!(
+            copy.state, rows,
+            "the cached desired state drifted from the database"
+        );
+    }
+    Ok(copy)
+}
