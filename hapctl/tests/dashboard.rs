@@ -228,6 +228,29 @@ fn an_operator_runs_the_edge_from_the_dashboard() {
     wait_status(&edge, 200);
     open(&b, &api, "applies", "Applies");
     b.wait_text("main tbody", &format!("domain put {SHOP}"));
+    // The diff the domain's apply made: its route in hosts.map, as the API keeps it.
+    let id = b.js(
+        "return [...document.querySelectorAll('main tbody tr')].find(r => r.children[2].textContent === arguments[0]).dataset.key",
+        vec![json!(format!("domain put {SHOP}"))],
+    );
+    let row = format!("main tbody tr[data-key='{}']", id.as_str().unwrap());
+    b.click(&format!("{row} td:last-child > details > summary"));
+    b.click(&format!("{row} details.diff-details > summary"));
+    b.wait_text(&format!("{row} pre.diff"), "hosts.map (this apply)");
+    let shown = b.wait_text(&format!("{row} pre.diff .add"), &format!("+{SHOP}"));
+    let kept = api
+        .get(&format!("/v1/applies/{}", id.as_str().unwrap()))
+        .json;
+    let diff = kept["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains(&shown), "{shown} not in {kept}");
+    assert!(
+        !diff.contains(&api.token) && !diff.contains("PRIVATE KEY"),
+        "{diff}"
+    );
+    b.js(
+        "document.querySelector(arguments[0]).scrollIntoView()",
+        vec![json!(format!("{row} pre.diff"))],
+    );
     b.screenshot("applies");
     open(&b, &api, "deliveries", "Deliveries");
     b.wait_text("main tbody", "No generation");

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, limits, policies, profiles, ui, v1, AppState, BODY_LIMIT,
+    auth, certs, compat, count_requests, history, limits, policies, profiles, ui, v1, AppState,
+    BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -161,7 +162,10 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/v1/rollback", "Cut back to the previous generation",
             Some(json!({"type": "object", "properties": {"app": {"type": "string"}}}))), post(v1::post_rollback)),
         (doc("post", "/v1/apply", "Re-render and apply the committed state", None), post(v1::post_apply)),
-        (doc("get", "/v1/applies", "Apply history with outcomes and durations", None), get(v1::list_applies)),
+        (doc("get", "/v1/applies", "Apply history with outcomes and durations, newest first; diff_bytes: the size of each apply's diff", None), get(history::list_applies)),
+        (doc("get", "/v1/applies/{id}", "One apply with its diff: the unified diff of the rendered files it changed (at most 256 KiB, password values and private keys masked)", None), get(history::get_apply)),
+        (doc("get", "/v1/proofs", "The journals of hapctl prove (proofs of cutovers), newest first: {name, title, modified, bytes}", None), get(history::list_proofs)),
+        (doc("get", "/v1/proofs/{name}", "One proof's journal: {name, markdown} (its checks, timeline, failures and the way back)", None), get(history::get_proof)),
         (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),
         (doc("get", "/openapi.json", "This document", None), get(openapi)),
         (doc("get", "/api/domains", "(edge manager) Bare array of domains: id, domain, ssl_enabled, ssl_cert_path, template_override, is_wildcard, backend_name", None), get(compat::list_domains)),

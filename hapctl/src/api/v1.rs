@@ -513,15 +513,6 @@ pub async fn post_apply(State(app): State<AppState>) -> Result<Response, ApiErro
     applied(report, None)
 }
 
-pub async fn list_applies(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    app.read(|edge| {
-        Ok(Json(
-            serde_json::to_value(edge.history(100)?).unwrap_or_default(),
-        ))
-    })
-    .await
-}
-
 pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
     let (blocked, certs) = app
         .read(|edge| Ok((edge.block_count()?, edge.certificates()?)))

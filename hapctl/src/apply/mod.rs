@@ -7,6 +7,7 @@
 //! Any failure restores the known-good set (and reloads back if the live config changed) and
 //! rolls the desired-state change back, and the outcome says exactly what happened.
 
+mod diff;
 mod layout;
 mod pending;
 mod report;
@@ -31,6 +32,7 @@ use crate::settings::Settings;
 use crate::store::{Store, StoreError, Tx};
 use crate::tls::Certs;
 
+pub use diff::unified as diff_files;
 pub use layout::LayoutMismatch;
 pub use pending::{PendingCheck, RuntimeCheck};
 use report::{reason_for_files, record, Progress};
@@ -129,7 +131,10 @@ impl<'a> Applier<'a> {
         Certs::new(self.settings).ensure_files(store)?;
         let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
         if let Some(report) = self.recover()? {
-            store.record_apply(&record(&report, "recovery of an interrupted apply"))?;
+            store.record_apply_diff(
+                &record(&report, "recovery of an interrupted apply"),
+                &report.diff,
+            )?;
         }
         // The blocked map is the block path's: bring it in line with the database first, so
         // the set validated below carries the current blocks.
@@ -144,7 +149,7 @@ impl<'a> Applier<'a> {
         let stale_worker = worker == WorkerMap::NotLoaded;
         let (report, loaded) = self.converge(&tx, &blocks, stale_worker, &before)?;
         if report.outcome.is_success() {
-            tx.record_apply(&record(&report, trigger))?;
+            tx.record_apply_diff(&record(&report, trigger), &report.diff)?;
             tx.commit()?;
             fault::point("after-commit");
             match loaded {
@@ -165,7 +170,7 @@ impl<'a> Applier<'a> {
             if report.outcome != Outcome::RollbackFailed {
                 self.clear_marker()?;
             }
-            store.record_apply(&record(&report, trigger))?;
+            store.record_apply_diff(&record(&report, trigger), &report.diff)?;
             Ok((report, None))
         }
     }
@@ -196,6 +201,8 @@ impl<'a> Applier<'a> {
             let message = "the live files already match the desired state".into();
             return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
         }
+        p.diff = self.diff(&live, &new);
+        p.step("diff");
         // Before the first write: a master that loads other files cannot take this set.
         if let Ok(procs) = self.master.show_proc() {
             layout::check(self.settings, &new, procs.master.pid)?;
@@ -217,6 +224,8 @@ impl<'a> Applier<'a> {
         p.step("snapshot");
 
         let (mut runtime_failure, mut why_not) = (None, None);
+        // The live files before a failed runtime attempt wrote its own (the diff starts there).
+        let mut before_attempt = None;
         if !stale_worker {
             if plan.is_ok() {
                 tx.save_placement(&state.placement)?;
@@ -231,8 +240,9 @@ impl<'a> Applier<'a> {
                 RuntimeOutcome::Reload { why, failure } => {
                     if failure.is_some() {
                         // The runtime attempt wrote its files: compare with what is on disk.
-                        live = Snapshot::read_live(paths)
+                        let written = Snapshot::read_live(paths)
                             .map_err(io_context("cannot read the live files"))?;
+                        before_attempt = Some(std::mem::replace(&mut live, written));
                     }
                     (runtime_failure, why_not) = (failure, why);
                 }
@@ -282,6 +292,7 @@ impl<'a> Applier<'a> {
             tx.save_placement(&state.placement)?;
             new = Snapshot::from_set(&render::render(&state, self.settings, self.templates)?);
             p.changed = new.differing(&live);
+            p.diff = self.diff(before_attempt.as_ref().unwrap_or(&live), &new);
             p.step("placement");
         }
 
@@ -376,6 +387,20 @@ impl<'a> Applier<'a> {
             p.report(Outcome::Applied, message, vec![]),
             Some(Loaded::Checked(new)),
         ))
+    }
+
+    /// The diff an apply keeps in its history: every file that differs, bounded.
+    fn diff(&self, old: &Snapshot, new: &Snapshot) -> String {
+        let ids = new.differing(old);
+        let labels = ("before", "this apply");
+        diff::unified(
+            old,
+            new,
+            &ids,
+            &self.settings.paths,
+            labels,
+            diff::HISTORY_LIMIT,
+        )
     }
 
     /// Replaces each changed map in the running worker and reads it back. The maps are

@@ -81,6 +81,9 @@ pub struct ApplyReport {
     pub duration: Duration,
     /// Time spent in each step, in order.
     pub steps: Vec<Step>,
+    /// The unified diff of the files it changed, kept in the history (`GET /v1/applies/{id}`).
+    #[serde(skip)]
+    pub diff: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -104,6 +107,7 @@ pub(super) struct Progress {
     reloads: u32,
     reasons: Vec<ReloadReason>,
     pub(super) changed: Vec<FileId>,
+    pub(super) diff: String,
 }
 
 impl Progress {
@@ -118,6 +122,7 @@ impl Progress {
             reloads: 0,
             reasons: Vec::new(),
             changed: Vec::new(),
+            diff: String::new(),
         }
     }
 
@@ -154,6 +159,7 @@ impl Progress {
             reload_reasons: self.reasons,
             duration: self.started.elapsed(),
             steps: self.steps,
+            diff: self.diff,
         }
     }
 }

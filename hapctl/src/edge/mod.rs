@@ -14,7 +14,7 @@ use crate::model::{
 };
 use crate::render::{self, Templates};
 use crate::settings::{Settings, SettingsError};
-use crate::store::{ApplyRecord, DeliveryRecord, Store, StoreError};
+use crate::store::{ApplyEntry, ApplyRecord, DeliveryRecord, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EdgeError {
@@ -487,6 +487,15 @@ impl Edge {
         Ok(self.store.applies(limit)?)
     }
 
+    /// The history with the size of each apply's diff; one apply with its diff.
+    pub fn apply_entries(&self, limit: usize) -> Result<Vec<ApplyEntry>, EdgeError> {
+        Ok(self.store.apply_entries(limit)?)
+    }
+
+    pub fn apply_entry(&self, id: i64) -> Result<Option<ApplyEntry>, EdgeError> {
+        Ok(self.store.apply_entry(id)?)
+    }
+
     /// What an apply would change, and whether HAProxy would accept it. Writes nothing that
     /// HAProxy reads: the candidate set is validated from a scratch folder.
     pub fn dry_run(&self) -> Result<DryRun, EdgeError> {
@@ -497,16 +506,15 @@ impl Edge {
         let live = Snapshot::read_live(&self.settings.paths)
             .map_err(io_err("cannot read the live files"))?;
         let changed = new.differing(&live);
-        let mut diff = String::new();
-        for id in &changed {
-            let old = String::from_utf8_lossy(live.get(*id).unwrap_or_default()).into_owned();
-            let new = String::from_utf8_lossy(new.get(*id).unwrap_or_default()).into_owned();
-            let path = id.path(&self.settings.paths).display().to_string();
-            diff += &similar::TextDiff::from_lines(&old, &new)
-                .unified_diff()
-                .header(&format!("{path} (live)"), &format!("{path} (rendered)"))
-                .to_string();
-        }
+        let labels = ("live", "rendered");
+        let diff = crate::apply::diff_files(
+            &live,
+            &new,
+            &changed,
+            &self.settings.paths,
+            labels,
+            usize::MAX,
+        );
 
         let scratch = tempfile_dir(&self.settings.paths.run_dir)?;
         let mut staged = self.settings.clone();

@@ -19,10 +19,12 @@ use crate::model::{
 mod blocks;
 mod cache;
 mod certs;
+mod history;
 mod ids;
 mod schema;
 mod state;
 
+pub use history::ApplyEntry;
 use schema::{BLOCK_MIGRATIONS, MIGRATIONS};
 mod limits;
 mod placement;
@@ -217,36 +219,9 @@ impl Store {
         Ok(())
     }
 
-    /// Newest first.
-    pub fn applies(&self, limit: usize) -> Result<Vec<ApplyRecord>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files, reload_reasons
-             FROM applies ORDER BY id DESC LIMIT ?1",
-        )?;
-        let rows = stmt.query_map([limit as i64], |r| {
-            let files: String = r.get(8)?;
-            let reasons: String = r.get(9)?;
-            Ok(ApplyRecord {
-                id: r.get(0)?,
-                started_at_ms: r.get(1)?,
-                duration_ms: r.get(2)?,
-                trigger: r.get(3)?,
-                outcome: r.get(4)?,
-                message: r.get(5)?,
-                checks: r.get(6)?,
-                reloads: r.get(7)?,
-                changed_files: files.split_whitespace().map(String::from).collect(),
-                reload_reasons: reasons.lines().map(String::from).collect(),
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     /// Records an apply in its own transaction (for applies whose change was rolled back).
     pub fn record_apply(&mut self, rec: &ApplyRecord) -> Result<(), StoreError> {
-        let tx = self.begin()?;
-        tx.record_apply(rec)?;
-        tx.commit()
+        self.record_apply_diff(rec, "")
     }
 }
 
@@ -404,28 +379,7 @@ impl Tx<'_> {
     }
 
     pub fn record_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
-        // History is not desired state: the mirror stays exact.
-        self.mirror
-            .follow(&self.tx, || self.insert_apply(rec), |_| {})
-    }
-
-    fn insert_apply(&self, rec: &ApplyRecord) -> Result<(), StoreError> {
-        self.tx.execute(
-            "INSERT INTO applies (started_at_ms, duration_ms, trigger, outcome, message, checks, reloads, changed_files, reload_reasons)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                rec.started_at_ms,
-                rec.duration_ms,
-                rec.trigger,
-                rec.outcome,
-                rec.message,
-                rec.checks,
-                rec.reloads,
-                rec.changed_files.join(" "),
-                rec.reload_reasons.join("\n")
-            ],
-        )?;
-        Ok(())
+        self.record_apply_diff(rec, "")
     }
 
     pub fn commit(self) -> Result<(), StoreError> {
@@ -540,30 +494,5 @@ mod tests {
             "expired block left out"
         );
         assert_eq!(store.blocks().unwrap().len(), 2);
-    }
-
-    #[test]
-    fn history_is_newest_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("s.db"), &dir.path().join("b.db")).unwrap();
-        for outcome in ["applied", "rejected"] {
-            store
-                .record_apply(&ApplyRecord {
-                    id: 0,
-                    started_at_ms: 1,
-                    duration_ms: 2,
-                    trigger: "t".into(),
-                    outcome: outcome.into(),
-                    message: String::new(),
-                    checks: 1,
-                    reloads: 0,
-                    changed_files: vec!["haproxy.cfg".into(), "maps/hosts.map".into()],
-                    reload_reasons: vec!["config: haproxy.cfg changed".into()],
-                })
-                .unwrap();
-        }
-        let h = store.applies(10).unwrap();
-        assert_eq!(h[0].outcome, "rejected");
-        assert_eq!(h[1].changed_files.len(), 2);
     }
 }

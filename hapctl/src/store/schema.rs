@@ -105,6 +105,7 @@ CREATE TABLE suspended_domains (
     "ALTER TABLE applies ADD COLUMN reload_reasons TEXT NOT NULL DEFAULT '';",
     super::placement::MIGRATION,
     super::waf::MIGRATION,
+    super::history::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

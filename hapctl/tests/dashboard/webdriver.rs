@@ -189,10 +189,19 @@ impl Browser {
         }
     }
 
-    /// Clicks like a person (the driver scrolls it into view; a hidden one is an error).
+    /// Clicks like a person (the driver scrolls it into view; a hidden one is an error). A
+    /// live update may redraw the element between finding and clicking it: then it is found
+    /// again.
     pub fn click(&self, css: &str) {
-        let id = self.element(css);
-        self.command("POST", &format!("/element/{id}/click"), Some(json!({})));
+        for _ in 0..5 {
+            let id = self.element(css);
+            let path = format!("/session/{}/element/{id}/click", self.session);
+            match self.request("POST", &path, Some(&json!({}))) {
+                Err(e) if e.contains("stale element reference") => continue,
+                done => return drop(done.unwrap_or_else(|e| panic!("{e}"))),
+            }
+        }
+        panic!("{css} was redrawn five times in a row");
     }
 
     /// Clears a field and types `text` into it, key by key.

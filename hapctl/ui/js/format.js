@@ -104,3 +104,23 @@ export function serversText(servers) {
 
 /** A path segment: block keys carry a `/`. */
 export const seg = (s) => encodeURIComponent(s);
+
+/** A unified diff's lines, each with its kind: head (---/+++), hunk (@@), add, del or ctx. */
+export function diffLines(text) {
+  const lines = text.split('\n');
+  if (lines[lines.length - 1] === '') lines.pop();
+  return lines.map((l) => {
+    if (l.startsWith('--- ') || l.startsWith('+++ ')) return ['head', l];
+    if (l.startsWith('@@')) return ['hunk', l];
+    if (l.startsWith('+')) return ['add', l];
+    if (l.startsWith('-')) return ['del', l];
+    return ['ctx', l];
+  });
+}
+
+/** Bytes for people: 900 B, 12.3 KiB, 1.5 MiB. */
+export function size(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}

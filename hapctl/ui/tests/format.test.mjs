@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   duration, ago, until, daysLeft, expiryLevel, parseBulk, splitField, parseServers, serversText, seg,
+  diffLines, size,
 } from '../js/format.js';
 
 test('durations are short and readable', () => {
@@ -63,4 +64,13 @@ test('servers round-trip between the form and the API', () => {
   ]);
   assert.equal(shown, '10.0.0.1:80 weight=5\nweb:8080 backup no-check');
   assert.equal(seg('203.0.113.0/24'), '203.0.113.0%2F24');
+});
+
+test('a diff is split into kinds of lines, and sizes read as bytes', () => {
+  const d = '--- a (before)\n+++ a (this apply)\n@@ -1,2 +1,2 @@\n same\n-old\n+new\n';
+  assert.deepEqual(diffLines(d).map(([k]) => k), ['head', 'head', 'hunk', 'ctx', 'del', 'add']);
+  assert.deepEqual(diffLines(''), []);
+  assert.equal(size(900), '900 B');
+  assert.equal(size(12_600), '12.3 KiB');
+  assert.equal(size(3 * 1024 * 1024), '3.0 MiB');
 });
