@@ -1117,9 +1117,12 @@ fn api_probes(case: &Case) -> Result<Vec<Probe>, &'static str> {
 /// fails the test.
 fn base_body(method: &str, path: &str) -> Option<Value> {
     Some(match (method, path) {
+        // The WAF policy `off` is valid without [waf]; its fields are probed one by one.
         ("PUT", "/v1/domains/{name}") => json!({
             "servers": [{"address": "127.0.0.1:9", "name": "s1", "weight": 1, "maxconn": 10, "check": true}],
-            "profile": "default"
+            "profile": "default",
+            "waf": {"mode": "off", "fail": "open", "paranoia": 1, "threshold": 5, "body_limit": 8192,
+                "exclusions": [{"rule": 942100, "path": "/search"}]}
         }),
         ("POST", "/v1/blocked-ips") => {
             json!({"ip": "198.51.100.200", "reason": "hostile", "author": "hostile", "ttl": "1h"})
@@ -1253,7 +1256,8 @@ fn filled(path: &str) -> String {
     let target = path
         .replace("{name}", OK_NAME)
         .replace("{domain}", OK_NAME)
-        .replace("{key}", OK_KEY);
+        .replace("{key}", OK_KEY)
+        .replace("{id}", "1");
     assert!(!target.contains('{'), "a parameter to fill in {path}");
     target
 }
@@ -1474,11 +1478,12 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
     let huge = serde_json::to_vec(&"x".repeat(100_000)).unwrap();
     let mut out = Vec::new();
 
-    // The body's own properties, then (one level down) those of array items that are objects:
-    // (path to the value, property name, its schema, required).
+    // The body's own properties, then those of array items and of objects with properties
+    // (a domain's `waf`): (path to the value, property name, its schema, required).
     let mut slots: Vec<(Vec<String>, String, Value, bool)> = Vec::new();
     let mut objects: Vec<(Vec<String>, &Value)> = vec![(Vec::new(), schema)];
-    let mut arrays: Vec<String> = Vec::new();
+    // Arrays of objects, by path.
+    let mut arrays: Vec<Vec<String>> = Vec::new();
     while let Some((at, object)) = objects.pop() {
         let required: Vec<&str> = object["required"]
             .as_array()
@@ -1499,16 +1504,18 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
                 required.contains(&prop.as_str()),
             ));
             if let Some(items) = object_schema(&pschema["items"]) {
-                arrays.push(prop.clone());
+                arrays.push(path.clone());
                 path.push("0".into());
                 objects.push((path, items));
+            } else if pschema["properties"].is_object() {
+                objects.push((path, pschema));
             }
         }
     }
 
     for (path, prop, pschema, required) in &slots {
         let at: Vec<&str> = path.iter().map(String::as_str).collect();
-        // A property of an array item only where the base has an item.
+        // A property of an array item or an object only where the base has one.
         let parent = format!("/{}", at[..at.len() - 1].join("/"));
         if at.len() > 1 && base.pointer(&parent).is_none() {
             continue;
@@ -1548,16 +1555,17 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
             out.push(gen("missing", prop, without(base, &at)).field(&[prop]));
         }
     }
-    for prop in &arrays {
+    for path in &arrays {
+        let at: Vec<&str> = path.iter().map(String::as_str).collect();
+        let prop = path.last().unwrap();
+        if base.pointer(&format!("/{}", at.join("/"))).is_none() {
+            continue;
+        }
         for wrong in ["[5]", "[\"x\"]", "[null]", "[[]]", "[true]"] {
             out.push(
-                gen(
-                    "item-type",
-                    prop,
-                    with_value(base, &[prop], wrong.as_bytes()),
-                )
-                .want(400, Some("invalid"))
-                .field(&[prop]),
+                gen("item-type", prop, with_value(base, &at, wrong.as_bytes()))
+                    .want(400, Some("invalid"))
+                    .field(&[prop]),
             );
         }
     }
@@ -1575,13 +1583,17 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
             .want(400, Some("invalid"))
             .field(&["hostile_unknown"]),
         );
-        for prop in &arrays {
+        for path in &arrays {
+            let pointer = format!("/{}/0", path.join("/"));
             let mut unknown = base.clone();
-            unknown[prop.as_str()][0]["hostile_unknown"] = json!(1);
+            let Some(Value::Object(item)) = unknown.pointer_mut(&pointer) else {
+                continue;
+            };
+            item.insert("hostile_unknown".into(), json!(1));
             out.push(
                 gen(
                     "unknown",
-                    &format!("{prop}[0].hostile_unknown"),
+                    &format!("{}[0].hostile_unknown", path.join(".")),
                     serde_json::to_vec(&unknown).unwrap(),
                 )
                 .want(400, Some("invalid"))

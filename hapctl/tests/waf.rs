@@ -3,14 +3,17 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
+use common::daemon::{ApiResponse, Daemon};
 use common::{free_port, Backend, Edge, Response};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const SHOP: &str = "shop.example.com";
 const SQLI: &str = "/?id=1%27%20OR%20%271%27%3D%271";
@@ -18,13 +21,25 @@ const SQLI: &str = "/?id=1%27%20OR%20%271%27%3D%271";
 struct Lab {
     edge: Edge,
     _app: Backend,
-    _daemon: Daemon,
+    daemon: Daemon,
+    agent_port: u16,
+    /// The CRS loader the agent reads (a copy of Debian's, so a test can break it).
+    crs: PathBuf,
 }
 
 /// An edge whose `hapctl serve` runs the agent (direct mode), up and answering.
 fn lab() -> Lab {
     let edge = Edge::new();
-    edge.set_setting_keys("waf", &[("listen", format!("127.0.0.1:{}", free_port()))]);
+    let agent_port = free_port();
+    let crs = edge.path("crs.load");
+    std::fs::copy(hapctl::settings::waf::DEBIAN_CRS, &crs).unwrap();
+    edge.set_setting_keys(
+        "waf",
+        &[
+            ("listen", format!("127.0.0.1:{agent_port}")),
+            ("crs", crs.display().to_string()),
+        ],
+    );
     edge.ok(&["haproxy", "start"]);
     let app = Backend::start("ok");
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
@@ -36,7 +51,9 @@ fn lab() -> Lab {
     Lab {
         edge,
         _app: app,
-        _daemon: daemon,
+        daemon,
+        agent_port,
+        crs,
     }
 }
 
@@ -202,14 +219,15 @@ fn attacks_get_the_403_page_with_the_crs_rule_logged_and_clean_traffic_passes() 
     assert_eq!(record(edge, &through)["waf"], "pass");
     assert_eq!(get(edge, SQLI).status, 403);
 
-    // The agent's own counters (its state file is rewritten every second).
+    // The agent's own counters (its state file is rewritten every second): the lab's probe
+    // (one 403), five blocks and a detection here.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let status: Value = serde_json::from_str(&edge.ok(&["waf", "status", "--json"])).unwrap();
         assert_eq!(status["up"], true, "{status}");
-        if status["agent"]["blocked"] == 5 {
+        if status["agent"]["blocked"] == 6 {
             assert_eq!(status["agent"]["detected"], 1, "{status}");
-            assert_eq!(status["agent"]["by_rule"]["942100"], 3, "{status}");
+            assert_eq!(status["agent"]["by_rule"]["942100"], 4, "{status}");
             break;
         }
         assert!(Instant::now() < deadline, "{status}");
@@ -307,4 +325,403 @@ fn serve_keeps_the_agent_running() {
     drop(lab);
     let gone = !std::path::Path::new(&format!("/proc/{second}")).exists();
     assert!(gone, "the agent outlived hapctl serve");
+}
+
+/// The value of `name` in `GET /metrics`, once it is at least `min` (the agent rewrites its
+/// state file every second); the whole text with it.
+fn metric_at_least(lab: &Lab, name: &str, min: u64) -> (u64, String) {
+    let api = lab.daemon.client();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = api.get("/metrics").text;
+        let value = metric(&text, name);
+        if value.is_some_and(|v| v >= min) {
+            return (value.unwrap(), text);
+        }
+        assert!(Instant::now() < deadline, "{name} < {min} in\n{text}");
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+}
+
+fn waf_of(api: &common::daemon::ApiClient) -> Value {
+    let r = api.get(&format!("/v1/domains/{SHOP}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json["waf"].clone()
+}
+
+#[test]
+fn the_domain_api_carries_the_policy_and_metrics_export_the_agents_counters() {
+    let lab = lab();
+    let (edge, api) = (&lab.edge, lab.daemon.client());
+    let server = json!([{"address": lab._app.addr()}]);
+    // What the CLI set shows, typed, in the one domain and in the list.
+    let waf = waf_of(&api);
+    assert_eq!(
+        waf,
+        json!({"mode": "block", "fail": "open", "paranoia": 1, "threshold": 5, "body_limit": 8192, "exclusions": []})
+    );
+    let list = api.get("/v1/domains").json;
+    assert_eq!(list[0]["waf"]["mode"], "block", "{list}");
+
+    // PUT with a policy: detect-only, an exclusion under /search; a runtime map change.
+    let policy = json!({"mode": "detect", "fail": "closed", "paranoia": 2, "threshold": 7,
+        "body_limit": 4096, "exclusions": [{"rule": 942100, "path": "/search"}, {"rule": 920350}]});
+    let r = api.call(
+        "PUT",
+        &format!("/v1/domains/{SHOP}"),
+        Some(&json!({"servers": server, "waf": policy})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(waf_of(&api), policy);
+    let map = std::fs::read_to_string(edge.path("live/maps/waf.map")).unwrap();
+    assert!(
+        map.contains(&format!(
+            "{SHOP} detect:closed:2:7:4096:942100@/search,920350"
+        )),
+        "{map}"
+    );
+    let r = get(edge, SQLI);
+    assert_eq!(
+        (r.status, record(edge, &r)["waf"].as_str()),
+        (200, Some("detect"))
+    );
+
+    // A PUT without `waf` keeps the policy; so does the old manager's POST /api/domain.
+    let r = api.call(
+        "PUT",
+        &format!("/v1/domains/{SHOP}"),
+        Some(&json!({"servers": server})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(waf_of(&api), policy);
+    let (host, port) = lab
+        ._app
+        .addr()
+        .rsplit_once(':')
+        .map(|(h, p)| (h.to_string(), p.parse::<u16>().unwrap()))
+        .unwrap();
+    let old = json!({"domain": SHOP, "backend_name": "shop", "servers": [{"name": "s1", "address": host, "port": port}]});
+    let r = api.call("POST", "/api/domain", Some(&old));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(waf_of(&api), policy);
+
+    // Hostile policies: a 400 naming the field, nothing changed (state, map, HAProxy's map).
+    let many: Vec<Value> = (1..=33).map(|n| json!({"rule": n})).collect();
+    for (bad, field) in [
+        (json!({"mode": "deny"}), "waf.mode"),
+        (json!({"mode": 5}), "waf.mode"),
+        (json!({"fail": "open"}), "waf.mode"),
+        (json!({"mode": "block", "fail": "maybe"}), "waf.fail"),
+        (json!({"mode": "block", "paranoia": 9}), "waf.paranoia"),
+        (json!({"mode": "block", "paranoia": "1"}), "waf.paranoia"),
+        (json!({"mode": "block", "paranoia": 1.5}), "waf.paranoia"),
+        (json!({"mode": "block", "threshold": 0}), "waf.threshold"),
+        (json!({"mode": "block", "threshold": -5}), "waf.threshold"),
+        (
+            json!({"mode": "block", "body_limit": 99_999_999}),
+            "waf.body_limit",
+        ),
+        (
+            json!({"mode": "block", "exclusions": [{"rule": 0}]}),
+            "waf.exclusions[0].rule",
+        ),
+        (
+            json!({"mode": "block", "exclusions": [{"rule": 1_000_000_000u64}]}),
+            "waf.exclusions[0].rule",
+        ),
+        (
+            json!({"mode": "block", "exclusions": [{"rule": 1, "path": "search"}]}),
+            "waf.exclusions[0].path",
+        ),
+        (
+            json!({"mode": "block", "exclusions": [{"rule": 1, "path": "/a b"}]}),
+            "waf.exclusions[0].path",
+        ),
+        (
+            json!({"mode": "block", "exclusions": [{"rule": 1, "path": "/a:b"}]}),
+            "waf.exclusions[0].path",
+        ),
+        (
+            json!({"mode": "block", "exclusions": [{"rule": 1, "hostile": 1}]}),
+            "waf.exclusions[0]",
+        ),
+        (
+            json!({"mode": "block", "exclusions": ["942100"]}),
+            "waf.exclusions[0]",
+        ),
+        (
+            json!({"mode": "block", "exclusions": many}),
+            "waf.exclusions",
+        ),
+        (json!({"mode": "block", "hostile": 1}), "waf"),
+        (json!("block"), "waf"),
+        (json!([]), "waf"),
+    ] {
+        let body = json!({"servers": server, "waf": bad});
+        let r: ApiResponse = api.call("PUT", &format!("/v1/domains/{SHOP}"), Some(&body));
+        assert_eq!(
+            (r.status, r.error_code()),
+            (400, "invalid"),
+            "{bad}: {}",
+            r.text
+        );
+        assert!(
+            r.error_field().starts_with(field),
+            "{bad}: {field} vs {}",
+            r.text
+        );
+        assert_eq!(waf_of(&api), policy, "{bad}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(edge.path("live/maps/waf.map")).unwrap(),
+        map
+    );
+    // The schema documents what the route takes.
+    let doc = api.get("/openapi.json").json;
+    let schema = &doc["paths"]["/v1/domains/{name}"]["put"]["requestBody"]["content"]
+        ["application/json"]["schema"];
+    assert_eq!(
+        schema["properties"]["waf"]["properties"]["mode"]["enum"],
+        json!(["off", "detect", "block"])
+    );
+
+    // Off through the API: the map line goes, nothing is inspected.
+    let off = json!({"servers": server, "waf": {"mode": "off"}});
+    assert_eq!(
+        api.call("PUT", &format!("/v1/domains/{SHOP}"), Some(&off))
+            .status,
+        200
+    );
+    assert!(!std::fs::read_to_string(edge.path("live/maps/waf.map"))
+        .unwrap()
+        .contains(SHOP));
+    assert_eq!(waf_of(&api)["mode"], "off");
+
+    // Block again, and the agent's counters on the daemon's /metrics after a blocked request.
+    let block = json!({"servers": server, "waf": {"mode": "block"}});
+    assert_eq!(
+        api.call("PUT", &format!("/v1/domains/{SHOP}"), Some(&block))
+            .status,
+        200
+    );
+    assert_eq!(get(edge, SQLI).status, 403);
+    // The lab's own probe blocked one, this test one; detect passed one.
+    let (_, text) = metric_at_least(&lab, "hapctl_waf_blocked_total", 2);
+    let value = |name: &str| metric(&text, name).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    assert_eq!(value("hapctl_waf_agent_up"), 1);
+    assert!(value("hapctl_waf_detected_total") >= 1, "{text}");
+    assert!(
+        value("hapctl_waf_rule_hits_total{rule=\"942100\"}") >= 3,
+        "{text}"
+    );
+    let inspected = value("hapctl_waf_inspected_total");
+    assert!(inspected >= 3, "{text}");
+    assert_eq!(
+        value("hapctl_waf_inspection_duration_seconds_count"),
+        inspected
+    );
+    assert_eq!(
+        value("hapctl_waf_inspection_duration_seconds_bucket{le=\"+Inf\"}"),
+        inspected
+    );
+}
+
+#[test]
+fn rules_are_listed_and_a_request_is_evaluated_offline() {
+    let edge = Edge::new();
+    edge.set_setting_keys("waf", &[("listen", format!("127.0.0.1:{}", free_port()))]);
+    let rules: Value = serde_json::from_str(&edge.ok(&["waf", "rules", "--json"])).unwrap();
+    assert!(
+        rules["crs"].as_str().unwrap().starts_with("OWASP_CRS/3."),
+        "{}",
+        rules["crs"]
+    );
+    assert!(rules["engine"]
+        .as_str()
+        .unwrap()
+        .starts_with("ModSecurity v3"));
+    assert!(rules["removed"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(901321)));
+    let sqli = rules["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["file"]
+                .as_str()
+                .unwrap()
+                .ends_with("REQUEST-942-APPLICATION-ATTACK-SQLI.conf")
+        })
+        .expect("the SQLi rules");
+    let r942100 = sqli["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == 942100)
+        .unwrap();
+    assert_eq!(
+        (r942100["phase"].as_u64(), r942100["paranoia"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert!(rules["rules"].as_u64().unwrap() > 300);
+    // Its text form: one line per rule.
+    let text = edge.ok(&["waf", "rules"]);
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("942100  phase 2  PL1")),
+        "{text}"
+    );
+
+    // `waf test`: the attack scores over the threshold with its rule, clean traffic passes,
+    // an exclusion of every counted rule lets it through.
+    let test = |args: &[&str]| -> Value {
+        let mut all = vec!["waf", "test", "--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&edge.ok(&all)).unwrap()
+    };
+    let attack = test(&[
+        &format!("http://{SHOP}{SQLI}"),
+        "-H",
+        "User-Agent: Mozilla/5.0",
+    ]);
+    assert_eq!(attack["verdict"], "block", "{attack}");
+    let counted: Vec<String> = attack["counted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    assert!(counted.contains(&"942100".to_string()), "{attack}");
+    let detect = test(&[SQLI, "--policy", "detect:open:1:5:8192:"]);
+    assert_eq!(detect["verdict"], "detect");
+    let clean = test(&[
+        "/products?page=2",
+        "-H",
+        "User-Agent: Mozilla/5.0",
+        "-H",
+        "Accept: text/html",
+    ]);
+    assert_eq!(clean["verdict"], "pass", "{clean}");
+    let policy = format!("block:open:1:5:8192:{}", counted.join(","));
+    assert_eq!(test(&[SQLI, "--policy", &policy])["verdict"], "pass");
+    let body = test(&[
+        "/comment",
+        "--method",
+        "POST",
+        "-H",
+        "Content-Type: application/x-www-form-urlencoded",
+        "--body",
+        "text=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+    ]);
+    assert_eq!(body["verdict"], "block", "{body}");
+    // Refused input names its problem.
+    let out = edge.expect_code(2, &["waf", "test", "search?q=1"]);
+    assert!(out.contains("url"), "{out}");
+    let out = edge.expect_code(2, &["waf", "test", "/", "--policy", "block:open:9:5:8192:"]);
+    assert!(out.contains("paranoia"), "{out}");
+}
+
+/// The peer ports of HAProxy's established connections to the agent (IPv4 loopback).
+fn agent_connections(port: u16) -> BTreeSet<u16> {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port_of = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // State 01: ESTABLISHED.
+            (f.len() > 3 && f[3] == "01" && port_of(f[1]) == Some(port))
+                .then(|| port_of(f[2]))
+                .flatten()
+        })
+        .collect()
+}
+
+fn agent_counter(edge: &Edge, name: &str) -> u64 {
+    let s: Value = serde_json::from_str(&edge.ok(&["waf", "status", "--json"])).unwrap();
+    s["agent"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name}: {s}"))
+}
+
+#[test]
+fn a_rules_reload_keeps_haproxys_connections_and_every_request_inspected() {
+    let lab = lab();
+    let edge = &lab.edge;
+    // HAProxy's SPOP connections that last (the health checks' are closed at once).
+    for _ in 0..5 {
+        assert_eq!(get(edge, SQLI).status, 403);
+    }
+    let first = agent_connections(lab.agent_port);
+    thread::sleep(Duration::from_millis(500));
+    let before: BTreeSet<u16> = first
+        .intersection(&agent_connections(lab.agent_port))
+        .copied()
+        .collect();
+    assert!(!before.is_empty(), "no lasting SPOP connection: {first:?}");
+    let pid = agent_pid(edge).unwrap();
+
+    // Traffic the whole time: every attack blocked, every clean request inspected and passed.
+    let stop = AtomicBool::new(false);
+    let (answers, reloaded) = thread::scope(|s| {
+        let traffic = s.spawn(|| {
+            let mut answers = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                answers.push(("attack", get(edge, SQLI)));
+                answers.push(("clean", get(edge, "/products?page=2")));
+            }
+            answers
+        });
+        let out = edge.ok(&["waf", "reload"]);
+        thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        (traffic.join().unwrap(), out)
+    });
+    assert!(reloaded.contains("rules reloaded"), "{reloaded}");
+    assert!(answers.len() >= 4, "{}", answers.len());
+    for (what, r) in &answers {
+        let log = record(edge, r);
+        let want = if *what == "attack" {
+            (403, "block")
+        } else {
+            (200, "pass")
+        };
+        assert_eq!(
+            (r.status, log["waf"].as_str().unwrap()),
+            want,
+            "{what}: {log}"
+        );
+    }
+    let after = agent_connections(lab.agent_port);
+    assert!(
+        before.is_subset(&after),
+        "connections dropped: {before:?} then {after:?}"
+    );
+    assert_eq!(
+        agent_pid(edge),
+        Some(pid),
+        "the agent was restarted, not reloaded"
+    );
+    assert_eq!(agent_counter(edge, "reloads"), 1);
+
+    // Rules libmodsecurity refuses: the reload says so, the old rules keep serving.
+    let mut loader = std::fs::read_to_string(&lab.crs).unwrap();
+    loader += "\nSecRule ARGS \"@rx x\" \"id:1,phase:1,nonsense\"\n";
+    std::fs::write(&lab.crs, loader).unwrap();
+    let out = edge.run(&["waf", "reload"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("refused"), "{text}");
+    assert_eq!(agent_counter(edge, "reload_failures"), 1);
+    assert_eq!(get(edge, SQLI).status, 403);
+    assert_eq!(get(edge, "/products?page=2").status, 200);
+    assert!(before.is_subset(&agent_connections(lab.agent_port)));
 }

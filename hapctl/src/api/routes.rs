@@ -74,6 +74,20 @@ fn schema_server() -> Value {
             "sni": {"type": "string", "example": "host"}}}}})
 }
 
+/// A domain's WAF policy (docs/waf.md), as `model::WafPolicy` reads it.
+fn schema_waf() -> Value {
+    use crate::model::{MAX_BODY_LIMIT, MAX_EXCLUSIONS, MAX_WAF_THRESHOLD};
+    json!({"type": "object", "required": ["mode"], "additionalProperties": false, "description": "the WAF policy, replaced whole (absent: unchanged); a runtime map change", "properties": {
+        "mode": {"type": "string", "enum": ["off", "detect", "block"]},
+        "fail": {"type": "string", "enum": ["open", "closed"], "default": "open"},
+        "paranoia": {"type": "integer", "minimum": 1, "maximum": 4, "default": 1},
+        "threshold": {"type": "integer", "minimum": 1, "maximum": MAX_WAF_THRESHOLD, "default": 5},
+        "body_limit": {"type": "integer", "minimum": 0, "maximum": MAX_BODY_LIMIT, "default": 8192},
+        "exclusions": {"type": "array", "maxItems": MAX_EXCLUSIONS, "items": {"type": "object", "required": ["rule"], "additionalProperties": false, "properties": {
+            "rule": {"type": "integer", "minimum": 1, "maximum": 999_999_999},
+            "path": {"type": "string", "example": "/search", "description": "only under this path prefix"}}}}}})
+}
+
 fn schema_names() -> Value {
     json!({"type": "array", "items": {"type": "string", "example": "shop.example.com"}})
 }
@@ -112,14 +126,14 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
         (doc("get", "/v1/status", "HAProxy master and workers, last applies, generations, counts", None), get(v1::status)),
-        (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended, protections, https and own_limits", None)
+        (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended, protections, https, own_limits and waf", None)
             .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::domain_page::MAX_LIMIT, "default": super::domain_page::DEFAULT_LIMIT}), "domains per page")
             .with_query("after", json!({"type": "string"}), "the `next` of the page before")
             .with_query("q", json!({"type": "string"}), "only names containing this text"), get(v1::list_domains)),
-        (doc("get", "/v1/domains/{name}", "One domain", None), get(v1::get_domain)),
+        (doc("get", "/v1/domains/{name}", "One domain, with its WAF policy (waf: mode off when it has none)", None), get(v1::get_domain)),
         (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes",
             Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
-                "profile": {"type": "string", "enum": ["default", "websocket", "sse", "long-lived", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}}}))), put(v1::put_domain)),
+                "profile": {"type": "string", "enum": ["default", "websocket", "sse", "long-lived", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}, "waf": schema_waf()}}))), put(v1::put_domain)),
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
             Some(json!({"type": "object", "required": ["redirect"], "properties": {"redirect": {"type": "string", "enum": ["off", "301", "308"]},

@@ -17,6 +17,7 @@ use crate::edge::{DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Interval, Note, Profile,
     ProxyProtocol, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Ttl, Version,
+    WafPolicy,
 };
 
 pub async fn health(State(app): State<AppState>) -> Response {
@@ -91,9 +92,15 @@ struct DomainView<'a> {
     sse_routing: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     app: Option<&'a AppName>,
+    /// Always shown: `off` when the domain has no policy.
+    waf: std::borrow::Cow<'a, WafPolicy>,
 }
 
 fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainView<'a>> {
+    let waf = state
+        .waf
+        .get(domain)
+        .map_or_else(Default::default, std::borrow::Cow::Borrowed);
     if let Some(backend) = state.domains.get(domain) {
         return Some(DomainView {
             domain,
@@ -102,6 +109,7 @@ fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainVie
             servers: Some(backend.servers()),
             sse_routing: Some(backend.sse_routing()),
             app: None,
+            waf,
         });
     }
     state.app_domains.get(domain).map(|app| DomainView {
@@ -111,6 +119,7 @@ fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainVie
         servers: None,
         sse_routing: None,
         app: Some(app),
+        waf,
     })
 }
 
@@ -195,6 +204,8 @@ pub struct PutDomainRequest {
     sse_routing: Option<bool>,
     /// Route to a delivered application instead of servers.
     app: Option<AppName>,
+    /// The domain's WAF policy, replaced whole; absent: the policy it has stays.
+    waf: Option<WafPolicy>,
 }
 
 /// Turns the API's server list into a validated backend.
@@ -235,6 +246,10 @@ pub async fn put_domain(
     Body(req): Body<PutDomainRequest>,
 ) -> Result<Response, ApiError> {
     let domain = parse_domain(&name)?;
+    if let Some(p) = &req.waf {
+        crate::settings::waf::check_policy(app.settings().waf.as_ref(), p)
+            .map_err(|e| e.in_field("waf.mode"))?;
+    }
     let change = match (req.app, req.servers.is_empty()) {
         (Some(_), _) if req.sse_routing.is_some() => {
             return Err(ApiError::invalid(
@@ -291,6 +306,10 @@ pub async fn put_domain(
             let sse = req.sse_routing.unwrap_or(false);
             DomainChange::Put(domain, backend.with_sse_routing(sse))
         }
+    };
+    let change = match req.waf {
+        Some(p) => DomainChange::WithWaf(Box::new(change), p),
+        None => change,
     };
     let (report, result) = app.domain_job(Some(change)).await?;
     applied(report, result)
@@ -517,6 +536,12 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> 
     let (blocked, certs) = app
         .read(|edge| Ok((edge.block_count()?, edge.certificates()?)))
         .await?;
-    let text = app.0.metrics.render(blocked, &certs, unix_now());
+    let mut text = app.0.metrics.render(blocked, &certs, unix_now());
+    // The WAF agent's own counters, from the state file it rewrites every second.
+    let settings = app.settings();
+    if settings.waf.is_some() {
+        let state = crate::waf::state_file(&settings.paths.run_dir);
+        text += &crate::waf::metrics::Health::read(&state).prometheus();
+    }
     Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }

@@ -10,6 +10,7 @@ use hapctl::settings::waf::WafSettings;
 use hapctl::settings::Settings;
 use hapctl::waf::message::Inspect;
 use hapctl::waf::metrics::Health;
+use hapctl::waf::ruleset::RuleSet;
 use hapctl::waf::verdict::Verdict;
 use hapctl::waf::{self, Engine};
 
@@ -21,6 +22,12 @@ pub enum WafCommand {
     Serve,
     /// The agent's health and counters (from its state file).
     Status(StatusArgs),
+    /// Reload the running agent's rules (SIGHUP; HAProxy's connections stay) and wait until
+    /// it says whether the new rules serve.
+    Reload,
+    /// The loaded rule set: CRS version, every rule id by file, with phase, paranoia level,
+    /// severity and message (what an exclusion names).
+    Rules(StatusArgs),
     /// Evaluate a request against the CRS without sending it: the rules that match, the score.
     Test(TestArgs),
     /// A domain's policy: shown, or changed by the flags given (a runtime change, no reload).
@@ -92,6 +99,8 @@ pub fn run(dir: &Path, cmd: WafCommand) -> Result<u8, Failure> {
     match cmd {
         WafCommand::Serve => serve(waf, &settings.paths.run_dir),
         WafCommand::Status(a) => status(&settings, a),
+        WafCommand::Reload => reload(&settings),
+        WafCommand::Rules(a) => rules(waf, a),
         WafCommand::Test(a) => test(waf, a),
         WafCommand::Policy(_) => unreachable!("handled above"),
     }
@@ -182,6 +191,83 @@ fn status(settings: &Settings, args: StatusArgs) -> Result<u8, Failure> {
     Ok(if up { 0 } else { 1 })
 }
 
+fn reload(settings: &Settings) -> Result<u8, Failure> {
+    let path = waf::state_file(&settings.paths.run_dir);
+    let health = Health::read(&path);
+    let running = health.agent.filter(|s| {
+        // The state file is fresh and its PID is an agent, not a process that took the number.
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid)).unwrap_or_default();
+        health.up && cmdline.split(|b| *b == 0).any(|a| a == b"waf")
+    });
+    let Some(before) = running else {
+        return Err(anyhow::anyhow!(
+            "the WAF agent is not running (no fresh state file at {})",
+            path.display()
+        )
+        .into());
+    };
+    hapctl::process::send_signal(before.pid as i32, libc::SIGHUP)?;
+    // Loading the CRS takes a few seconds; the state file shows the outcome a second later.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let Some(now) = Health::read(&path).agent.filter(|s| s.pid == before.pid) else {
+            continue;
+        };
+        if now.reloads > before.reloads {
+            println!("rules reloaded (agent pid {})", now.pid);
+            return Ok(0);
+        }
+        if now.reload_failures > before.reload_failures {
+            return Err(anyhow::anyhow!(
+                "the agent refused the new rules and keeps the old ones; its log says why"
+            )
+            .into());
+        }
+    }
+    Err(anyhow::anyhow!(
+        "the agent (pid {}) did not report the reload within 60 s",
+        before.pid
+    )
+    .into())
+}
+
+fn rules(waf: &WafSettings, args: StatusArgs) -> Result<u8, Failure> {
+    // Loaded as the agent loads them: a set libmodsecurity refuses is an error here too.
+    let engine = Engine::load(&waf.crs)?;
+    let set = RuleSet::read(&waf.crs)?;
+    let count = set.ids().count();
+    if args.json {
+        let v = serde_json::json!({"engine": engine.version(), "crs": set.crs, "loader": waf.crs,
+            "loaded": engine.rules_loaded(), "rules": count, "removed": set.removed, "files": set.files});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    println!("engine: {}", engine.version());
+    println!("crs: {}", set.crs.as_deref().unwrap_or("unknown"));
+    println!(
+        "rules: {count} with an id ({} loaded by libmodsecurity)",
+        engine.rules_loaded()
+    );
+    let removed: Vec<String> = set.removed.iter().map(u32::to_string).collect();
+    println!("removed by hapctl: {}", removed.join(" "));
+    let opt = |v: Option<u8>| v.map_or("-".to_string(), |n| n.to_string());
+    for f in &set.files {
+        println!("\n{} ({} rules)", f.file, f.rules.len());
+        for r in &f.rules {
+            println!(
+                "  {:>9}  phase {}  PL{}  {:<8}  {}",
+                r.id,
+                opt(r.phase),
+                opt(r.paranoia),
+                r.severity.as_deref().unwrap_or("-"),
+                r.message.as_deref().unwrap_or("")
+            );
+        }
+    }
+    Ok(0)
+}
+
 fn test(waf: &WafSettings, args: TestArgs) -> Result<u8, Failure> {
     let policy = WafPolicy::from_map_value(&args.policy).map_err(Failure::input)?;
     let target = args
@@ -246,4 +332,65 @@ fn test(waf: &WafSettings, args: TestArgs) -> Result<u8, Failure> {
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::WafCommand;
+    use crate::cli::{Cli, Command};
+
+    /// `KEY=value` lines of a unit file's section.
+    fn section<'a>(unit: &'a str, name: &str) -> Vec<(&'a str, &'a str)> {
+        let header = format!("[{name}]");
+        unit.lines()
+            .skip_while(|l| l.trim() != header)
+            .skip(1)
+            .take_while(|l| !l.starts_with('['))
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                l.split_once('=')
+                    .unwrap_or_else(|| panic!("not KEY=value: {l}"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shipped_unit_runs_the_agent_as_the_cli_parses_it() {
+        let unit = include_str!("../../../dist/hapctl-waf.service");
+        let daemon = include_str!("../../../dist/hapctl.service");
+        let service = section(unit, "Service");
+        let get = |k: &str| service.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+        let exec: Vec<&str> = get("ExecStart")
+            .expect("ExecStart")
+            .split_whitespace()
+            .collect();
+        // The package installs the binary at /usr/bin/hapctl (package.metadata.deb assets).
+        assert_eq!(exec[0], "/usr/bin/hapctl");
+        let cli = Cli::try_parse_from(&exec).unwrap_or_else(|e| panic!("{exec:?}: {e}"));
+        assert!(
+            matches!(cli.command, Command::Waf(WafCommand::Serve)),
+            "{exec:?}"
+        );
+        // The same state directory and sandbox as the daemon's unit.
+        let daemon_service = section(daemon, "Service");
+        for key in [
+            "Environment",
+            "ProtectSystem",
+            "ProtectHome",
+            "NoNewPrivileges",
+            "PrivateTmp",
+        ] {
+            let theirs = daemon_service
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| *v);
+            assert_eq!(get(key), theirs, "{key}");
+        }
+        assert_eq!(get("Restart"), Some("on-failure"));
+        assert_eq!(get("ExecReload"), Some("/bin/kill -HUP $MAINPID"));
+        assert!(!section(unit, "Install").is_empty());
+        assert!(!section(unit, "Unit").is_empty());
+    }
 }

@@ -78,6 +78,8 @@ pub enum DomainChange {
     Put(Domain, Backend),
     PutApp(Domain, AppName),
     Remove(Domain),
+    /// A put and the domain's WAF policy, in the same apply (`PUT /v1/domains` with `waf`).
+    WithWaf(Box<DomainChange>, crate::model::WafPolicy),
 }
 
 /// What a domain change did to the desired state.
@@ -96,6 +98,7 @@ impl DomainChange {
             DomainChange::Put(d, _) => format!("domain put {d}"),
             DomainChange::PutApp(d, app) => format!("domain put {d} -> app {app}"),
             DomainChange::Remove(d) => format!("domain rm {d}"),
+            DomainChange::WithWaf(c, p) => format!("{} waf {}", c.describe(), p.mode),
         }
     }
 
@@ -120,6 +123,13 @@ impl DomainChange {
                 DomainResult::Removed
             }
             DomainChange::Remove(_) => DomainResult::NotFound,
+            DomainChange::WithWaf(c, policy) => {
+                let result = c.apply(tx)?;
+                if let DomainChange::Put(d, _) | DomainChange::PutApp(d, _) = &**c {
+                    tx.set_waf_policy(d, policy)?;
+                }
+                result
+            }
         })
     }
 }

@@ -3,19 +3,12 @@
 use super::certs::require_domain;
 use super::{Edge, EdgeError};
 use crate::apply::ApplyReport;
-use crate::model::{Domain, Invalid, WafMode, WafPolicy};
+use crate::model::{Domain, Invalid, WafPolicy};
 
 impl Edge {
     /// Whether `policy` can be served here: anything but `off` needs `[waf]`.
     pub fn check_waf_policy(&self, policy: &WafPolicy) -> Result<(), Invalid> {
-        if policy.mode != WafMode::Off && self.settings.waf.is_none() {
-            return Err(Invalid::new(
-                "mode",
-                policy.mode.as_str(),
-                "needs the [waf] section in hapctl.toml and `hapctl waf serve` (docs/waf.md)",
-            ));
-        }
-        Ok(())
+        crate::settings::waf::check_policy(self.settings.waf.as_ref(), policy)
     }
 
     /// Replaces a domain's WAF policy (checked first with [`Edge::check_waf_policy`]).

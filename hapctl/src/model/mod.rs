@@ -39,4 +39,7 @@ pub use server_options::{
 };
 pub use state::{Backend, EdgeState, MAX_SERVERS};
 pub use tls::{CertName, CertSource, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
-pub use waf::{Exclusion, FailMode, RuleId, WafMode, WafPolicy, MAX_BODY_LIMIT, MAX_EXCLUSIONS};
+pub use waf::{
+    Exclusion, FailMode, RuleId, WafMode, WafPolicy, MAX_BODY_LIMIT, MAX_EXCLUSIONS,
+    MAX_WAF_THRESHOLD,
+};

@@ -14,7 +14,8 @@ use super::profile::HttpPath;
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
-#[serde(rename_all = "lowercase")]
+// Read from a string (`try_from`): serde_json reads an enum from a number as a syntax error.
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum WafMode {
     /// Not inspected (no map line; the agent is never asked).
     #[default]
@@ -29,7 +30,7 @@ pub enum WafMode {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum FailMode {
     /// It passes, marked `waf-unavailable` in the access log.
     #[default]
@@ -52,6 +53,12 @@ macro_rules! keyword_enum {
                     $($s => Ok(Self::$v),)+
                     _ => Err(Invalid::new($field, s, concat!("must be one of:", $(" ", $s),+))),
                 }
+            }
+        }
+        impl TryFrom<String> for $t {
+            type Error = Invalid;
+            fn try_from(s: String) -> Result<Self, Invalid> {
+                s.parse()
             }
         }
         impl fmt::Display for $t {
@@ -105,6 +112,7 @@ impl FromStr for RuleId {
 
 /// A rule that does not count for a domain: everywhere, or under a path prefix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Exclusion {
     pub rule: RuleId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +159,7 @@ impl fmt::Display for Exclusion {
 
 pub const MAX_EXCLUSIONS: usize = 32;
 pub const MAX_BODY_LIMIT: u32 = 1_048_576;
-pub const MAX_THRESHOLD: u32 = 1_000;
+pub const MAX_WAF_THRESHOLD: u32 = 1_000;
 
 /// A domain's policy. `Default` is off (fail-open, CRS defaults: paranoia 1, threshold 5,
 /// 8 KiB of body).
@@ -229,7 +237,7 @@ impl WafPolicy {
             mode: mode.parse()?,
             fail: fail.parse()?,
             paranoia: number("paranoia", pl, 1, 4)? as u8,
-            threshold: number("threshold", threshold, 1, MAX_THRESHOLD.into())? as u32,
+            threshold: number("threshold", threshold, 1, MAX_WAF_THRESHOLD.into())? as u32,
             body_limit: number("body_limit", body, 0, MAX_BODY_LIMIT.into())? as u32,
             exclusions,
         }
@@ -280,7 +288,7 @@ fn de_paranoia<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
     de_bounded(d, "paranoia", 1, 4).map(|n| n as u8)
 }
 fn de_threshold<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    de_bounded(d, "threshold", 1, MAX_THRESHOLD.into()).map(|n| n as u32)
+    de_bounded(d, "threshold", 1, MAX_WAF_THRESHOLD.into()).map(|n| n as u32)
 }
 fn de_body_limit<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_bounded(d, "body_limit", 0, MAX_BODY_LIMIT.into()).map(|n| n as u32)
@@ -355,6 +363,7 @@ mod tests {
             r#"{"mode":"detect","exclusions":[{"rule":1,"path":"x"}]}"#,
             r#"{"mode":"nope"}"#,
             r#"{"mode":"block","extra":1}"#,
+            r#"{"mode":"block","exclusions":[{"rule":1,"extra":1}]}"#,
         ] {
             assert!(serde_json::from_str::<WafPolicy>(bad).is_err(), "{bad}");
         }

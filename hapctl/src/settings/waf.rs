@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::model::bounded;
+use crate::model::{bounded, Invalid, WafMode, WafPolicy};
 
 /// Debian's `modsecurity-crs` loader (crs-setup.conf, then the rules).
 pub const DEBIAN_CRS: &str = "/usr/share/modsecurity-crs/owasp-crs.load";
@@ -31,6 +31,18 @@ impl WafSettings {
     pub fn agent_deadline(&self) -> Duration {
         self.timeout * 3 / 4
     }
+}
+
+/// Whether `policy` can be served with these settings: anything but `off` needs `[waf]`.
+pub fn check_policy(waf: Option<&WafSettings>, policy: &WafPolicy) -> Result<(), Invalid> {
+    if policy.mode != WafMode::Off && waf.is_none() {
+        return Err(Invalid::new(
+            "mode",
+            policy.mode.as_str(),
+            "needs the [waf] section in hapctl.toml and `hapctl waf serve` (docs/waf.md)",
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -16,9 +16,9 @@ use super::ffi::{self, Api, LoadError};
 use super::matches::RuleMatch;
 
 /// hapctl's engine settings, in front of the CRS (templates/waf/modsecurity.conf).
-const BASE: &str = include_str!("../../templates/waf/modsecurity.conf");
+pub(super) const BASE: &str = include_str!("../../templates/waf/modsecurity.conf");
 /// hapctl's rules after the CRS (templates/waf/after-crs.conf).
-const AFTER: &str = include_str!("../../templates/waf/after-crs.conf");
+pub(super) const AFTER: &str = include_str!("../../templates/waf/after-crs.conf");
 
 /// libmodsecurity's rules parser keeps global state: two loads at once corrupt each other
 /// (measured: random syntax errors with two threads), so loads take turns.
@@ -57,6 +57,8 @@ pub struct Engine {
     msc: *mut c_void,
     rules: *mut c_void,
     version: String,
+    /// What libmodsecurity counted when it loaded them.
+    loaded: usize,
 }
 
 // SAFETY: the ModSecurity instance and its rule set are read-only once loaded; libmodsecurity
@@ -86,6 +88,7 @@ impl Engine {
             // SAFETY: as above.
             rules: unsafe { (api.create_rules_set)() },
             version: String::new(),
+            loaded: 0,
         };
         let connector = CString::new("hapctl-waf").expect("no NUL");
         // SAFETY: live instance, valid C strings, a callback that never unwinds.
@@ -103,6 +106,7 @@ impl Engine {
                 message.unwrap_or_default().trim().to_string(),
             ));
         }
+        engine.loaded = n as usize;
         // SAFETY: live instance; the string is static inside the library.
         engine.version = unsafe { CStr::from_ptr((api.who_am_i)(msc)) }
             .to_string_lossy()
@@ -113,6 +117,11 @@ impl Engine {
     /// `ModSecurity v3.0.9 (Linux)`.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// The number of rules libmodsecurity loaded (its own count, chained parts included).
+    pub fn rules_loaded(&self) -> usize {
+        self.loaded
     }
 
     /// Runs phases 1 and 2 for `req` at `paranoia` (1–4); the rules that matched, in order.
@@ -181,7 +190,7 @@ impl Engine {
 
 /// libmodsecurity 3.0.9 has no `IncludeOptional` (Debian's loader uses it for the operator's
 /// exclusion files): an `Include` when the file exists, else nothing.
-fn without_include_optional(loader: &str) -> String {
+pub(super) fn without_include_optional(loader: &str) -> String {
     let mut out = String::new();
     for line in loader.lines() {
         match line.trim().strip_prefix("IncludeOptional ") {

@@ -2,6 +2,7 @@
 //! `hapctl status` and the daemon's `/metrics`.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -17,6 +18,8 @@ pub struct Metrics {
     blocked: AtomicU64,
     errors: AtomicU64,
     timeouts: AtomicU64,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
     latency_sum_us: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     by_rule: Mutex<BTreeMap<u32, u64>>,
@@ -34,6 +37,11 @@ pub struct Snapshot {
     pub blocked: u64,
     pub errors: u64,
     pub timeouts: u64,
+    /// Rule reloads done (SIGHUP), and refused (the old rules stayed).
+    #[serde(default)]
+    pub reloads: u64,
+    #[serde(default)]
+    pub reload_failures: u64,
     pub latency_sum_us: u64,
     /// Cumulative counts for [`LATENCY_BUCKETS_US`] (Prometheus `le` buckets).
     pub latency_buckets: Vec<u64>,
@@ -50,6 +58,16 @@ pub enum Outcome<'a> {
 }
 
 impl Metrics {
+    /// A rules reload: `ok` when the new rules serve, else the old ones stayed.
+    pub fn reloaded(&self, ok: bool) {
+        let n = if ok {
+            &self.reloads
+        } else {
+            &self.reload_failures
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn record(&self, outcome: Outcome<'_>, took: Duration) {
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.inspected.fetch_add(1, Ordering::Relaxed);
@@ -96,6 +114,8 @@ impl Metrics {
             blocked: get(&self.blocked),
             errors: get(&self.errors),
             timeouts: get(&self.timeouts),
+            reloads: get(&self.reloads),
+            reload_failures: get(&self.reload_failures),
             latency_sum_us: get(&self.latency_sum_us),
             latency_buckets: self.latency_buckets.iter().map(get).collect(),
             by_rule: self
@@ -140,5 +160,103 @@ impl Health {
             age_secs,
             agent,
         }
+    }
+}
+
+impl Health {
+    /// The Prometheus exposition of the agent: `hapctl_waf_agent_up`, and from its state file
+    /// (even a stale one: counters must not vanish while the agent is down) its counters, the
+    /// requests over the threshold per counted rule id and the inspection latency histogram.
+    /// The agent's counters start from 0 when it starts again, a counter reset to Prometheus.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP hapctl_waf_agent_up Whether the WAF agent rewrote its state file within {STALE_AFTER_SECS} s.\n# TYPE hapctl_waf_agent_up gauge\nhapctl_waf_agent_up {}", u8::from(self.up));
+        let Some(s) = &self.agent else { return out };
+        for (name, help, value) in [
+            (
+                "inspected",
+                "Requests the agent evaluated (errors and timeouts included).",
+                s.inspected,
+            ),
+            (
+                "blocked",
+                "Requests over the threshold of a domain in block mode.",
+                s.blocked,
+            ),
+            (
+                "detected",
+                "Requests over the threshold of a domain in detect mode (passed).",
+                s.detected,
+            ),
+            (
+                "errors",
+                "Requests the agent could not evaluate (message, engine).",
+                s.errors,
+            ),
+            (
+                "timeouts",
+                "Requests not evaluated within the agent's deadline.",
+                s.timeouts,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP hapctl_waf_{name}_total {help}\n# TYPE hapctl_waf_{name}_total counter\nhapctl_waf_{name}_total {value}");
+        }
+        let _ = writeln!(out, "# HELP hapctl_waf_rule_hits_total Requests over the threshold (blocked or detected) per rule id that counted.\n# TYPE hapctl_waf_rule_hits_total counter");
+        for (rule, n) in &s.by_rule {
+            let _ = writeln!(out, "hapctl_waf_rule_hits_total{{rule=\"{rule}\"}} {n}");
+        }
+        let name = "hapctl_waf_inspection_duration_seconds";
+        let _ = writeln!(out, "# HELP {name} Time from the agent's receipt of a request to its answer (waiting for a worker included).\n# TYPE {name} histogram");
+        for (le, n) in LATENCY_BUCKETS_US.iter().zip(&s.latency_buckets) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {n}", *le as f64 / 1e6);
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", s.inspected);
+        let _ = writeln!(out, "{name}_sum {}", s.latency_sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", s.inspected);
+        let _ = writeln!(out, "# HELP hapctl_waf_rules_loaded_timestamp_seconds When the agent last loaded its rules.\n# TYPE hapctl_waf_rules_loaded_timestamp_seconds gauge\nhapctl_waf_rules_loaded_timestamp_seconds {}", s.rules_loaded_at);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_has_every_counter_rule_and_bucket() {
+        let m = Metrics::default();
+        m.record(
+            Outcome::Blocked(&[942100, 942190]),
+            Duration::from_micros(700),
+        );
+        m.record(Outcome::Pass, Duration::from_micros(100));
+        m.record(Outcome::Timeout, Duration::from_millis(200));
+        let health = Health {
+            up: true,
+            age_secs: Some(0),
+            agent: Some(m.snapshot("ModSecurity v3", 7)),
+        };
+        let text = health.prometheus();
+        for line in [
+            "hapctl_waf_agent_up 1",
+            "hapctl_waf_inspected_total 3",
+            "hapctl_waf_blocked_total 1",
+            "hapctl_waf_timeouts_total 1",
+            "hapctl_waf_rule_hits_total{rule=\"942190\"} 1",
+            "hapctl_waf_inspection_duration_seconds_bucket{le=\"0.00025\"} 1",
+            "hapctl_waf_inspection_duration_seconds_bucket{le=\"0.001\"} 2",
+            "hapctl_waf_inspection_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "hapctl_waf_inspection_duration_seconds_count 3",
+            "hapctl_waf_rules_loaded_timestamp_seconds 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let down = Health {
+            up: false,
+            age_secs: None,
+            agent: None,
+        }
+        .prometheus();
+        assert_eq!(down.lines().last(), Some("hapctl_waf_agent_up 0"));
     }
 }

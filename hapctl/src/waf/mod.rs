@@ -1,7 +1,7 @@
 //! The web application firewall (docs/waf.md): hapctl's own SPOE agent over libmodsecurity v3
 //! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
 //! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
-//! `message.rs` parses HAProxy's SPOE message, `agent.rs` speaks SPOP, `metrics.rs` counts
+//! `message.rs` parses HAProxy's SPOE message, `ruleset.rs` lists the rules, `agent.rs` speaks SPOP, `metrics.rs` counts
 //! and keeps the state file, `supervise.rs` keeps the agent running under `hapctl serve`.
 //! The HAProxy side is rendered by `render::waf`.
 
@@ -11,6 +11,7 @@ pub mod ffi;
 pub mod matches;
 pub mod message;
 pub mod metrics;
+pub mod ruleset;
 pub mod supervise;
 pub mod verdict;
 
@@ -77,10 +78,14 @@ pub async fn serve(
                 match loaded.map_err(std::io::Error::other)? {
                     Ok(engine) => {
                         agent.replace_engine(engine);
+                        agent.metrics.reloaded(true);
                         loaded_at = crate::clock::unix_now().max(0) as u64;
                         tracing::info!("waf rules reloaded");
                     }
-                    Err(e) => tracing::error!(error = %e, "waf rules reload refused; the old rules stay"),
+                    Err(e) => {
+                        agent.metrics.reloaded(false);
+                        tracing::error!(error = %e, "waf rules reload refused; the old rules stay");
+                    }
                 }
             }
             _ = tick.tick() => {
