@@ -72,6 +72,11 @@ fn wait_status(edge: &Edge, status: u16) {
     }
 }
 
+/// `hapctl serve` on `edge`, and a browser at a laptop's size.
+fn serve(edge: &Edge) -> (Daemon, Browser) {
+    (Daemon::start(edge), Browser::start(1280, 900))
+}
+
 /// What a script in the page gets from `fetch(path)`: the status.
 fn fetch_status(b: &Browser, path: &str) -> Value {
     b.js_async(
@@ -84,8 +89,7 @@ fn fetch_status(b: &Browser, path: &str) -> Value {
 fn an_operator_runs_the_edge_from_the_dashboard() {
     let edge = Edge::started();
     let app = Backend::start("shop");
-    let api = Daemon::start(&edge);
-    let b = Browser::start(1280, 900);
+    let (api, b) = serve(&edge);
 
     // Signed out: the sign-in form, and the API refuses the page.
     b.goto(&url(&api, ""));
@@ -328,8 +332,7 @@ fn a_delivery_and_a_rollback_show_their_steps_as_they_run() {
     );
     assert_ne!(slow, text, "the demo app's script changed: {text}");
     std::fs::write(&script, slow).unwrap();
-    let api = Daemon::start(&edge);
-    let b = Browser::start(1280, 900);
+    let (api, b) = serve(&edge);
     sign_in(&b, &api);
     open(&b, &api, "deliveries", "Deliveries");
     b.wait_text("main tbody th", "v1");
@@ -363,6 +366,167 @@ fn a_delivery_and_a_rollback_show_their_steps_as_they_run() {
             .any(|g| g["version"] == "v1" && g["role"] == "current"),
         "{generations}"
     );
+
+    // A delivery proved from outside (hapctl prove --cycle): its journal on the page.
+    b.wait_text("main tbody", "No proof yet");
+    // Held streams, so that a slow cutover on a loaded machine still spans them.
+    let args = "prove --settle 300ms --streams 1 --stream-lines 1000 --stream-interval-ms 50 \
+                --stream-hold 500ms --timeout 30s --cycle v3";
+    let out = edge.run(&args.split_whitespace().collect::<Vec<_>>());
+    // 9: measured, a check failed (the journal says which): the page shows it the same.
+    let code = out.status.code();
+    assert!(matches!(code, Some(0 | 9)), "{}", common::describe(&out));
+    let listed = &api.get("/v1/proofs").json[0];
+    let verdict = if code == Some(0) { "PASSED" } else { "FAILED" };
+    let title = format!("Proof of a delivery and its rollback: {verdict}");
+    assert_eq!(listed["title"], title.as_str(), "{listed}");
+    b.wait_text("main tbody th", &title);
+    let name = listed["name"].as_str().unwrap().to_string();
+    b.click(&format!("summary[aria-label='Journal {name}']"));
+    let journal = b.wait_text("pre.journal", "## deliver v3");
+    assert_eq!(
+        journal,
+        api.get(&format!("/v1/proofs/{name}")).json["markdown"]
+    );
+    for check in ["master", "new-worker", "probe", "streams", "version"] {
+        assert!(
+            journal.contains(&format!("| {check} |")),
+            "{check}: {journal}"
+        );
+    }
+    b.js(
+        "document.querySelector('pre.journal').scrollIntoView()",
+        vec![],
+    );
+    b.screenshot("deliveries-proof");
+    let refused = api
+        .try_call("GET", "/v1/proofs/..%2Fhapctl.toml", None)
+        .unwrap();
+    assert_eq!(
+        (refused.status, refused.json["error"]["field"].as_str()),
+        (400, Some("name"))
+    );
+}
+
+/// The `Strict-Transport-Security` header `SHOP` answers with on the HTTPS bind.
+fn hsts(edge: &Edge) -> Option<String> {
+    let mut curl = std::process::Command::new("curl");
+    curl.args([
+        "-sSk",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "--max-time",
+        "5",
+        "--resolve",
+    ])
+    .arg(format!("{SHOP}:{}:127.0.0.1", edge.https_port))
+    .arg(format!("https://{SHOP}:{}/", edge.https_port));
+    let out = common::run_bounded(curl, Duration::from_secs(10));
+    assert!(out.status.success(), "curl: {}", common::describe(&out));
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("strict-transport-security")
+            .then(|| v.trim().to_string())
+    })
+}
+
+/// Waits for the page's passing message (a fixed element: not seen by `wait_text`).
+fn wait_toast(b: &Browser, text: &str) {
+    b.wait_js(
+        &format!("the message {text:?}"),
+        "return document.getElementById('toast').textContent.includes(arguments[0])",
+        vec![json!(text)],
+    );
+}
+
+/// Types each `(field, value)` into the editor's form headed `title`, then submits it.
+fn submit(b: &Browser, title: &str, fields: &[(&str, &str)]) {
+    for (field, value) in fields {
+        b.fill(field, value);
+    }
+    b.click(&format!(
+        "form[aria-labelledby={title}] button[type=submit]"
+    ));
+}
+
+#[test]
+fn protections_are_edited_from_the_page_with_refusals_at_their_fields() {
+    let edge = Edge::started();
+    let app = Backend::start("shop");
+    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
+    // The browser suite's clients are local: not exempt here, so limits apply to them.
+    edge.ok(&["limits", "set", "--local-exempt", "off"]);
+    let (api, b) = serve(&edge);
+    sign_in(&b, &api);
+    open(&b, &api, "protections", "Protections");
+    b.click(&format!(
+        "button[aria-label='Edit the protections of {SHOP}']"
+    ));
+    b.wait_text("#pe-title", SHOP);
+    let unnamed = b.js(UNNAMED, vec![]);
+    assert_eq!(unnamed, json!([]), "the editor's controls without a name");
+
+    // HSTS: a max-age of 0 refused at its field, nothing changed; then a year with
+    // includeSubDomains, sent by the HTTPS bind.
+    let before = api.get("/v1/domains?limit=1").json;
+    submit(&b, "pe-https-title", &[("#pe-hsts_max_age", "0")]);
+    b.wait_text("#pe-hsts_max_age-error", "hsts_max_age 0: must be 1 to");
+    let invalid = "return document.getElementById(arguments[0]).getAttribute('aria-invalid')";
+    assert_eq!(b.js(invalid, vec![json!("pe-hsts_max_age")]), "true");
+    assert_eq!(
+        api.get("/v1/domains?limit=1").json,
+        before,
+        "nothing changed"
+    );
+    assert_eq!(hsts(&edge), None);
+    b.click("#pe-hsts_include_subdomains");
+    submit(&b, "pe-https-title", &[("#pe-hsts_max_age", "31536000")]);
+    wait_toast(&b, "HTTPS policy saved");
+    let year = "max-age=31536000; includeSubDomains";
+    assert_eq!(hsts(&edge).as_deref(), Some(year));
+    b.wait_text("main tbody td", "HSTS 31536000 s");
+
+    // Its own rate limit: a bad rule named at its field; a low one answers 429 through the edge.
+    submit(&b, "pe-limits-title", &[("#pe-req_rate", "many:deny")]);
+    b.wait_text("#pe-req_rate-error", "many");
+    assert_eq!(
+        api.get("/v1/limits").json["domains"],
+        json!({}),
+        "nothing changed"
+    );
+    submit(&b, "pe-limits-title", &[("#pe-req_rate", "3:deny-429")]);
+    // The policy is checked whole: the soft tier must stay below the hard one.
+    b.wait_text("#pe-req_rate_soft-error", "must be below req_rate (3)");
+    submit(&b, "pe-limits-title", &[("#pe-req_rate_soft", "off")]);
+    wait_toast(&b, "its own rate limits saved");
+    let client = Ipv4Addr::new(127, 0, 0, 5);
+    let got: Vec<u16> = (0..4)
+        .map(|_| edge.get_from(client, SHOP, "/").status)
+        .collect();
+    assert_eq!(got, vec![200, 200, 200, 429]);
+    assert_eq!(
+        edge.get(SHOP, "/").status,
+        200,
+        "another client has its own counters"
+    );
+    b.wait_text("main tbody td", "own · use default");
+
+    // WordPress thresholds: 0 refused at its field; 5 kept.
+    b.click("#pe-profiles");
+    submit(&b, "pe-wp-title", &[("#pe-wp_login_posts", "0")]);
+    b.wait_text("#pe-wp_login_posts-error", "wp_login_posts");
+    submit(&b, "pe-wp-title", &[("#pe-wp_login_posts", "5")]);
+    wait_toast(&b, "wordpress profile saved");
+    let shown = api.get("/v1/domains?limit=1").json["domains"][0]["protections"].clone();
+    assert_eq!(
+        (shown["profiles"].clone(), shown["wp_login_posts"].clone()),
+        (json!(["wordpress"]), json!(5)),
+        "{shown}"
+    );
+    b.wait_text("main tbody td", "wordpress");
+    b.screenshot("protections-edit");
 }
 
 #[test]

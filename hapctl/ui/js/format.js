@@ -124,3 +124,11 @@ export function size(bytes) {
   if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
   return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
 }
+
+/** A number field's value for the API: empty → null, digits → a number, anything else as
+ * typed (so the API's refusal names it). */
+export function numberOrText(text) {
+  const t = text.trim();
+  if (t === '') return null;
+  return /^\d+$/.test(t) ? Number(t) : t;
+}

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   duration, ago, until, daysLeft, expiryLevel, parseBulk, splitField, parseServers, serversText, seg,
-  diffLines, size,
+  diffLines, size, numberOrText,
 } from '../js/format.js';
 
 test('durations are short and readable', () => {
@@ -73,4 +73,11 @@ test('a diff is split into kinds of lines, and sizes read as bytes', () => {
   assert.equal(size(900), '900 B');
   assert.equal(size(12_600), '12.3 KiB');
   assert.equal(size(3 * 1024 * 1024), '3.0 MiB');
+});
+
+test('number fields: empty is null, digits a number, the rest as typed', () => {
+  assert.equal(numberOrText('  '), null);
+  assert.equal(numberOrText(' 31536000 '), 31536000);
+  assert.equal(numberOrText('1y'), '1y');
+  assert.equal(numberOrText('-5'), '-5');
 });

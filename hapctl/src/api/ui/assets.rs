@@ -32,6 +32,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/blocks.js" => JS,
     "js/pages/certificates.js" => JS,
     "js/pages/protections.js" => JS,
+    "js/pages/protect-edit.js" => JS,
     "js/pages/deliveries.js" => JS,
     "js/pages/applies.js" => JS,
 ];

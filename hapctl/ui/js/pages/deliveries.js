@@ -4,10 +4,36 @@
 import { call, get } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast } from '../dom.js';
 import { poll, stamp } from '../live.js';
-import { duration } from '../format.js';
+import { duration, size } from '../format.js';
 
 function stepsList(steps) {
   return steps.map((s) => h('li', null, h('strong', null, s.name), ` ${duration(s.ms)}`, s.detail ? ` · ${s.detail}` : ''));
+}
+
+/** The proofs of cutovers (hapctl prove's journals): each one's checks, timeline, failures and
+ * way back, read when its details are opened. */
+function proofList() {
+  const t = table('Proofs of cutovers (hapctl prove, newest first)', ['Written', 'Proof', 'Journal']);
+  const poller = poll('/v1/proofs', 10000, (list) => {
+    rows(t.tbody, list, (j) => j.name, (j) => {
+      const box = h('div', { class: 'diff-box' }, h('p', { class: 'hint', role: 'status' }, 'Loading the journal…'));
+      const d = h('details', null, h('summary', { 'aria-label': `Journal ${j.name}` }, `${j.name} (${size(j.bytes)})`), box);
+      d.addEventListener('toggle', async () => {
+        if (!d.open || box.dataset.loaded) return;
+        box.dataset.loaded = '1';
+        try {
+          const r = await get(`/v1/proofs/${encodeURIComponent(j.name)}`);
+          fill(box, h('pre', { class: 'journal', tabindex: '0', 'aria-label': `Journal ${j.name}` }, r.json.markdown));
+        } catch (e) { delete box.dataset.loaded; state(box, 'error', `Cannot read the journal: ${e.message}`); }
+      });
+      const passed = /PASSED\s*$/.test(j.title);
+      return h('tr', null,
+        h('td', null, new Date(j.modified * 1000).toLocaleString()),
+        h('th', { scope: 'row' }, h('span', { class: `outcome ${passed ? 'delivered' : 'failed'}` }, j.title)),
+        h('td', null, d));
+    }, { columns: t.columns, text: 'No proof yet: hapctl prove --cycle VERSION measures a delivery and its rollback from outside.' });
+  });
+  return { el: t.el, stop: () => poller.stop() };
 }
 
 export default {
@@ -102,7 +128,8 @@ export default {
       if (e && e.field) showError(form, 'v-app', e.message);
     });
 
-    fill(main, h('h1', null, 'Deliveries'), status, gens.el, h('div', { class: 'forms' }, form, progress), hist.el);
-    return () => { p.stop(); history.stop(); };
+    const proofs = proofList();
+    fill(main, h('h1', null, 'Deliveries'), status, gens.el, h('div', { class: 'forms' }, form, progress), hist.el, proofs.el);
+    return () => { p.stop(); history.stop(); proofs.stop(); };
   },
 };

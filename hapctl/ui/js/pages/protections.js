@@ -1,10 +1,12 @@
-// Protections: per domain (suspension, the wordpress profile), the edge-wide rate limits and
-// exemptions, and the busiest clients of the rate-limit table.
+// Protections: per domain (suspension, the wordpress profile; the editor of protect-edit.js for
+// HTTPS, own limits and wordpress thresholds), the edge-wide rate limits and exemptions, and the
+// busiest clients of the rate-limit table.
 
 import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
 import { poll, stamp } from '../live.js';
 import { seg } from '../format.js';
+import { editor } from './protect-edit.js';
 
 export default {
   title: 'Protections',
@@ -19,6 +21,15 @@ export default {
       try { await call(method, path, body); toast(done); } catch (e) { toast(`Refused: ${e.message}`); }
       button.disabled = false;
     };
+    // The editor of one domain, opened from its row; the limits as last read.
+    const edit = h('div', { class: 'editor-slot' });
+    let lastLimits = null;
+    const openEditor = (d) => {
+      const policy = (lastLimits && (lastLimits.domains[d.domain] || lastLimits.default)) || {};
+      fill(edit, editor(d, policy));
+      edit.querySelector('h2').focus();
+    };
+    edit.addEventListener('saved', () => { domains.now(); limits.now(); });
     const domains = poll(() => `/v1/domains?limit=50${q ? `&q=${encodeURIComponent(q)}` : ''}`, 5000, (page) => {
       dStatus.hidden = true;
       stamp();
@@ -56,7 +67,8 @@ export default {
           h('td', null, redirect, https.hsts_max_age ? h('span', { class: 'hint' }, ` HSTS ${https.hsts_max_age} s`) : null),
           h('td', null, wp ? 'wordpress' : 'none'),
           h('td', null, ownLimits),
-          h('td', { class: 'row-actions' }, suspend, profile));
+          h('td', { class: 'row-actions' }, suspend, profile,
+            h('button', { type: 'button', class: 'quiet', 'aria-label': `Edit the protections of ${d.domain}`, onclick: () => openEditor(d) }, 'Edit')));
       }, { columns: dt.columns, text: q ? `No domain matches “${q}”.` : 'No domain yet.' });
     }, (e) => { dStatus.hidden = false; state(dStatus, 'error', `Cannot list the domains: ${e.message}`); });
     let debounce = null;
@@ -72,6 +84,7 @@ export default {
     const windows = h('p', { class: 'summary' });
     const limits = poll('/v1/limits', 10000, (l) => {
       lStatus.hidden = true;
+      lastLimits = l;
       windows.textContent = `Windows: requests ${l.windows.req} s, connections ${l.windows.conn} s, errors ${l.windows.err} s · tarpit ${l.tarpit_secs} s · local clients ${l.local_exempt ? 'exempt' : 'limited'} · ${Object.keys(l.domains).length} domain(s) with their own policy`;
       rows(lt.tbody, Object.entries(l.default), ([k]) => k, ([k, v]) => h('tr', null, h('th', { scope: 'row' }, k), h('td', null, v)),
         { columns: 2, text: 'No rule.' });
@@ -109,7 +122,7 @@ export default {
 
     fill(main, h('h1', null, 'Protections'),
       h('section', { 'aria-labelledby': 'pd' }, h('h2', { id: 'pd' }, 'Per domain'),
-        h('div', { class: 'toolbar' }, field('p-search', 'Search domains', search)), dStatus, dt.el),
+        h('div', { class: 'toolbar' }, field('p-search', 'Search domains', search)), dStatus, dt.el, edit),
       h('section', { 'aria-labelledby': 'pl' }, h('h2', { id: 'pl' }, 'Rate limits'), lStatus, windows, lt.el, et.el, exempt),
       h('section', { 'aria-labelledby': 'ps' }, h('h2', { id: 'ps' }, 'Security top'), sStatus, st.el));
     return () => { domains.stop(); limits.stop(); stats.stop(); };

@@ -1,0 +1,88 @@
+// The protections of one domain, edited: its HTTPS policy (redirect, HSTS), its own rate-limit
+// policy and the wordpress profile with its thresholds. Each part is its own API call, so each
+// form shows its own refusal, at the field the API names.
+
+import { call } from '../api.js';
+import { h, field, clearErrors, showError, toast } from '../dom.js';
+import { seg, numberOrText } from '../format.js';
+
+const SLOTS = [
+  ['req_rate', 'Requests per window'],
+  ['req_rate_soft', 'Requests per window (soft)'],
+  ['conn_rate', 'New connections per window'],
+  ['conn_cur', 'Open connections'],
+  ['err_rate', 'Errors per window'],
+];
+
+function text(id, label, value, hint) {
+  const input = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', value: value ?? '' });
+  return { input, el: field(id, label, input, hint) };
+}
+
+function check(id, label, checked) {
+  const input = h('input', { type: 'checkbox', id, name: id, checked });
+  return { input, el: h('div', { class: 'field check' }, h('label', null, input, label), h('p', { class: 'field-error', id: `${id}-error` })) };
+}
+
+/** A form whose submit sends `body()` with `method` to `path`; the API's refusal is shown at
+ * the control `pe-<field>` (or on the form's own line). */
+function form(title, id, controls, method, path, body, saved) {
+  const submit = h('button', { type: 'submit' }, 'Save');
+  const f = h('form', { class: 'panel', 'aria-labelledby': id, novalidate: true },
+    h('h3', { id }, title), controls, h('p', { class: 'field-error form-error', role: 'alert' }), h('div', { class: 'actions' }, submit));
+  f.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    clearErrors(f);
+    submit.disabled = true;
+    try {
+      await call(method, path, body());
+      toast(saved);
+      f.dispatchEvent(new CustomEvent('saved', { bubbles: true }));
+    } catch (e) {
+      showError(f, e.field ? `pe-${e.field.replace(/\W.*$/, '')}` : null, e.message);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return f;
+}
+
+/** The editor of domain `d` (an entry of GET /v1/domains?limit…), its current limits `policy`. */
+export function editor(d, policy) {
+  const name = seg(d.domain);
+  const https = d.https || { redirect: 'off' };
+  const redirect = h('select', null, [['off', 'served on both'], ['301', '301 redirect'], ['308', '308 redirect']]
+    .map(([v, t]) => h('option', { value: v, selected: https.redirect === v }, t)));
+  const age = text('pe-hsts_max_age', 'HSTS max-age (seconds)', https.hsts_max_age, 'empty: no Strict-Transport-Security header; 31536000 is a year');
+  const subs = check('pe-hsts_include_subdomains', 'HSTS includeSubDomains', !!https.hsts_include_subdomains);
+  const httpsForm = form('HTTPS', 'pe-https-title', [field('pe-redirect', 'HTTP to HTTPS', redirect), age.el, subs.el],
+    'PUT', `/v1/domains/${name}/https`,
+    () => ({ redirect: redirect.value, hsts_max_age: numberOrText(age.input.value), hsts_include_subdomains: subs.input.checked }),
+    `${d.domain}: HTTPS policy saved`);
+
+  const rules = SLOTS.map(([slot, label]) => [slot, text(`pe-${slot}`, label, policy[slot])]);
+  const limitsForm = form(`Rate limits (${d.own_limits ? 'its own' : 'the default, until saved'})`, 'pe-limits-title',
+    [h('p', { class: 'hint' }, 'Each: off, or THRESHOLD:ACTION — log, deny (403; deny-429, deny-503) or tarpit.'), rules.map(([, r]) => r.el)],
+    'PUT', `/v1/domains/${name}/limits`,
+    () => ({ rules: Object.fromEntries(rules.map(([slot, r]) => [slot, r.input.value.trim()])) }),
+    `${d.domain}: its own rate limits saved`);
+
+  const p = d.protections || { profiles: [], wp_admin_gate: true, wp_login_posts: 30, wp_xmlrpc_posts: 60 };
+  const wp = check('pe-profiles', 'WordPress profile (login challenge, POST limits, wp-admin gate)', p.profiles.includes('wordpress'));
+  const gate = check('pe-wp_admin_gate', 'wp-admin gate for anonymous visitors', p.wp_admin_gate);
+  const login = text('pe-wp_login_posts', 'Login POSTs per client per 60 s', p.wp_login_posts);
+  const xmlrpc = text('pe-wp_xmlrpc_posts', 'xmlrpc POSTs per client per 60 s', p.wp_xmlrpc_posts);
+  const wpForm = form('WordPress', 'pe-wp-title', [wp.el, gate.el, login.el, xmlrpc.el],
+    'PUT', `/v1/domains/${name}/profiles`,
+    () => ({
+      profiles: wp.input.checked ? ['wordpress'] : [],
+      wp_admin_gate: gate.input.checked,
+      wp_login_posts: numberOrText(login.input.value) ?? undefined,
+      wp_xmlrpc_posts: numberOrText(xmlrpc.input.value) ?? undefined,
+    }),
+    `${d.domain}: wordpress profile saved`);
+
+  return h('section', { class: 'editor', 'aria-labelledby': 'pe-title' },
+    h('h2', { id: 'pe-title', tabindex: '-1' }, `Protections of ${d.domain}`),
+    h('div', { class: 'forms' }, httpsForm, limitsForm, wpForm));
+}
