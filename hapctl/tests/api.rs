@@ -289,6 +289,7 @@ fn every_route_but_health_needs_the_right_token() {
         path.replace("{name}", "auth.example.com")
             .replace("{key}", "192.0.2.1")
             .replace("{domain}", "auth.example.com")
+            .replace("{id}", "1")
     };
     assert!(
         routes.iter().all(|(_, p, _)| !concrete(p).contains('{')),

@@ -97,6 +97,10 @@ fn the_dashboard_files_are_served_embedded_with_strict_headers() {
     let bare = send(&api, "GET", "/ui", &[], None);
     assert_eq!(bare.status, 308);
     assert_eq!(bare.header("location"), Some("/ui/"));
+    // The old manager's page (GET /, no token) leads to the dashboard.
+    let root = send(&api, "GET", "/", &[], None);
+    assert_eq!(root.status, 200, "{root:?}");
+    assert!(root.text.contains(r#"<a href="/ui/">"#), "{}", root.text);
 }
 
 #[test]

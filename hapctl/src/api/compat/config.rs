@@ -140,7 +140,8 @@ pub async fn root() -> Response {
     html(format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>hapctl</title>\
          <style>{STYLE}</style></head>\n<body><h1>hapctl</h1>\
-         <p>This edge is managed by hapctl. It has no web interface: use the <code>hapctl</code> command, \
-         or the HTTP API described at <code>/openapi.json</code> (bearer token needed).</p></body></html>\n"
+         <p>This edge is managed by hapctl. Its web dashboard is at <a href=\"/ui/\">/ui/</a> (sign in \
+         with the API token); there is also the <code>hapctl</code> command, and the HTTP API described \
+         at <code>/openapi.json</code> (bearer token needed).</p></body></html>\n"
     ))
 }
