@@ -16,7 +16,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::daemon::{http_request, Daemon};
+use common::pki::TestCa;
 use common::{demo_app_edge, Backend, Edge};
+use hapctl::tls::probe;
+use hapctl::tls::x509::{serial_matches, CertInfo};
 use webdriver::Browser;
 
 const SHOP: &str = "shop.example.com";
@@ -441,6 +444,13 @@ fn wait_toast(b: &Browser, text: &str) {
     );
 }
 
+/// The serial of the leaf the HTTPS bind serves for `SHOP`.
+fn served_serial(edge: &Edge) -> String {
+    let served = probe::handshake(edge.https_addr(), SHOP, Duration::from_secs(5)).unwrap();
+    let leaf = served.chain.first().expect("a certificate");
+    CertInfo::from_der(leaf).unwrap().serial
+}
+
 /// Types each `(field, value)` into the editor's form headed `title`, then submits it.
 fn submit(b: &Browser, title: &str, fields: &[(&str, &str)]) {
     for (field, value) in fields {
@@ -452,7 +462,7 @@ fn submit(b: &Browser, title: &str, fields: &[(&str, &str)]) {
 }
 
 #[test]
-fn protections_are_edited_from_the_page_with_refusals_at_their_fields() {
+fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their_fields() {
     let edge = Edge::started();
     let app = Backend::start("shop");
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
@@ -527,6 +537,55 @@ fn protections_are_edited_from_the_page_with_refusals_at_their_fields() {
     );
     b.wait_text("main tbody td", "wordpress");
     b.screenshot("protections-edit");
+
+    // A certificate imported through the page: a bundle without its key refused at the PEM
+    // field, nothing changed; the whole bundle listed and served on the HTTPS bind.
+    let ca = TestCa::new("dashboard");
+    let leaf = ca.leaf(&[SHOP]);
+    let bundle = ca.bundle(&leaf);
+    open(&b, &api, "certificates", "Certificates");
+    let paste = "const e = document.getElementById('c-pem'); e.value = arguments[0]; e.dispatchEvent(new Event('input'))";
+    let import = |pem: &str| {
+        b.js(paste, vec![json!(pem)]);
+        submit(&b, "cert-form-title", &[("#c-name", SHOP)]);
+    };
+    let without_key = bundle.replace(&leaf.key_pem, "");
+    assert_ne!(without_key, bundle);
+    import(&without_key);
+    let refusal = b.wait_js(
+        "the refusal at the PEM field",
+        "const e = document.getElementById('c-pem-error'); return document.getElementById('c-pem').getAttribute('aria-invalid') === 'true' && e.textContent",
+        vec![],
+    );
+    assert!(refusal.as_str().unwrap().contains("key"), "{refusal}");
+    let listed = || {
+        api.get("/v1/certificates").json["certificates"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(listed(), 1, "only the default");
+    import(&bundle);
+    wait_toast(&b, &format!("{SHOP} served"));
+    b.wait_text("main tbody th", SHOP);
+    b.wait_text("main tbody", "upload");
+    assert_eq!(listed(), 2);
+    let serial = served_serial(&edge);
+    assert!(serial_matches(&serial, &leaf.serial), "{serial}");
+    // The key does not stay in the page once it is served.
+    let left = b.js("return document.getElementById('c-pem').value", vec![]);
+    assert_eq!(left, "", "the PEM field keeps the key");
+    b.screenshot("certificates-imported");
+    // Deleted from the page (asked twice): the default certificate answers again.
+    let delete = format!("button[aria-label='Delete {SHOP}']");
+    b.click(&delete);
+    b.click(&delete);
+    wait_toast(&b, &format!("{SHOP} deleted"));
+    assert_eq!(listed(), 1);
+    assert!(
+        !serial_matches(&served_serial(&edge), &leaf.serial),
+        "still served"
+    );
 }
 
 #[test]
