@@ -31,6 +31,7 @@ mod server_change;
 mod stats;
 mod sys;
 mod traffic;
+mod waf;
 
 use std::cell::OnceCell;
 use std::io::BufRead;
@@ -119,6 +120,12 @@ const SECTIONS: &[Section] = &[
         long: true,
     },
     Section {
+        name: "waf",
+        about: "the WAF agent: req/s and p99 through the edge with a domain's WAF off, detect-only and blocking (alternating rounds), the agent's time per request, CPU and RSS",
+        run: waf::run,
+        long: false,
+    },
+    Section {
         name: "cutovers",
         about: "consecutive cutovers, each proven by hapctl's prove checks under 200 req/s and long streams (--count, --with-changes)",
         run: cutovers::run,
@@ -130,7 +137,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, rss, protect, logs, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, rss, protect, logs, waf, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
