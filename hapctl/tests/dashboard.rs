@@ -370,23 +370,44 @@ fn a_delivery_and_a_rollback_show_their_steps_as_they_run() {
         "{generations}"
     );
 
-    // A delivery proved from outside (hapctl prove --cycle): its journal on the page.
+    // A delivery proved from outside, from the page (POST /v1/proofs: hapctl prove of
+    // hapctl deliver): prove's lines while it runs, then its checks and its journal.
     b.wait_text("main tbody", "No proof yet");
-    // Held streams, so that a slow cutover on a loaded machine still spans them.
-    let args = "prove --settle 300ms --streams 1 --stream-lines 1000 --stream-interval-ms 50 \
-                --stream-hold 500ms --timeout 30s --cycle v3";
-    let out = edge.run(&args.split_whitespace().collect::<Vec<_>>());
-    // 9: measured, a check failed (the journal says which): the page shows it the same.
-    let code = out.status.code();
-    assert!(matches!(code, Some(0 | 9)), "{}", common::describe(&out));
+    b.click("#v-prove");
+    b.fill("#v-version", "v3\u{E007}");
+    b.wait_js(
+        "prove's lines while it runs",
+        "return document.querySelector('.progress .state.loading') && document.querySelectorAll('.progress .steps li').length > 0",
+        vec![],
+    );
+    // Measured either way (a failed check on a loaded machine is shown the same).
+    let line = b.wait_text(
+        ".progress .state.ok, .progress .state.bad",
+        "prove shop → v3: ",
+    );
+    let passed = line.contains(": proved");
+    assert!(passed || line.contains(": failed"), "{line}");
+    edge.wait_for_body(host, "v3\n");
+    for check in [
+        "master",
+        "new-worker",
+        "probe",
+        "streams",
+        "version",
+        "command",
+    ] {
+        b.wait_text(".progress .checks li", &format!("{check}: "));
+    }
+    b.screenshot("deliveries-proved");
     let listed = &api.get("/v1/proofs").json[0];
-    let verdict = if code == Some(0) { "PASSED" } else { "FAILED" };
-    let title = format!("Proof of a delivery and its rollback: {verdict}");
+    let verdict = if passed { "PASSED" } else { "FAILED" };
+    let title = format!("Proof of a cutover: {verdict}");
     assert_eq!(listed["title"], title.as_str(), "{listed}");
     b.wait_text("main tbody th", &title);
     let name = listed["name"].as_str().unwrap().to_string();
+    assert!(line.contains(&name), "{line} names the journal");
     b.click(&format!("summary[aria-label='Journal {name}']"));
-    let journal = b.wait_text("pre.journal", "## deliver v3");
+    let journal = b.wait_text("pre.journal", "deliver v3 --app shop");
     assert_eq!(
         journal,
         api.get(&format!("/v1/proofs/{name}")).json["markdown"]

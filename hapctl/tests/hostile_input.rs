@@ -1128,6 +1128,7 @@ fn base_body(method: &str, path: &str) -> Option<Value> {
             json!({"ip": "198.51.100.200", "reason": "hostile", "author": "hostile", "ttl": "1h"})
         }
         ("POST", "/v1/deliveries") => json!({"app": "shop", "version": "v1"}),
+        ("POST", "/v1/proofs") => json!({"app": "shop", "version": "v1"}),
         ("POST", "/v1/rollback") => json!({"app": "shop"}),
         ("POST", "/api/domain") => json!({
             "domain": OK_NAME, "backend_name": "ignored", "template_override": null, "is_wildcard": false,

@@ -19,6 +19,7 @@ mod metrics;
 mod notify;
 mod policies;
 mod profiles;
+mod proving;
 mod renewals;
 mod routes;
 mod supervision;

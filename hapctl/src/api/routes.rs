@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, history, limits, policies, profiles, ui, v1, AppState,
-    BODY_LIMIT,
+    auth, certs, compat, count_requests, history, limits, policies, profiles, proving, ui, v1,
+    AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -179,6 +179,8 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/v1/applies", "Apply history with outcomes and durations, newest first; diff_bytes: the size of each apply's diff", None), get(history::list_applies)),
         (doc("get", "/v1/applies/{id}", "One apply with its diff: the unified diff of the rendered files it changed (at most 256 KiB, password values and private keys masked)", None), get(history::get_apply)),
         (doc("get", "/v1/proofs", "The journals of hapctl prove (proofs of cutovers), newest first: {name, title, modified, bytes}", None), get(history::list_proofs)),
+        (doc("post", "/v1/proofs", "Deliver a version proved from outside (hapctl prove -- hapctl deliver VERSION): streams, a probe, the master and the version served are measured through the public bind while it runs (its lines are the steps of /v1/deliveries/current); answers {outcome: proved|failed, passed, checks, journal}",
+            Some(json!({"type": "object", "required": ["version"], "properties": {"app": {"type": "string"}, "version": {"type": "string"}}}))), post(proving::post_proof)),
         (doc("get", "/v1/proofs/{name}", "One proof's journal: {name, markdown} (its checks, timeline, failures and the way back)", None), get(history::get_proof)),
         (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),
         (doc("get", "/openapi.json", "This document", None), get(openapi)),

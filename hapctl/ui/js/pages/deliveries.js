@@ -33,7 +33,7 @@ function proofList() {
         h('td', null, d));
     }, { columns: t.columns, text: 'No proof yet: hapctl prove --cycle VERSION measures a delivery and its rollback from outside.' });
   });
-  return { el: t.el, stop: () => poller.stop() };
+  return { el: t.el, now: () => poller.now(), stop: () => poller.stop() };
 }
 
 export default {
@@ -65,14 +65,18 @@ export default {
 
     // The cutover in progress.
     const progress = h('section', { class: 'panel progress', 'aria-labelledby': 'progress-title', 'aria-live': 'polite' },
-      h('h2', { id: 'progress-title' }, 'Cutover'), h('p', { class: 'state' }, 'No cutover running.'), h('ol', { class: 'steps' }));
-    const [, line, list] = progress.children;
+      h('h2', { id: 'progress-title' }, 'Cutover'), h('p', { class: 'state' }, 'No cutover running.'), h('ol', { class: 'steps' }),
+      h('ul', { class: 'checks' }));
+    const [, line, list, checks] = progress.children;
     function showRun(run, done) {
       line.textContent = done
         ? `${run.kind} ${run.app} → ${run.to}: ${run.outcome} in ${duration(run.total_ms)}. ${run.message || ''}`
         : `${run.kind} ${run.app} → ${run.version || 'the previous generation'}: running…`;
-      line.className = `state ${done ? (['delivered', 'already-live'].includes(run.outcome) ? 'ok' : 'bad') : 'loading'}`;
+      line.className = `state ${done ? (['delivered', 'already-live', 'proved'].includes(run.outcome) ? 'ok' : 'bad') : 'loading'}`;
       fill(list, stepsList(run.steps || []));
+      // A proof's checks: what was required and what was measured.
+      fill(checks, (done && run.checks ? run.checks : []).map((c) => h('li', null,
+        h('strong', { class: c.status === 'pass' ? 'ok' : 'bad' }, `${c.name}: ${c.status}`), ` · ${c.measured}`)));
     }
     async function cutover(button, path, body) {
       for (const b of main.querySelectorAll('.cutover button')) b.disabled = true;
@@ -102,6 +106,7 @@ export default {
         for (const b of main.querySelectorAll('.cutover button')) b.disabled = false;
         p.now();
         history.now();
+        proofs.now();
       }
     }
 
@@ -109,17 +114,20 @@ export default {
     const version = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false' });
     const deliver = h('button', { type: 'submit' }, 'Deliver');
     const rollback = h('button', { type: 'button', class: 'quiet' }, 'Roll back');
+    const prove = h('input', { type: 'checkbox', id: 'v-prove', name: 'v-prove' });
     const form = h('form', { class: 'panel cutover', 'aria-labelledby': 'deliver-title', novalidate: true },
       h('h2', { id: 'deliver-title' }, 'Deliver a version'),
       field('v-app', 'App', app),
       field('v-version', 'Version', version),
+      h('div', { class: 'field check' }, h('label', null, prove, 'Prove it: measure the delivery from outside (hapctl prove; the app answers its version on /)')),
       h('p', { class: 'field-error form-error', role: 'alert' }),
       h('div', { class: 'actions' }, deliver, rollback));
     const target = () => (app.value.trim() ? { app: app.value.trim() } : {});
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
       clearErrors(form);
-      const e = await cutover(deliver, '/v1/deliveries', { ...target(), version: version.value.trim() });
+      const path = prove.checked ? '/v1/proofs' : '/v1/deliveries';
+      const e = await cutover(deliver, path, { ...target(), version: version.value.trim() });
       if (e && e.field) showError(form, e.field === 'app' ? 'v-app' : 'v-version', e.message);
     });
     rollback.addEventListener('click', async () => {
