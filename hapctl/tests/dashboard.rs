@@ -558,6 +558,17 @@ fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their
     );
     b.wait_text("main tbody td", "wordpress");
     b.screenshot("protections-edit");
+    // The row's switch turns the profile off and keeps the thresholds.
+    b.click(&format!(
+        "button[aria-label='Remove the wordpress profile on {SHOP}']"
+    ));
+    wait_toast(&b, "wordpress off");
+    let kept = api.get("/v1/domains?limit=1").json["domains"][0]["protections"].clone();
+    assert_eq!(
+        (kept["profiles"].clone(), kept["wp_login_posts"].clone()),
+        (json!([]), json!(5)),
+        "{kept}"
+    );
 
     // A certificate imported through the page: a bundle without its key refused at the PEM
     // field, nothing changed; the whole bundle listed and served on the HTTPS bind.

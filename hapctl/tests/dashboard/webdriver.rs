@@ -189,12 +189,24 @@ impl Browser {
         }
     }
 
-    /// Clicks like a person (the driver scrolls it into view; a hidden one is an error). A
-    /// live update may redraw the element between finding and clicking it: then it is found
+    /// Clicks like a person (scrolled to the middle of the window; a hidden one is an error).
+    /// A live update may redraw the element between finding and clicking it: then it is found
     /// again.
     pub fn click(&self, css: &str) {
         for _ in 0..5 {
             let id = self.element(css);
+            // In the middle of the window: the driver's own scrolling can leave it under the
+            // sticky header.
+            let element = json!({"element-6066-11e4-a52e-4f735466cecf": id});
+            let center = "arguments[0].scrollIntoView({block: 'center'})";
+            let script = json!({"script": center, "args": [element]});
+            let execute = format!("/session/{}/execute/sync", self.session);
+            if let Err(e) = self.request("POST", &execute, Some(&script)) {
+                if e.contains("stale element reference") {
+                    continue;
+                }
+                panic!("{e}");
+            }
             let path = format!("/session/{}/element/{id}/click", self.session);
             match self.request("POST", &path, Some(&json!({}))) {
                 Err(e) if e.contains("stale element reference") => continue,

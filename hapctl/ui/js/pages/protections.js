@@ -43,7 +43,7 @@ export default {
         });
         const profile = h('button', { type: 'button', 'aria-label': `${wp ? 'Remove' : 'Add'} the wordpress profile on ${d.domain}` }, wp ? 'WordPress off' : 'WordPress on');
         profile.addEventListener('click', async () => {
-          await act(profile, 'PUT', `/v1/domains/${name}/profiles`, { profiles: wp ? [] : ['wordpress'] }, `${d.domain}: wordpress ${wp ? 'off' : 'on'}`);
+          await act(profile, 'PUT', `/v1/domains/${name}/profiles`, { ...d.protections, profiles: wp ? [] : ['wordpress'] }, `${d.domain}: wordpress ${wp ? 'off' : 'on'}`);
           domains.now();
         });
         const https = d.https || { redirect: 'off' };
