@@ -11,6 +11,8 @@
 //!
 //! Everything else must be equal, or the change needs a reload.
 
+use std::collections::BTreeMap;
+
 use crate::model::{Backend, Domain, EdgeState, Server, ServerHost, SlotKind};
 
 /// One change to one backend's servers in the running worker. `name` is the server's name
@@ -86,18 +88,8 @@ const DEFAULT_WEIGHT: u16 = 1;
 /// The operations that turn `old` into `new` in the worker. Added domains are placed into
 /// free slots of `new.placement`, which the caller saves with the change.
 pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRuntime> {
-    let added: Vec<Domain> = new
-        .domains
-        .keys()
-        .filter(|d| !old.domains.contains_key(*d))
-        .cloned()
-        .collect();
-    let removed: Vec<Domain> = old
-        .domains
-        .keys()
-        .filter(|d| !new.domains.contains_key(*d))
-        .cloned()
-        .collect();
+    let added = keys_missing_from(&new.domains, &old.domains);
+    let removed = keys_missing_from(&old.domains, &new.domains);
     // Everything but the servers of the domains both have must be equal. Compared field by
     // field, without copying the states (tens of ms at 10,000 domains).
     let others_equal = others_equal(old, new);
@@ -197,6 +189,15 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         return Err(NotRuntime::Unchanged);
     }
     Ok(plan)
+}
+
+/// The domains of `these` that `other` does not have.
+fn keys_missing_from<V>(these: &BTreeMap<Domain, V>, other: &BTreeMap<Domain, V>) -> Vec<Domain> {
+    these
+        .keys()
+        .filter(|d| !other.contains_key(*d))
+        .cloned()
+        .collect()
 }
 
 /// The slot kind an added domain can take, or why it needs a backend section of its own.
