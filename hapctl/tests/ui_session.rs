@@ -286,3 +286,136 @@ fn domains_are_listed_by_pages_with_a_search() {
         assert!(!r.error_field().is_empty(), "{bad}: {r:?}");
     }
 }
+
+/// `curl` over the edge's HTTPS bind with `host` resolved to it: `(status, headers, body)`.
+fn through_edge(
+    edge: &Edge,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, String, String) {
+    let port = edge.https_port;
+    let mut curl = std::process::Command::new("curl");
+    curl.args([
+        "-sSk",
+        "-D",
+        "-",
+        "--max-time",
+        "10",
+        "-X",
+        method,
+        "--resolve",
+    ])
+    .arg(format!("{host}:{port}:127.0.0.1"));
+    for (k, v) in headers {
+        curl.arg("-H").arg(format!("{k}: {v}"));
+    }
+    if let Some(body) = body {
+        curl.args(["-H", "Content-Type: application/json", "--data-binary"])
+            .arg(body.to_string());
+    }
+    curl.arg(format!("https://{host}:{port}{path}"));
+    let out = common::run_bounded(curl, Duration::from_secs(15));
+    assert!(out.status.success(), "curl: {}", common::describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    let (head, body) = text.split_once("\n\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+#[test]
+fn the_dashboard_works_behind_the_edge_over_https() {
+    const ADMIN: &str = "admin.example.com";
+    let edge = Edge::started();
+    let app = Backend::start("shop");
+    let api = Daemon::start(&edge);
+    // The edge serves the API under a name of its own, TLS terminated by HAProxy.
+    edge.ok(&[
+        "domain",
+        "add",
+        ADMIN,
+        "--server",
+        &format!("127.0.0.1:{}", api.port),
+    ]);
+
+    let (status, _, page) = through_edge(&edge, ADMIN, "GET", "/ui/", &[], None);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("js/app.js"), "{page}");
+
+    let (status, head, body) = through_edge(
+        &edge,
+        ADMIN,
+        "POST",
+        "/ui/session",
+        &[],
+        Some(&json!({"token": api.token})),
+    );
+    assert_eq!(status, 200, "{head}{body}");
+    let set = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("a session cookie: {head}"));
+    assert!(
+        set.contains("; Secure") && set.contains("HttpOnly"),
+        "over HTTPS the cookie is Secure: {set}"
+    );
+    let cookie = set
+        .split_once(':')
+        .unwrap()
+        .1
+        .trim()
+        .split(';')
+        .next()
+        .unwrap();
+    let csrf = serde_json::from_str::<Value>(&body).unwrap()["csrf"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let c = [("Cookie", cookie)];
+    let (status, _, body) = through_edge(&edge, ADMIN, "GET", "/v1/status", &c, None);
+    assert_eq!(status, 200, "{body}");
+
+    // A change from the page's own public origin goes through; a foreign origin does not.
+    let change = json!({"servers": [{"address": app.addr()}]});
+    let path = format!("/v1/domains/{SHOP}");
+    let public_origin = format!("https://{ADMIN}:{}", edge.https_port);
+    let foreign = [
+        ("Cookie", cookie),
+        ("X-CSRF-Token", csrf.as_str()),
+        ("Origin", "https://attacker.example"),
+    ];
+    let (status, _, body) = through_edge(&edge, ADMIN, "PUT", &path, &foreign, Some(&change));
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        send(
+            &api,
+            "GET",
+            &path,
+            &[("Authorization", &format!("Bearer {}", api.token))],
+            None
+        )
+        .status,
+        404,
+        "nothing changed"
+    );
+    let own = [
+        ("Cookie", cookie),
+        ("X-CSRF-Token", csrf.as_str()),
+        ("Origin", public_origin.as_str()),
+    ];
+    let (status, _, body) = through_edge(&edge, ADMIN, "PUT", &path, &own, Some(&change));
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let (status, _, body) = through_edge(&edge, SHOP, "GET", "/", &[], None);
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "shop"),
+        "the new domain is served"
+    );
+}
