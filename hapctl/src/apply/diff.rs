@@ -17,6 +17,8 @@ pub const HISTORY_LIMIT: usize = 256 * 1024;
 const DIFF_TIMEOUT: Duration = Duration::from_millis(300);
 /// What replaces a masked value.
 const MASK: &str = "<masked>";
+/// Unchanged lines shown around each change (similar's default, as `diff -u`).
+const CONTEXT: usize = 3;
 
 /// The diff of the files `ids` from `old` to `new`, each file headed `PATH (label)`, at most
 /// `limit` bytes (whole hunks; a last line says what was left out).
@@ -31,17 +33,12 @@ pub fn unified(
     let mut out = String::new();
     let mut left_out = 0usize;
     for id in ids {
-        let (before, after) = (text(old.get(*id)), text(new.get(*id)));
         let path = id.path(paths).display().to_string();
-        let diff = similar::TextDiff::configure()
-            .timeout(DIFF_TIMEOUT)
-            .diff_lines(&before, &after);
         let mut header = Some(format!(
             "--- {path} ({})\n+++ {path} ({})\n",
             labels.0, labels.1
         ));
-        for hunk in diff.unified_diff().iter_hunks() {
-            let hunk = hunk.to_string();
+        for hunk in file_hunks(old.get(*id), new.get(*id)) {
             let head = header.as_ref().map_or(0, String::len);
             if left_out > 0 || out.len() + head + hunk.len() > limit {
                 left_out += 1;
@@ -61,12 +58,106 @@ pub fn unified(
     out
 }
 
-/// A file's text (absent: empty), masked.
-fn text(bytes: Option<&[u8]>) -> Cow<'_, str> {
-    match String::from_utf8_lossy(bytes.unwrap_or_default()) {
-        Cow::Borrowed(s) => mask(s),
-        Cow::Owned(s) => Cow::Owned(mask(&s).into_owned()),
+/// The unified hunks from `old` to `new` (absent: empty), masked.
+fn file_hunks(old: Option<&[u8]>, new: Option<&[u8]>) -> Vec<String> {
+    let before = String::from_utf8_lossy(old.unwrap_or_default());
+    let after = String::from_utf8_lossy(new.unwrap_or_default());
+    // A key block spans lines, so it is masked on the whole text; other secrets line by line.
+    let (before, after, shift) = if before.contains("PRIVATE KEY") || after.contains("PRIVATE KEY")
+    {
+        (mask(&before).into_owned(), mask(&after).into_owned(), 0)
+    } else {
+        let (b, a, shift) = trim_common(&before, &after);
+        (mask(b).into_owned(), mask(a).into_owned(), shift)
+    };
+    similar::TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(&before, &after)
+        .unified_diff()
+        .iter_hunks()
+        .map(|hunk| shift_lines(&hunk.to_string(), shift))
+        .collect()
+}
+
+/// `before` and `after` without the lines they share at their start and end, less `CONTEXT`
+/// lines each side, and how many lines were left out at the start. A one-line change to a
+/// 1.5 MB haproxy.cfg (10,000 domains) is then diffed in a few lines, not all 40,000.
+fn trim_common<'a>(before: &'a str, after: &'a str) -> (&'a str, &'a str, usize) {
+    let same = before
+        .bytes()
+        .zip(after.bytes())
+        .take_while(|(b, a)| b == a)
+        .count();
+    // Bytes, not chars: the texts may differ inside a character. Cuts are made after newlines.
+    let line_after = |t: &[u8]| t.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+    let mut start = line_after(&before.as_bytes()[..same]);
+    for _ in 0..CONTEXT {
+        if start == 0 {
+            break;
+        }
+        start = line_after(&before.as_bytes()[..start - 1]);
     }
+    let (b, a) = (&before[start..], &after[start..]);
+    let tail = b
+        .bytes()
+        .rev()
+        .zip(a.bytes().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let shared = &b.as_bytes()[b.len() - tail..];
+    let next_line = |from: usize| {
+        shared[from..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(tail, |i| from + i + 1)
+    };
+    // The shared end starts at a line start in both only after its first newline (or when
+    // both texts have one just before it).
+    let line_start = |t: &str| t.len() == tail || t.as_bytes()[t.len() - tail - 1] == b'\n';
+    let mut keep = if line_start(b) && line_start(a) {
+        0
+    } else {
+        next_line(0)
+    };
+    for _ in 0..CONTEXT {
+        keep = next_line(keep);
+    }
+    let skipped_lines = before[..start].bytes().filter(|&c| c == b'\n').count();
+    (
+        &b[..b.len() - tail + keep],
+        &a[..a.len() - tail + keep],
+        skipped_lines,
+    )
+}
+
+/// A hunk whose `@@ -A,B +C,D @@` line numbers are moved down by `by` lines.
+fn shift_lines(hunk: &str, by: usize) -> String {
+    let Some((head, rest)) = hunk.split_once('\n') else {
+        return hunk.to_string();
+    };
+    if by == 0 {
+        return hunk.to_string();
+    }
+    let shifted: Vec<String> = head
+        .split(' ')
+        .map(|word| match word.strip_prefix(['-', '+']) {
+            Some(range) if word.len() > 1 => {
+                let (first, count) = range
+                    .split_once(',')
+                    .map_or((range, None), |(f, c)| (f, Some(c)));
+                match first.parse::<usize>() {
+                    Ok(n) => {
+                        let sign = &word[..1];
+                        let count = count.map(|c| format!(",{c}")).unwrap_or_default();
+                        format!("{sign}{}{count}", n + by)
+                    }
+                    Err(_) => word.to_string(),
+                }
+            }
+            _ => word.to_string(),
+        })
+        .collect();
+    format!("{}\n{rest}", shifted.join(" "))
 }
 
 /// `text` with the values of HAProxy's secret-bearing keywords (`password`,
@@ -183,6 +274,66 @@ mod tests {
             "{cut}"
         );
         assert!(full.starts_with(cut.lines().next().unwrap()));
+    }
+
+    /// What similar makes of the whole texts, untrimmed.
+    fn plain(before: &str, after: &str) -> Vec<String> {
+        similar::TextDiff::configure()
+            .diff_lines(before, after)
+            .unified_diff()
+            .iter_hunks()
+            .map(|h| h.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn trimming_the_shared_lines_changes_no_hunk() {
+        let base: Vec<String> = (0..400).map(|n| format!("line {n}\n")).collect();
+        let text = |lines: &[String]| lines.concat();
+        type Edit = Box<dyn Fn(&mut Vec<String>)>;
+        let edits: Vec<(&str, Edit)> = vec![
+            ("one line", Box::new(|l| l[200] = "changed\n".into())),
+            ("first line", Box::new(|l| l[0] = "changed\n".into())),
+            ("last line", Box::new(|l| l[399] = "changed\n".into())),
+            ("insert", Box::new(|l| l.insert(150, "new\n".into()))),
+            ("delete", Box::new(|l| drop(l.remove(250)))),
+            ("append", Box::new(|l| l.push("extra\n".into()))),
+            (
+                "two places",
+                Box::new(|l| {
+                    l[10] = "a\n".into();
+                    l[380] = "b\n".into();
+                }),
+            ),
+            (
+                "a line's end",
+                Box::new(|l| l[100] = "line 100 and more\n".into()),
+            ),
+            (
+                "a line's start",
+                Box::new(|l| l[100] = "xline 100\n".into()),
+            ),
+            ("no final newline", Box::new(|l| l[399] = "line 399".into())),
+            ("emptied", Box::new(|l| l.clear())),
+        ];
+        for (what, edit) in edits {
+            let mut changed = base.clone();
+            edit(&mut changed);
+            for (before, after) in [(text(&base), text(&changed)), (text(&changed), text(&base))] {
+                let fast = file_hunks(Some(before.as_bytes()), Some(after.as_bytes()));
+                assert_eq!(fast, plain(&before, &after), "{what}");
+                assert!(!fast.is_empty(), "{what}");
+            }
+        }
+        // Texts that differ inside a character (é and è share their first byte).
+        let (before, after) = (
+            format!("{}caf\u{e9}\n{}", text(&base), text(&base)),
+            format!("{}caf\u{e8}x\n{}", text(&base), text(&base)),
+        );
+        let fast = file_hunks(Some(before.as_bytes()), Some(after.as_bytes()));
+        assert_eq!(fast, plain(&before, &after));
+        assert!(file_hunks(Some(b"same\n"), Some(b"same\n")).is_empty());
+        assert_eq!(file_hunks(None, Some(b"new\n")), plain("", "new\n"));
     }
 
     #[test]
