@@ -9,7 +9,9 @@ set -euo pipefail
 HAPCTL_SYSTEMD_IMAGE="${HAPCTL_SYSTEMD_IMAGE:-/var/cache/hapctl-tests/bookworm-systemd}"
 export HAPCTL_SYSTEMD_IMAGE
 
-_image_packages="systemd,systemd-sysv,dbus,haproxy,curl,procps"
+# libmodsecurity3 and modsecurity-crs: the WAF agent unit (tests/systemd_lab/waf.rs); the
+# container has no network, so whatever a test needs is in the image.
+_image_packages="systemd,systemd-sysv,dbus,haproxy,curl,procps,libmodsecurity3,modsecurity-crs"
 # Bump the trailing number when the preparation steps below change.
 _image_stamp="bookworm minbase ${_image_packages} prep-1"
 

@@ -12,6 +12,8 @@ mod container;
 mod package;
 #[path = "systemd_lab/probe.rs"]
 mod probe;
+#[path = "systemd_lab/waf.rs"]
+mod waf;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@ use super::container::Container;
 use super::probe::Probe;
 use super::{kill_master_under_probe, master_pid, served, wait_served};
 
-const SITE: &str = "shop.example";
+pub(super) const SITE: &str = "shop.example";
 /// What the site's backend (a demo-app) answers on `/`.
 const SITE_BODY: &str = "shop-1";
 
@@ -58,8 +58,9 @@ fn under_probe(c: &Container, what: &str, step: impl FnOnce()) {
     );
 }
 
-#[test]
-fn the_package_installs_adopts_upgrades_and_is_removed_under_a_probe() {
+/// A booted stock Debian whose HAProxy serves the site, with the package installed (nothing
+/// of HAProxy's changed), then adopted and `hapctl.service` running (production.md).
+pub(super) fn install_and_adopt() -> Container {
     let deb = package();
     let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
     let mut c = Container::without_hapctl();
@@ -115,6 +116,17 @@ fn the_package_installs_adopts_upgrades_and_is_removed_under_a_probe() {
     assert_eq!(master_pid(&c), master, "the adoption replaced the master");
     assert_ne!(c.read("/etc/haproxy/haproxy.cfg"), stock_cfg);
     wait_healthy(&c);
+    c
+}
+
+#[test]
+fn the_package_installs_adopts_upgrades_and_is_removed_under_a_probe() {
+    let c = install_and_adopt();
+    let deb_name = package()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
 
     // A block, then the master killed while the daemon runs: the unit's Restart= brings it
     // back, the daemon notices, reconciles and counts it, and the block is still enforced.
