@@ -246,11 +246,12 @@ impl Edge {
                 }
                 Some((w.pid, exit))
             }
-            // A master that died before this loop saw it: the pidfile still names it.
+            // A master that died before this loop saw it: the pidfile still names it. Not
+            // checked for life here: it may still be dying now and gone when the master is
+            // looked for below, and the name is used only when none is found.
             None => std::fs::read_to_string(&self.settings.paths.pidfile)
                 .ok()
                 .and_then(|text| text.trim().parse().ok())
-                .filter(|pid| !pid_alive(*pid))
                 .map(|pid| (pid, reap(pid))),
         };
         let what = match dead {
