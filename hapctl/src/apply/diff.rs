@@ -83,11 +83,12 @@ fn file_hunks(old: Option<&[u8]>, new: Option<&[u8]>) -> Vec<String> {
 /// lines each side, and how many lines were left out at the start. A one-line change to a
 /// 1.5 MB haproxy.cfg (10,000 domains) is then diffed in a few lines, not all 40,000.
 fn trim_common<'a>(before: &'a str, after: &'a str) -> (&'a str, &'a str, usize) {
-    let same = before
-        .bytes()
-        .zip(after.bytes())
-        .take_while(|(b, a)| b == a)
-        .count();
+    let same = shared_len(
+        before.bytes(),
+        after.bytes(),
+        before.as_bytes().chunks(4096),
+        after.as_bytes().chunks(4096),
+    );
     // Bytes, not chars: the texts may differ inside a character. Cuts are made after newlines.
     let line_after = |t: &[u8]| t.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
     let mut start = line_after(&before.as_bytes()[..same]);
@@ -98,12 +99,12 @@ fn trim_common<'a>(before: &'a str, after: &'a str) -> (&'a str, &'a str, usize)
         start = line_after(&before.as_bytes()[..start - 1]);
     }
     let (b, a) = (&before[start..], &after[start..]);
-    let tail = b
-        .bytes()
-        .rev()
-        .zip(a.bytes().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
+    let tail = shared_len(
+        b.bytes().rev(),
+        a.bytes().rev(),
+        b.as_bytes().rchunks(4096),
+        a.as_bytes().rchunks(4096),
+    );
     let shared = &b.as_bytes()[b.len() - tail..];
     let next_line = |from: usize| {
         shared[from..]
@@ -128,6 +129,27 @@ fn trim_common<'a>(before: &'a str, after: &'a str) -> (&'a str, &'a str, usize)
         &a[..a.len() - tail + keep],
         skipped_lines,
     )
+}
+
+/// How many bytes two texts share from one end: chunk by chunk (a `memcmp` each), then byte
+/// by byte inside the first chunk that differs. `bytes_*` walk from the same end as `chunks_*`.
+fn shared_len<'t>(
+    bytes_a: impl Iterator<Item = u8>,
+    bytes_b: impl Iterator<Item = u8>,
+    chunks_a: impl Iterator<Item = &'t [u8]>,
+    chunks_b: impl Iterator<Item = &'t [u8]>,
+) -> usize {
+    let whole: usize = chunks_a
+        .zip(chunks_b)
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x.len())
+        .sum();
+    whole
+        + bytes_a
+            .skip(whole)
+            .zip(bytes_b.skip(whole))
+            .take_while(|(x, y)| x == y)
+            .count()
 }
 
 /// A hunk whose `@@ -A,B +C,D @@` line numbers are moved down by `by` lines.
@@ -219,7 +241,7 @@ mod tests {
         let mut s = FileSet::default();
         let path = FileId::Config.path(&paths());
         s.insert(FileId::Config, path, config.as_bytes().to_vec());
-        Snapshot::from_set(&s)
+        Snapshot::from_set(s)
     }
 
     #[test]
@@ -288,32 +310,36 @@ mod tests {
 
     #[test]
     fn trimming_the_shared_lines_changes_no_hunk() {
-        let base: Vec<String> = (0..400).map(|n| format!("line {n}\n")).collect();
+        // Past 4,096 bytes, so whole chunks are compared before single bytes.
+        let base: Vec<String> = (0..4000).map(|n| format!("line {n}\n")).collect();
         let text = |lines: &[String]| lines.concat();
         type Edit = Box<dyn Fn(&mut Vec<String>)>;
         let edits: Vec<(&str, Edit)> = vec![
-            ("one line", Box::new(|l| l[200] = "changed\n".into())),
+            ("one line", Box::new(|l| l[2000] = "changed\n".into())),
             ("first line", Box::new(|l| l[0] = "changed\n".into())),
-            ("last line", Box::new(|l| l[399] = "changed\n".into())),
-            ("insert", Box::new(|l| l.insert(150, "new\n".into()))),
-            ("delete", Box::new(|l| drop(l.remove(250)))),
+            ("last line", Box::new(|l| l[3999] = "changed\n".into())),
+            ("insert", Box::new(|l| l.insert(1500, "new\n".into()))),
+            ("delete", Box::new(|l| drop(l.remove(2500)))),
             ("append", Box::new(|l| l.push("extra\n".into()))),
             (
                 "two places",
                 Box::new(|l| {
                     l[10] = "a\n".into();
-                    l[380] = "b\n".into();
+                    l[3800] = "b\n".into();
                 }),
             ),
             (
                 "a line's end",
-                Box::new(|l| l[100] = "line 100 and more\n".into()),
+                Box::new(|l| l[1000] = "line 1000 and more\n".into()),
             ),
             (
                 "a line's start",
-                Box::new(|l| l[100] = "xline 100\n".into()),
+                Box::new(|l| l[1000] = "xline 1000\n".into()),
             ),
-            ("no final newline", Box::new(|l| l[399] = "line 399".into())),
+            (
+                "no final newline",
+                Box::new(|l| l[3999] = "line 3999".into()),
+            ),
             ("emptied", Box::new(|l| l.clear())),
         ];
         for (what, edit) in edits {

@@ -103,9 +103,17 @@ impl Applier<'_> {
             .map_err(io_context("cannot remove the check-failed alarm"))
     }
 
+    /// Ends a committed runtime change: its apply marker becomes the unchecked marker in one
+    /// durable rename (one sync of the run folder, where a new marker and a removal took two
+    /// each), so a crash leaves one of them, never neither.
     pub(super) fn mark_unchecked(&self) -> Result<(), ApplyError> {
-        fsutil::write_atomic(&self.unchecked_marker(), b"", 0o600)
-            .map_err(io_context("cannot write the unchecked marker"))
+        fsutil::rename_durable(
+            &self.settings.paths.apply_marker(),
+            &self.unchecked_marker(),
+        )
+        .map_err(io_context(
+            "cannot turn the apply marker into the unchecked marker",
+        ))
     }
 
     fn unchecked_marker(&self) -> std::path::PathBuf {

@@ -104,10 +104,10 @@ fn read_back(
     plan: &RuntimePlan,
     state: &EdgeState,
 ) -> Result<(), RuntimeError> {
-    let wanted = wanted_servers(state);
     let mut touched: Vec<&str> = plan.servers.iter().map(ServerOp::backend).collect();
     touched.sort_unstable();
     touched.dedup();
+    let wanted = wanted_servers(state, &touched);
     for backend in touched {
         let held = servers.state(backend)?;
         let want = wanted.get(backend).map(Vec::as_slice).unwrap_or_default();
@@ -129,19 +129,30 @@ fn read_back(
     Ok(())
 }
 
-/// Each backend's servers as the files declare them, by their names in HAProxy.
-fn wanted_servers(state: &EdgeState) -> BTreeMap<String, Vec<(String, &Server)>> {
+/// The servers of the backends `of` as the files declare them, by their names in HAProxy.
+fn wanted_servers<'s>(
+    state: &'s EdgeState,
+    of: &[&str],
+) -> BTreeMap<String, Vec<(String, &'s Server)>> {
     let mut out = BTreeMap::new();
     for (domain, backend) in &state.domains {
+        let name = state.placement.backend_name(domain);
+        let twin = backend
+            .sse_routing()
+            .then(|| crate::render::sse_twin(domain));
+        let wanted = |n: &String| of.binary_search(&n.as_str()).is_ok();
+        if !wanted(&name) && !twin.as_ref().is_some_and(wanted) {
+            continue;
+        }
         let named: Vec<(String, &Server)> = backend
             .servers()
             .iter()
             .map(|s| (state.placement.server_name(domain, &s.name), s))
             .collect();
-        if backend.sse_routing() {
-            out.insert(crate::render::sse_twin(domain), named.clone());
+        if let Some(twin) = twin {
+            out.insert(twin, named.clone());
         }
-        out.insert(state.placement.backend_name(domain), named);
+        out.insert(name, named);
     }
     out
 }
@@ -231,11 +242,7 @@ impl super::Applier<'_> {
         }
         // The live files must be what the previous state renders with today's settings and
         // templates: then the new files differ from them by the plan alone.
-        let old = super::Snapshot::from_set(&crate::render::render(
-            before,
-            self.settings,
-            self.templates,
-        )?);
+        let old = self.render(before)?;
         if PLAN_FILES.iter().any(|id| old.get(*id) != live.get(*id)) {
             return Ok(RuntimeOutcome::Reload {
                 why: Some(NotRuntime::Reload(

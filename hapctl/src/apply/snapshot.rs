@@ -34,12 +34,12 @@ impl Snapshot {
         Ok(Snapshot { files })
     }
 
-    pub fn from_set(set: &FileSet) -> Snapshot {
+    pub fn from_set(set: FileSet) -> Snapshot {
         Snapshot {
             files: set
-                .files()
-                .iter()
-                .map(|f| (f.id, f.bytes.clone()))
+                .into_files()
+                .into_iter()
+                .map(|f| (f.id, f.bytes))
                 .collect(),
         }
     }

@@ -66,7 +66,7 @@ impl Edge {
 
         let state = self.state()?;
         let new = Snapshot::from_set(
-            &render::render(&state, &self.settings, &self.templates).map_err(ApplyError::from)?,
+            render::render(&state, &self.settings, &self.templates).map_err(ApplyError::from)?,
         );
         let files: Vec<PathBuf> = [FileId::Config, FileId::Generation]
             .map(|id| id.path(&self.settings.paths))

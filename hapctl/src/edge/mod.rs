@@ -152,6 +152,8 @@ pub struct Edge {
     store: Store,
     /// Runtime-only changes are checked by the caller later ([`Edge::defer_checks`]).
     defer_checks: bool,
+    /// The backend sections of the last apply's renders, reused by the next one.
+    sections: std::cell::RefCell<render::Sections>,
 }
 
 impl Edge {
@@ -177,6 +179,7 @@ impl Edge {
             templates,
             store,
             defer_checks: false,
+            sections: Default::default(),
         })
     }
 
@@ -457,7 +460,7 @@ impl Edge {
         trigger: &str,
         change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), EdgeError> {
-        let applier = Applier::new(&self.settings, &self.templates);
+        let applier = Applier::new(&self.settings, &self.templates).with_sections(&self.sections);
         let result = applier.apply(&mut self.store, trigger, change)?;
         // A runtime-only change is checked right after it is in effect, unless the daemon
         // coalesces those checks in the background.
@@ -511,7 +514,7 @@ impl Edge {
     pub fn dry_run(&self) -> Result<DryRun, EdgeError> {
         let state = self.state()?;
         let new = Snapshot::from_set(
-            &render::render(&state, &self.settings, &self.templates).map_err(ApplyError::from)?,
+            render::render(&state, &self.settings, &self.templates).map_err(ApplyError::from)?,
         );
         let live = Snapshot::read_live(&self.settings.paths)
             .map_err(io_err("cannot read the live files"))?;

@@ -1,9 +1,10 @@
 //! The domains' backend sections of haproxy.cfg, one per domain, shaped by its profile, and the
 //! long-lived twin of each domain with per-request SSE routing.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::model::{Backend, Domain, EdgeState, Profile, ServerHost};
+use crate::model::{Backend, BackendSlot, Domain, EdgeState, Profile, ServerHost};
 
 /// The old manager's `-sse-backend` directives: no buffering delay, 6 h for a stream to stay
 /// open (and to wait between events).
@@ -15,71 +16,120 @@ pub fn sse_twin(domain: &Domain) -> String {
     format!("{}_sse", domain.backend_name())
 }
 
-/// Every domain's backend section (and SSE twin), in domain order. With `resolvers` (the
-/// section's name), servers named by host name are resolved at runtime and may start
-/// unresolved.
-pub(super) fn sections(state: &EdgeState, resolvers: Option<&str>) -> String {
+/// Every domain's backend section (and SSE twin), in domain order, then the slot backends.
+/// With `resolvers` (the section's name), servers named by host name are resolved at runtime
+/// and may start unresolved. With `memo`, a domain whose inputs are those of the last render
+/// keeps its text from then (see [`Sections`]).
+pub(super) fn sections(
+    state: &EdgeState,
+    resolvers: Option<&str>,
+    memo: Option<&mut Sections>,
+) -> String {
+    let mut fresh = Sections::default();
+    let memo = memo.unwrap_or(&mut fresh);
+    let mut next = BTreeMap::new();
+    for (domain, backend) in &state.domains {
+        let (slot, resolved) = (state.placement.slot_of(domain), resolvers.is_some());
+        let entry = match memo.0.remove_entry(domain) {
+            Some((key, e)) if e.slot == slot && e.resolved == resolved && e.backend == *backend => {
+                (key, e)
+            }
+            _ => (
+                domain.clone(),
+                Entry {
+                    text: domain_text(domain, backend, slot, resolvers),
+                    backend: backend.clone(),
+                    slot,
+                    resolved,
+                },
+            ),
+        };
+        next.insert(entry.0, entry.1);
+    }
+    memo.0 = next;
     // Roughly 200 bytes per backend: one allocation for 10,000 domains.
     let mut out = String::with_capacity(state.domains.len() * 256);
-    for (domain, backend) in &state.domains {
-        if state.placement.slot_of(domain).is_some() {
-            continue;
-        }
-        let profile = backend.profile();
-        let name = domain.backend_name();
-        let comment = format!("{domain} ({})", kind_name(profile));
+    for entry in memo.0.values().filter(|e| e.slot.is_none()) {
+        out.push_str(&entry.text);
+    }
+    slot_sections(&mut out, state, &memo.0);
+    out
+}
+
+/// The backend sections of the last render, by domain, with what they were rendered from: a
+/// render at 10,000 domains formats ~1.5 MB of server lines, most of them unchanged from one
+/// apply to the next. Owned by whoever renders repeatedly (the apply), empty at first.
+#[derive(Debug, Default)]
+pub struct Sections(BTreeMap<Domain, Entry>);
+
+#[derive(Debug)]
+struct Entry {
+    backend: Backend,
+    slot: Option<BackendSlot>,
+    resolved: bool,
+    text: String,
+}
+
+/// A domain's own section and SSE twin, or, in a slot, the slot's section.
+fn domain_text(
+    domain: &Domain,
+    backend: &Backend,
+    slot: Option<BackendSlot>,
+    resolvers: Option<&str>,
+) -> String {
+    let mut out = String::with_capacity(256);
+    let profile = backend.profile();
+    let directives = directives(profile);
+    if let Some(slot) = slot {
+        let comment = format!("slot: {domain} ({})", kind_name(profile));
+        let prefix = Some(domain.to_string());
+        let name = slot.backend_name();
+        section(
+            &mut out, &name, &comment, directives, backend, prefix, resolvers,
+        );
+        return out;
+    }
+    let comment = format!("{domain} ({})", kind_name(profile));
+    let name = domain.backend_name();
+    section(
+        &mut out, &name, &comment, directives, backend, None, resolvers,
+    );
+    if backend.sse_routing() {
+        let comment = format!("{domain}: event streams (SSE routing)");
         section(
             &mut out,
-            &name,
+            &sse_twin(domain),
             &comment,
-            directives(profile),
+            SSE_TWIN,
             backend,
             None,
             resolvers,
         );
-        if backend.sse_routing() {
-            let comment = format!("{domain}: event streams (SSE routing)");
-            section(
-                &mut out,
-                &sse_twin(domain),
-                &comment,
-                SSE_TWIN,
-                backend,
-                None,
-                resolvers,
-            );
-        }
     }
-    slot_sections(&mut out, state, resolvers);
     out
 }
 
 /// The slot backends of every kind: the domain a slot serves (its servers named
 /// `<domain>:<server>`), or empty, waiting for one.
-fn slot_sections(out: &mut String, state: &EdgeState, resolvers: Option<&str>) {
+fn slot_sections(out: &mut String, state: &EdgeState, texts: &BTreeMap<Domain, Entry>) {
     for (kind, _) in state.placement.capacities() {
         for (index, occupant) in state.placement.occupants(kind).into_iter().enumerate() {
-            let slot = crate::model::BackendSlot {
-                kind,
-                index: index as u16,
-            };
-            let name = slot.backend_name();
-            let profile = kind.profile();
-            match occupant.and_then(|d| Some((d, state.domains.get(d)?))) {
-                Some((domain, backend)) => {
-                    let comment = format!("slot: {domain} ({})", kind_name(backend.profile()));
-                    let prefix = Some(domain.to_string());
-                    let directives = directives(backend.profile());
-                    section(out, &name, &comment, directives, backend, prefix, resolvers);
-                }
+            match occupant.and_then(|d| texts.get(d)) {
+                Some(entry) => out.push_str(&entry.text),
                 None => {
+                    let slot = BackendSlot {
+                        kind,
+                        index: index as u16,
+                    };
+                    let profile = kind.profile();
                     let comment = format!(
                         "spare slot ({}): empty until a domain takes it at runtime",
                         kind_name(&profile)
                     );
                     let _ = write!(
                         out,
-                        "\nbackend {name}\n    # {comment}\n{}",
+                        "\nbackend {}\n    # {comment}\n{}",
+                        slot.backend_name(),
                         directives(&profile)
                     );
                 }

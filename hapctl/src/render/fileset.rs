@@ -260,6 +260,10 @@ impl FileSet {
         &self.files
     }
 
+    pub fn into_files(self) -> Vec<SetFile> {
+        self.files
+    }
+
     pub fn get(&self, id: FileId) -> Option<&SetFile> {
         self.files.iter().find(|f| f.id == id)
     }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::model::{BlockKey, Domain, EdgeState};
 use crate::settings::Settings;
 
-pub use backends::sse_twin;
+pub use backends::{sse_twin, Sections};
 pub use fileset::{FileId, FileSet, SetFile};
 pub use logging::LOG_LEN;
 pub use templates::{TemplateError, Templates};
@@ -50,13 +50,28 @@ pub fn render(
     settings: &Settings,
     templates: &Templates,
 ) -> Result<FileSet, RenderError> {
+    render_with(state, settings, templates, None)
+}
+
+/// [`render`], reusing the backend sections of earlier renders kept in `memo` where their
+/// domain is unchanged (the same bytes as a render without it).
+pub fn render_with(
+    state: &EdgeState,
+    settings: &Settings,
+    templates: &Templates,
+    memo: Option<&mut Sections>,
+) -> Result<FileSet, RenderError> {
     let paths = &settings.paths;
     let at = |id: FileId| id.path(paths).display().to_string();
     // One backend per domain, written directly: at 10,000 domains a template loop costs
     // several times the whole render budget. The shape of a backend is typed logic (its
     // profile), not free text, so it is not part of the overridable templates.
     let resolvers = settings.resolvers.as_ref();
-    let backends = backends::sections(state, resolvers.map(|_| crate::settings::RESOLVERS_NAME));
+    let backends = backends::sections(
+        state,
+        resolvers.map(|_| crate::settings::RESOLVERS_NAME),
+        memo,
+    );
     let apps: Vec<AppView> = settings
         .apps
         .iter()

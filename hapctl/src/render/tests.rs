@@ -314,3 +314,82 @@ fn slotted_domains_are_served_from_their_slot_and_spare_slots_are_empty() {
         "{hosts}"
     );
 }
+
+#[test]
+fn a_render_reusing_earlier_sections_gives_the_same_bytes_as_a_fresh_one() {
+    use crate::model::{Placement, SlotKind};
+    let t = Templates::embedded();
+    let plain = settings();
+    let mut resolving = settings();
+    resolving.resolvers = Some(
+        Settings::parse(
+            Path::new("/srv/h"),
+            Path::new("hapctl.toml"),
+            &format!("{DEFAULT_SETTINGS_TOML}\n[resolvers]\nnameservers = [\"127.0.0.1:53\"]\n"),
+        )
+        .unwrap()
+        .resolvers
+        .unwrap(),
+    );
+    let shop: crate::model::Domain = "shop.example.com".parse().unwrap();
+    let placed: crate::model::Domain = "new.example.com".parse().unwrap();
+    let events: crate::model::Domain = "events.example.org".parse().unwrap();
+    // Each step changes what one or more sections are rendered from.
+    let steps: Vec<Box<dyn Fn(&mut EdgeState)>> = vec![
+        Box::new(|_| {}),
+        Box::new(|s| {
+            s.domains
+                .insert(shop.clone(), backend(&["10.0.0.1:80,weight=9"], "default"));
+        }),
+        Box::new(|s| {
+            s.domains
+                .insert(placed.clone(), backend(&["10.0.0.7:80"], "default"));
+            let capacity = std::collections::BTreeMap::from([(SlotKind::Default, 2)]);
+            s.placement = Placement::new(capacity, Default::default()).unwrap();
+            let slot = s.placement.place(&placed, SlotKind::Default).unwrap();
+            assert_eq!(slot.index, 0);
+        }),
+        Box::new(|s| {
+            s.domains.insert(
+                placed.clone(),
+                backend(&["10.0.0.7:80", "10.0.0.8:81"], "default"),
+            );
+        }),
+        // Out of the slot into a backend of its own: same domain and servers, other section.
+        Box::new(|s| {
+            s.placement.release(&placed);
+        }),
+        Box::new(|s| {
+            let sse = Backend::new(
+                s.domains[&events].servers().to_vec(),
+                "sse".parse().unwrap(),
+            )
+            .unwrap()
+            .with_sse_routing(true);
+            s.domains.insert(events.clone(), sse);
+        }),
+        Box::new(|s| {
+            s.domains.remove(&shop);
+        }),
+        Box::new(|s| {
+            s.domains
+                .insert(shop.clone(), backend(&["app.internal:80"], "websocket"));
+        }),
+    ];
+    let mut memo = Sections::default();
+    let mut state = sample_state();
+    for (n, step) in steps.iter().enumerate() {
+        step(&mut state);
+        // The same state under both settings, so the resolvers' switch is a step too.
+        for s in [&plain, &resolving, &plain] {
+            let fresh = render(&state, s, &t).unwrap();
+            let reused = render_with(&state, s, &t, Some(&mut memo)).unwrap();
+            assert_eq!(
+                text(&reused, FileId::Config),
+                text(&fresh, FileId::Config),
+                "step {n}"
+            );
+            assert_eq!(reused, fresh, "step {n}");
+        }
+    }
+}
