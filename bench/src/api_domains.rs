@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::api::Api;
+use crate::api::{Answer, Api};
 use crate::daemon::Daemon;
 use crate::fixture::{self, Servers};
 use crate::harness::{Edge, HttpBackend};
@@ -275,6 +275,49 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 
 fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<Put> {
     let reloads_before = edge.show_proc()?.master.reloads;
+    let w = watch_put(edge, api, host, body, BODY)?;
+    let j = w.answer.json();
+    let steps = j["apply"]["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter_map(|s| Some((s["name"].as_str()?.to_string(), s["duration"].as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Put {
+        host: host.to_string(),
+        routed_ms: w.routed.as_secs_f64() * 1000.0,
+        api_ms: w.answered.as_secs_f64() * 1000.0,
+        apply_ms: j["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
+        steps,
+        reloads: edge.show_proc()?.master.reloads as i64 - reloads_before as i64,
+    })
+}
+
+/// A PUT watched from the moment it was sent.
+pub(crate) struct Watched {
+    /// The daemon's answer: 200 or 201.
+    pub answer: Answer,
+    /// Send → the first 200 with the backend's body for the new Host through HAProxy.
+    pub routed: Duration,
+    /// Send → the daemon's answer (taken on the PUT's thread).
+    pub answered: Duration,
+    /// Requests made through the edge until routed.
+    pub probes: u32,
+}
+
+/// Sends `PUT /v1/domains/{host}` on its own thread and, from that moment, requests the new
+/// Host through the edge on a fresh connection every ~2 ms until it answers 200 with
+/// `backend_body`. An answer other than 200/201, or no route 5 s after the answer, is an error.
+pub(crate) fn watch_put(
+    edge: &Edge,
+    api: &Api,
+    host: &str,
+    body: &Value,
+    backend_body: &str,
+) -> anyhow::Result<Watched> {
     let path = format!("/v1/domains/{host}");
     let t0 = Instant::now();
     let request = {
@@ -286,9 +329,11 @@ fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<
         })
     };
     let mut next = t0;
+    let mut probes = 0;
     let routed = loop {
+        probes += 1;
         if let Ok((200, b)) = edge.get(host) {
-            if b == BODY {
+            if b == backend_body {
                 break t0.elapsed();
             }
         }
@@ -307,7 +352,7 @@ fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<
             next = now;
         }
     };
-    let (answer, api_elapsed) = request
+    let (answer, answered) = request
         .join()
         .map_err(|_| anyhow::anyhow!("the PUT thread panicked"))?;
     let answer = answer?;
@@ -320,23 +365,11 @@ fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<
             answer.status
         );
     }
-    let j = answer.json();
-    let steps = j["apply"]["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .filter_map(|s| Some((s["name"].as_str()?.to_string(), s["duration"].as_f64()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Put {
-        host: host.to_string(),
-        routed_ms: routed.as_secs_f64() * 1000.0,
-        api_ms: api_elapsed.as_secs_f64() * 1000.0,
-        apply_ms: j["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
-        steps,
-        reloads: edge.show_proc()?.master.reloads as i64 - reloads_before as i64,
+    Ok(Watched {
+        answer,
+        routed,
+        answered,
+        probes,
     })
 }
 

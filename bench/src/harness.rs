@@ -221,6 +221,24 @@ impl Edge {
         }
     }
 
+    /// Waits (bounded) until no old worker is left and a runtime-changed set is checked (the
+    /// CLI checks before it exits; the daemon when idle). `run/unchecked` is the marker
+    /// `apply/pending.rs` keeps while such a set waits for its check.
+    pub fn settle(&self, bound: Duration) -> anyhow::Result<()> {
+        if !self.wait_old_workers_gone(bound)? {
+            eprintln!("  (old workers still draining after {bound:?}; measuring anyway)");
+        }
+        let marker = self.settings.paths.run_dir.join("unchecked");
+        let deadline = Instant::now() + bound;
+        while marker.exists() {
+            if Instant::now() > deadline {
+                bail!("the runtime-changed set was not checked within {bound:?}");
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
     /// How many `haproxy -c` runs the wrapper has seen so far.
     pub fn check_runs(&self) -> usize {
         std::fs::read_to_string(&self.calls_log)

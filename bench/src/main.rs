@@ -61,7 +61,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         name: "domain-add",
-        about: "end-to-end `hapctl domain add` until the new host answers 200 through HAProxy",
+        about: "a new domain end to end, `hapctl domain add` and then `PUT /v1/domains/{name}` to `hapctl serve`, until the new host answers 200 through HAProxy",
         run: domain_add::run,
         long: false,
     },
@@ -153,7 +153,8 @@ struct Args {
     /// Write every result (with raw samples) to this JSON file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// domain-add: operations per size (default 15, and 7 from 10,000 domains up);
+    /// domain-add: operations per size and interface, CLI and API (default 15, and 7 from
+    /// 10,000 domains up);
     /// server-change: changes per series (default 20; reload series 10, 6 from 10,000 up).
     #[arg(long)]
     runs: Option<usize>,

@@ -306,7 +306,7 @@ fn measure(
     for series in &SERIES {
         for via in [Via::Cli, Via::Api] {
             if current != series.start.1 {
-                settle(&s.edge)?;
+                s.edge.settle(SETTLE)?;
                 let t0 = Instant::now();
                 Job::start(&s, via, series.start.1, t0)?.finish(t0)?;
                 current = series.start.1;
@@ -405,24 +405,6 @@ impl Alone {
     }
 }
 
-/// Waits until no old worker is left and a runtime-changed set is checked (the CLI checks
-/// before it exits; the daemon when idle). `run/unchecked` is the marker `apply/pending.rs`
-/// keeps while such a set waits for its check.
-fn settle(edge: &Edge) -> anyhow::Result<()> {
-    if !edge.wait_old_workers_gone(SETTLE)? {
-        eprintln!("  (old workers still draining after {SETTLE:?}; measuring anyway)");
-    }
-    let marker = edge.settings.paths.run_dir.join("unchecked");
-    let deadline = Instant::now() + SETTLE;
-    while marker.exists() {
-        if Instant::now() > deadline {
-            bail!("the runtime-changed set was not checked within {SETTLE:?}");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
-}
-
 /// Makes one change and watches the domain from the request on: a fresh connection every
 /// ~2 ms until the change shows (and, when B's traffic ends, until the tail shows no B).
 fn change_once(
@@ -436,7 +418,7 @@ fn change_once(
     if want_b == from.b_serves() {
         bail!("{change}: B serves before and after; nothing to observe");
     }
-    settle(&s.edge)?;
+    s.edge.settle(SETTLE)?;
     let checks_before = s.edge.check_runs();
     let reloads_before = s.edge.show_proc()?.master.reloads;
     let sent_unix_ms = unix_millis() as f64;
@@ -489,7 +471,7 @@ fn change_once(
         (Via::Cli, Some(e)) => e,
         _ => end,
     };
-    settle(&s.edge)?;
+    s.edge.settle(SETTLE)?;
     let (load_state_ms, render_ms) = s.alone.time(&s.edge)?;
     Ok(Op {
         change,
