@@ -176,6 +176,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
     let waf = edge.settings.waf.as_ref().map(|_| {
         hapctl::waf::metrics::Health::read(&hapctl::waf::state_file(&edge.settings.paths.run_dir))
     });
+    let migrate_req = hapctl::haproxy::MigrateReq::read();
     if json {
         print_json(&serde_json::json!({
             "haproxy": haproxy,
@@ -183,6 +184,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             "live_is_known_good": known_good,
             "runtime_check": edge.runtime_check(),
             "waf": waf,
+            "tcp_migrate_req": migrate_req,
             "applies": last,
             "certificates": {
                 "count": certs.len(),
@@ -208,6 +210,9 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             "DEFECT ALARM: haproxy -c refused the set hapctl changed at runtime (not promoted): {}",
             lines.join(" | ")
         ),
+    }
+    if let Some(warning) = migrate_req.warning() {
+        println!("WARNING: {warning}");
     }
     if let Some(w) = &waf {
         match (&w.agent, w.up) {

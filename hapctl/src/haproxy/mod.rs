@@ -2,6 +2,7 @@
 //! the CLI socket client, and running the master (direct or through systemd).
 
 mod cmdline;
+mod handover;
 mod master;
 pub(crate) mod messages;
 mod proc_list;
@@ -18,6 +19,7 @@ pub(crate) mod validator;
 mod testutil;
 
 pub use cmdline::{has_configuration, Layout, MasterCommand};
+pub use handover::MigrateReq;
 pub use master::{Master, MasterError, ReloadError, ReloadReport};
 pub use proc_list::{MasterProc, ParseError, ProcList, WorkerProc};
 pub use reason::{ReloadKind, ReloadReason};

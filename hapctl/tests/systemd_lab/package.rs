@@ -116,6 +116,13 @@ pub(super) fn install_and_adopt() -> Container {
     assert_eq!(master_pid(&c), master, "the adoption replaced the master");
     assert_ne!(c.read("/etc/haproxy/haproxy.cfg"), stock_cfg);
     wait_healthy(&c);
+    // The package's sysctl drop-in, and status reporting what the kernel has (a container's
+    // /proc/sys may refuse the package's write: then status says "off").
+    assert!(c.root().join("usr/lib/sysctl.d/60-hapctl.conf").is_file());
+    let kernel = c.sh("cat /proc/sys/net/ipv4/tcp_migrate_req");
+    let status: serde_json::Value = serde_json::from_str(&c.sh("hapctl status --json")).unwrap();
+    let want = if kernel.trim() == "1" { "on" } else { "off" };
+    assert_eq!(status["tcp_migrate_req"], want, "{status}");
     c
 }
 
