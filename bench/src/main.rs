@@ -24,6 +24,7 @@ mod domain_add;
 mod fixture;
 mod harness;
 mod logs;
+mod mixed_changes;
 mod protect;
 mod render;
 mod rss;
@@ -96,6 +97,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "mixed-changes",
+        about: "1,000 (--changes) sequential API changes in a fixed mix (servers, domains, blocks, HTTPS, suspension, a few reload-bound ones) at --sizes: reloads per change and whether each has a recorded reason",
+        run: mixed_changes::run,
+        long: false,
+    },
+    Section {
         name: "rss",
         about: "`hapctl serve` memory (VmRSS, VmHWM) at 10,000 domains and 100,000 blocked entries",
         run: rss::run,
@@ -137,7 +144,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, rss, protect, logs, waf, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, waf, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
@@ -171,6 +178,9 @@ struct Args {
     /// cutovers: consecutive proven cutovers (deliver / rollback alternating).
     #[arg(long, default_value_t = 1000)]
     count: usize,
+    /// mixed-changes: changes sent per size (fewer for a quick test).
+    #[arg(long, default_value_t = 1000)]
+    changes: usize,
     /// cutovers: change a domain's server weight (runtime path) and add / remove blocks the
     /// whole time.
     #[arg(long)]
@@ -194,6 +204,7 @@ pub struct Ctx {
     pub render_budget_ms: u64,
     pub deliveries: usize,
     pub count: usize,
+    pub changes: usize,
     pub with_changes: bool,
     pub cert_sizes: Vec<usize>,
     hapctl: Option<PathBuf>,
@@ -405,8 +416,8 @@ fn run(args: Args) -> anyhow::Result<bool> {
     if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
         bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
     }
-    if args.deliveries == 0 || args.count == 0 {
-        bail!("--deliveries and --count need a positive number");
+    if args.deliveries == 0 || args.count == 0 || args.changes == 0 {
+        bail!("--deliveries, --count and --changes need a positive number");
     }
     let ctx = Ctx {
         sizes: args.sizes.clone(),
@@ -414,6 +425,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
         render_budget_ms: args.render_budget_ms,
         deliveries: args.deliveries,
         count: args.count,
+        changes: args.changes,
         with_changes: args.with_changes,
         cert_sizes: args.cert_sizes.clone(),
         hapctl: args.hapctl.clone(),
