@@ -368,7 +368,10 @@ mod tests {
         // No other test of this binary starts the workers.
         assert!(workers_alive().is_err());
         let metrics = Arc::new(super::super::metrics::Metrics::default());
-        let senders = super::super::workers::start(dir.path().to_path_buf(), metrics).unwrap();
+        let open = || crate::edge::Edge::open(dir.path()).unwrap();
+        let reads = Arc::new(std::sync::Mutex::new(open()));
+        let senders =
+            super::super::workers::start(dir.path().to_path_buf(), metrics, reads, open()).unwrap();
         // A new thread takes its name a moment after `spawn` returns.
         assert_eq!(wait_for(|| workers_alive().is_ok()), Ok(()));
         // Without senders both workers return, as after a panic.

@@ -60,7 +60,12 @@ pub async fn health(State(app): State<AppState>) -> Response {
 
 pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
     app.read(|edge| {
-        let state = edge.state()?;
+        let (domains, trusted_proxies) = edge.with_state(|state| {
+            (
+                state.domains.len() + state.app_domains.len(),
+                state.trusted_proxies.len(),
+            )
+        })?;
         Ok(Json(json!({
             "haproxy": edge.supervisor().status(),
             "live_is_known_good": edge.live_is_known_good()?,
@@ -68,9 +73,9 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
             "applies": edge.history(10)?,
             "generations": edge.generations()?,
             "counts": {
-                "domains": state.domains.len() + state.app_domains.len(),
+                "domains": domains,
                 "blocked": edge.block_count()?,
-                "trusted_proxies": state.trusted_proxies.len(),
+                "trusted_proxies": trusted_proxies,
             },
             "certificates": super::certs::summary(&edge.certificates()?, unix_now()),
         })))
@@ -134,17 +139,19 @@ pub async fn list_domains(
 ) -> Result<Response, ApiError> {
     let query = super::domain_page::DomainQuery::from_pairs(&pairs)?;
     app.read(move |edge| {
-        let state = edge.state()?;
-        if let Some(query) = query {
-            return Ok(Json(query.page(&state, |d| domain_json(&state, d))).into_response());
-        }
-        let all: Vec<DomainView> = state
-            .domains
-            .keys()
-            .chain(state.app_domains.keys())
-            .filter_map(|d| domain_view(&state, d))
-            .collect();
-        Ok(Json(all).into_response())
+        // Serialised from the store's copy: no clone of the whole state per request.
+        edge.with_state(|state| {
+            if let Some(query) = query {
+                return Json(query.page(state, |d| domain_json(state, d))).into_response();
+            }
+            let all: Vec<DomainView> = state
+                .domains
+                .keys()
+                .chain(state.app_domains.keys())
+                .filter_map(|d| domain_view(state, d))
+                .collect();
+            Json(all).into_response()
+        })
     })
     .await
 }
@@ -159,7 +166,7 @@ pub async fn get_domain(
 ) -> Result<Json<Value>, ApiError> {
     let domain = parse_domain(&name)?;
     let shown = app
-        .read(move |edge| Ok(domain_json(&edge.state()?, &domain)))
+        .read(move |edge| edge.with_state(|state| domain_json(state, &domain)))
         .await?;
     shown
         .map(Json)
@@ -327,8 +334,9 @@ pub async fn remove_domain(app: &AppState, domain: Domain) -> Result<Response, A
     let probe = domain.clone();
     let exists = app
         .read(move |edge| {
-            let state = edge.state()?;
-            Ok(state.domains.contains_key(&probe) || state.app_domains.contains_key(&probe))
+            edge.with_state(|state| {
+                state.domains.contains_key(&probe) || state.app_domains.contains_key(&probe)
+            })
         })
         .await?;
     let absent = || ApiError::not_found(format!("domain {domain} does not exist"));

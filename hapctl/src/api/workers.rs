@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -37,19 +37,22 @@ pub enum BlockJob {
     },
 }
 
-/// Starts both workers; they stop when every sender is dropped.
+/// Starts both workers; they stop when every sender is dropped. `reads` is the handlers'
+/// connection, whose copy of the state the apply worker drops when it starts an apply;
+/// `apply_edge` is the apply worker's own (the one the daemon's startup apply ran on).
 pub fn start(
     state_dir: PathBuf,
     metrics: Arc<Metrics>,
+    reads: Arc<Mutex<Edge>>,
+    apply_edge: Edge,
 ) -> Result<(mpsc::Sender<DomainJob>, mpsc::Sender<BlockJob>), crate::edge::EdgeError> {
     let (domain_tx, domain_rx) = mpsc::channel::<DomainJob>();
     let (block_tx, block_rx) = mpsc::channel::<BlockJob>();
-    let apply_edge = Edge::open(&state_dir)?;
     let block_edge = Edge::open(&state_dir)?;
     let m = metrics.clone();
     std::thread::Builder::new()
         .name("apply-worker".into())
-        .spawn(move || apply_worker(apply_edge, domain_rx, m))
+        .spawn(move || apply_worker(apply_edge, domain_rx, m, reads))
         .expect("spawn the apply worker");
     std::thread::Builder::new()
         .name("block-worker".into())
@@ -61,7 +64,12 @@ pub fn start(
 /// How long the apply worker waits for more changes before it checks a runtime-changed set.
 const CHECK_AFTER_IDLE: Duration = Duration::from_millis(200);
 
-fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metrics>) {
+fn apply_worker(
+    mut edge: Edge,
+    rx: mpsc::Receiver<DomainJob>,
+    metrics: Arc<Metrics>,
+    reads: Arc<Mutex<Edge>>,
+) {
     edge.defer_checks();
     loop {
         let first = match rx.recv_timeout(CHECK_AFTER_IDLE) {
@@ -82,6 +90,7 @@ fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metr
         jobs.extend(rx.try_iter());
         let changes: Vec<DomainChange> = jobs.iter().filter_map(|j| j.change.clone()).collect();
         metrics.batch(jobs.len());
+        forget_read_copy(&reads);
         let result = if changes.is_empty() {
             edge.apply("api apply").map(|r| vec![(r, None)])
         } else {
@@ -116,6 +125,22 @@ fn apply_worker(mut edge: Edge, rx: mpsc::Receiver<DomainJob>, metrics: Arc<Metr
                 }
             }
         }
+        // An apply at 10,000 domains frees tens of MB (states, file sets, the diff); the block
+        // worker's idle trim may be a second away or never come while blocks keep arriving.
+        super::trim_heap();
+    }
+}
+
+/// The handlers' connection keeps the state it last read (a full copy: 4 MiB at 10,000
+/// domains). This apply's commit makes it stale, and the apply holds three copies of its own
+/// while it renders, so the read copy is dropped now, not after the apply's peak
+/// (BENCHMARKS.md, daemon memory); a read during the apply parses the rows. A read in progress
+/// holds the lock: it is left alone rather than waited for.
+fn forget_read_copy(reads: &Mutex<Edge>) {
+    match reads.try_lock() {
+        Ok(edge) => edge.forget_state(),
+        Err(TryLockError::Poisoned(e)) => e.into_inner().forget_state(),
+        Err(TryLockError::WouldBlock) => {}
     }
 }
 
@@ -180,8 +205,5 @@ fn idle(edge: &mut Edge, cache: &mut BlockCache) {
     if let Err(e) = edge.fold_blocks(cache) {
         tracing::error!("folding the blocked delta map into the base map failed: {e}");
     }
-    // SAFETY: malloc_trim only releases free heap pages.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    super::trim_heap();
 }

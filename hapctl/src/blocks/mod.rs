@@ -34,6 +34,7 @@ mod plan;
 
 pub use cache::BlockCache;
 use enforce::{Outcome, Runtime, Step};
+pub use files::MapsDigest;
 use files::{delta_keys, BlockFiles};
 use plan::{delta_steps, fold_steps, touched, whole_steps, Plan, Touched};
 
@@ -401,9 +402,9 @@ impl<'a> Blocks<'a> {
         }
     }
 
-    /// Both map files' bytes now (to tell, after a reload, whether a block raced with it).
-    pub fn file_now(&self) -> Vec<u8> {
-        self.files().bytes_now()
+    /// A digest of both map files now (to tell, after a reload, whether a block raced with it).
+    pub fn file_now(&self) -> MapsDigest {
+        self.files().digest_now()
     }
 
     /// After a reload: if the files changed since `before` (a block landed while the new
@@ -411,9 +412,9 @@ impl<'a> Blocks<'a> {
     pub fn after_reload(
         &self,
         load: impl FnOnce() -> Result<Vec<BlockKey>, StoreError>,
-        before: &[u8],
+        before: &MapsDigest,
     ) -> Result<(), BlockError> {
-        if self.file_now() != before {
+        if self.file_now() != *before {
             self.sync(load)?;
         }
         Ok(())

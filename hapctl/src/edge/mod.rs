@@ -486,6 +486,16 @@ impl Edge {
         Ok(self.store.load_state()?)
     }
 
+    /// [`Edge::state`] lent to `f` instead of copied (see [`Store::with_state`]).
+    pub fn with_state<T>(&self, f: impl FnOnce(&EdgeState) -> T) -> Result<T, EdgeError> {
+        Ok(self.store.with_state(f)?)
+    }
+
+    /// Drops the copy of the state this connection keeps between reads.
+    pub fn forget_state(&self) {
+        self.store.forget_state();
+    }
+
     pub fn blocks(&self) -> Result<Vec<Block>, EdgeError> {
         let now = unix_now();
         Ok(self

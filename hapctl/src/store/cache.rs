@@ -20,6 +20,12 @@ pub(super) struct Copy {
     changes: u64,
 }
 
+impl Copy {
+    pub(super) fn state(&self) -> &EdgeState {
+        &self.state
+    }
+}
+
 /// The store's copy between transactions, with the data version it was read at.
 #[derive(Debug, Default)]
 pub(super) struct Committed(Option<(Copy, i64)>);
@@ -50,18 +56,30 @@ impl Committed {
         Ok(())
     }
 
-    /// The state, from the copy when it is exact, else from the rows.
-    pub(super) fn read(&mut self, conn: &Connection) -> Result<EdgeState, StoreError> {
-        let copy = match self.take(conn)? {
-            Some(copy) => checked(copy, conn)?,
+    /// The copy as of now, taken out (parsed from the rows when there is none or it is not
+    /// exact), with the data version it is exact at; [`Committed::put`] keeps it again.
+    ///
+    /// One read transaction covers the version and the rows: outside one, another
+    /// connection's commit between two of `load_state`'s queries gives a state that is neither,
+    /// and a commit between the load and a later `data_version` would tag an old copy as
+    /// current, so every later read would return it.
+    pub(super) fn read(&mut self, conn: &Connection) -> Result<(Copy, i64), StoreError> {
+        let tx = conn.unchecked_transaction()?;
+        let version = data_version(&tx)?;
+        let copy = match self.take(&tx)? {
+            Some(copy) => checked(copy, &tx)?,
             None => Copy {
-                state: load_state(conn)?,
-                changes: conn.total_changes(),
+                state: load_state(&tx)?,
+                changes: tx.total_changes(),
             },
         };
-        let state = copy.state.clone();
-        self.keep(Some(copy), conn)?;
-        Ok(state)
+        tx.commit()?;
+        Ok((copy, version))
+    }
+
+    /// Keeps a copy [`Committed::read`] returned, at the version it was read at.
+    pub(super) fn put(&mut self, copy: Copy, version: i64) {
+        self.0 = Some((copy, version));
     }
 }
 

@@ -38,6 +38,13 @@ pub use certs::CertRecord;
 /// How long a writer waits for another one (an apply can hold the database for a reload).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// SQLite's page cache per connection, in KiB. The default (2,000) is filled by the first
+/// full read and kept while the connection is open: the daemon has five (reads, the two
+/// workers, each with both files), 10 MB of its heap at 10,000 domains and 100,000 blocks
+/// (BENCHMARKS.md, daemon memory). The big reads scan every row once, so a larger cache spares
+/// no I/O there (the pages come from the OS page cache); the B-tree pages a lookup walks fit.
+const PAGE_CACHE_KIB: i64 = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
@@ -113,6 +120,7 @@ fn open_migrated(path: &Path, migrations: &[&str]) -> Result<Connection, StoreEr
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
     let known = migrations.len() as i64;
     // Up to date (the common case): no write transaction, so opening never waits for an apply.
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -165,7 +173,22 @@ impl Store {
 
     /// The committed desired state.
     pub fn load_state(&self) -> Result<EdgeState, StoreError> {
-        self.cache.borrow_mut().read(&self.conn)
+        self.with_state(EdgeState::clone)
+    }
+
+    /// Drops the copy of the state kept between reads (the next read parses the rows).
+    pub fn forget_state(&self) {
+        *self.cache.borrow_mut() = Default::default();
+    }
+
+    /// Runs `f` on the committed desired state without copying it: the daemon's reads answer
+    /// from the store's copy (megabytes at 10,000 domains) instead of cloning it per request.
+    pub fn with_state<T>(&self, f: impl FnOnce(&EdgeState) -> T) -> Result<T, StoreError> {
+        let (copy, version) = self.cache.borrow_mut().read(&self.conn)?;
+        // The copy is out of the cell while `f` runs, so a `load_state` inside it reads rows.
+        let out = f(copy.state());
+        self.cache.borrow_mut().put(copy, version);
+        Ok(out)
     }
 
     pub fn app_state(&self, app: &AppName) -> Result<AppState, StoreError> {
@@ -461,6 +484,38 @@ mod tests {
             created_at: 10,
             expires_at,
         }
+    }
+
+    #[test]
+    fn a_kept_copy_follows_other_connections_and_is_lent_without_a_clone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, blocks) = (dir.path().join("state.db"), dir.path().join("blocks.db"));
+        let mut writer = Store::open(&path, &blocks).unwrap();
+        let reader = Store::open(&path, &blocks).unwrap();
+        let a: Domain = "a.example.com".parse().unwrap();
+        let b: Domain = "b.example.com".parse().unwrap();
+        let tx = writer.begin().unwrap();
+        tx.put_domain(&a, &backend("10.0.0.1:80"), 1).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(reader.with_state(|s| s.domains.len()).unwrap(), 1);
+        // Another connection's commit: the reader's copy is no longer exact.
+        let tx = writer.begin().unwrap();
+        tx.put_domain(&b, &backend("10.0.0.2:80"), 2).unwrap();
+        tx.commit().unwrap();
+        let names = |s: &EdgeState| s.domains.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(reader.with_state(names).unwrap(), [a.clone(), b.clone()]);
+        // A read inside a lent state parses the rows instead of borrowing the cell twice.
+        let nested = reader
+            .with_state(|outer| {
+                (
+                    outer.domains.len(),
+                    reader.load_state().unwrap().domains.len(),
+                )
+            })
+            .unwrap();
+        assert_eq!(nested, (2, 2));
+        reader.forget_state();
+        assert_eq!(reader.load_state().unwrap(), writer.load_state().unwrap());
     }
 
     #[test]

@@ -48,12 +48,14 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
             state.app_domains.insert(domain, app);
             continue;
         }
-        let backend = Backend::new(
-            servers.remove(&name).unwrap_or_default(),
-            profile.parse().map_err(corrupt("domains", &name))?,
-        )
-        .map_err(corrupt("domains", &name))?
-        .with_sse_routing(r.get(3)?);
+        let mut list = servers.remove(&name).unwrap_or_default();
+        // Pushed one by one, a list has room for 4 servers (Vec's smallest growth): 2.3 of the
+        // 6.4 MiB a parsed state took at 10,000 domains, held by every apply while it renders
+        // (BENCHMARKS.md, daemon memory).
+        list.shrink_to_fit();
+        let backend = Backend::new(list, profile.parse().map_err(corrupt("domains", &name))?)
+            .map_err(corrupt("domains", &name))?
+            .with_sse_routing(r.get(3)?);
         state.domains.insert(domain, backend);
     }
 

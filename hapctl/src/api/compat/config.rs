@@ -26,7 +26,7 @@ pub async fn health(State(app): State<AppState>) -> Response {
     let verdict = app
         .read(|edge| {
             edge.block_count()?;
-            edge.state()?;
+            edge.with_state(|_| ())?;
             let running = edge
                 .supervisor()
                 .status()

@@ -238,10 +238,11 @@ async fn remove(app: AppState, body: OldBody<NameBody>) -> Answer {
     // The name as posted, else the wildcard an `is_wildcard` post stored under it.
     let found = app
         .read(move |edge| {
-            let state = edge.state()?;
-            let exists =
-                |d: &Domain| state.domains.contains_key(d) || state.app_domains.contains_key(d);
-            Ok([Some(exact), wildcard].into_iter().flatten().find(exists))
+            edge.with_state(|state| {
+                let exists =
+                    |d: &Domain| state.domains.contains_key(d) || state.app_domains.contains_key(d);
+                [Some(exact), wildcard].into_iter().flatten().find(exists)
+            })
         })
         .await?;
     let not_found = || ApiError::not_found("Domain not found");
