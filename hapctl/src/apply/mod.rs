@@ -159,9 +159,6 @@ impl<'a> Applier<'a> {
         // the set validated below carries the current blocks.
         let blocks = Blocks::new(self.settings);
         let worker = blocks.reconcile(|| store.block_keys(unix_now()), false)?;
-        // A runtime-only change since the last apply is checked and promoted first, so a
-        // rollback below goes back to a set that carries it.
-        self.validate_pending_locked()?;
         let tx = store.begin()?;
         let before = tx.load_state()?;
         let value = change(&tx)?;
@@ -209,8 +206,7 @@ impl<'a> Applier<'a> {
         let mut new = self.render(&state)?;
         p.step("render");
         let paths = &self.settings.paths;
-        let mut live =
-            Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
+        let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
         p.changed = new.differing(&live);
 
         if p.changed.is_empty() && !stale_worker {
@@ -236,12 +232,18 @@ impl<'a> Applier<'a> {
         }
 
         fault::point("before-snapshot");
-        let target = self.rollback_target(&live, &mut p)?;
+        // A runtime-only change since the last apply is checked and promoted before anything
+        // can roll back to the known-good set, so that set carries it. A runtime change of its
+        // own needs no rollback target: its check waits, and back-to-back runtime changes do
+        // not each wait for the previous one's `haproxy -c`.
+        let runtime_plan = plan.is_ok() && !stale_worker;
+        if !runtime_plan {
+            self.validate_pending_locked()?;
+        }
+        let mut target = self.rollback_target(&live, &mut p)?;
         p.step("snapshot");
 
         let (mut runtime_failure, mut why_not) = (None, None);
-        // The live files before a failed runtime attempt wrote its own (the diff starts there).
-        let mut before_attempt = None;
         if !stale_worker {
             if plan.is_ok() {
                 tx.save_placement(&state.placement)?;
@@ -255,10 +257,16 @@ impl<'a> Applier<'a> {
                 }
                 RuntimeOutcome::Reload { why, failure } => {
                     if failure.is_some() {
-                        // The runtime attempt wrote its files: compare with what is on disk.
+                        // The attempt wrote its files: the previous ones go back first, so
+                        // that the pending check below checks the set the database holds.
                         let written = Snapshot::read_live(paths)
                             .map_err(io_context("cannot read the live files"))?;
-                        before_attempt = Some(std::mem::replace(&mut live, written));
+                        live.write_live(paths, &written, |_| {})
+                            .map_err(io_context("cannot put the previous files back"))?;
+                    }
+                    if runtime_plan {
+                        self.validate_pending_locked()?;
+                        target = self.rollback_target(&live, &mut p)?;
                     }
                     (runtime_failure, why_not) = (failure, why);
                 }
@@ -308,7 +316,7 @@ impl<'a> Applier<'a> {
             tx.save_placement(&state.placement)?;
             new = self.render(&state)?;
             p.changed = new.differing(&live);
-            p.diff = self.diff(before_attempt.as_ref().unwrap_or(&live), &new);
+            p.diff = self.diff(&live, &new);
             p.step("placement");
         }
 

@@ -106,6 +106,8 @@ fn domain_text(
             resolvers,
         );
     }
+    // Kept in the memo until the domain changes: ~150 bytes, not the 256 reserved.
+    out.shrink_to_fit();
     out
 }
 

@@ -335,7 +335,8 @@ fn a_render_reusing_earlier_sections_gives_the_same_bytes_as_a_fresh_one() {
     let placed: crate::model::Domain = "new.example.com".parse().unwrap();
     let events: crate::model::Domain = "events.example.org".parse().unwrap();
     // Each step changes what one or more sections are rendered from.
-    let steps: Vec<Box<dyn Fn(&mut EdgeState)>> = vec![
+    type Step<'a> = Box<dyn Fn(&mut EdgeState) + 'a>;
+    let steps: Vec<Step> = vec![
         Box::new(|_| {}),
         Box::new(|s| {
             s.domains
