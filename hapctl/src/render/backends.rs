@@ -25,20 +25,26 @@ pub(super) fn sections(
     resolvers: Option<&str>,
     memo: Option<&mut Sections>,
 ) -> String {
+    // Without a memo the inputs are not kept: nothing will compare them.
+    let keep = memo.is_some();
     let mut fresh = Sections::default();
     let memo = memo.unwrap_or(&mut fresh);
     let mut next = BTreeMap::new();
     for (domain, backend) in &state.domains {
         let (slot, resolved) = (state.placement.slot_of(domain), resolvers.is_some());
         let entry = match memo.0.remove_entry(domain) {
-            Some((key, e)) if e.slot == slot && e.resolved == resolved && e.backend == *backend => {
+            Some((key, e))
+                if e.slot == slot
+                    && e.resolved == resolved
+                    && e.backend.as_ref() == Some(backend) =>
+            {
                 (key, e)
             }
             _ => (
                 domain.clone(),
                 Entry {
                     text: domain_text(domain, backend, slot, resolvers),
-                    backend: backend.clone(),
+                    backend: keep.then(|| backend.clone()),
                     slot,
                     resolved,
                 },
@@ -64,7 +70,8 @@ pub struct Sections(BTreeMap<Domain, Entry>);
 
 #[derive(Debug)]
 struct Entry {
-    backend: Backend,
+    /// What the text was rendered from (`None` outside a memo).
+    backend: Option<Backend>,
     slot: Option<BackendSlot>,
     resolved: bool,
     text: String,
