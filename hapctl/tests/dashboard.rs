@@ -1,13 +1,22 @@
 //! The dashboard in a real headless Chromium (WebDriver, tests/dashboard/webdriver.rs) against
 //! a real `hapctl serve` and HAProxy: sign in; add a domain and reach it through the edge; a
-//! hostile name refused at its field with nothing changed; a block enforced through the edge
-//! (403) and lifted; suspension and the HTTPS redirect through the edge; the other pages; a
-//! phone-sized window; sign out, after which no page and no API call works. A delivery and a
-//! rollback show their steps as they run. Every page is saved to target/dashboard-screenshots/.
+//! hostile name refused at its field with nothing changed; an edit that keeps every option the
+//! domain had, and a removal; a block enforced through the edge (403) and lifted, and one made
+//! elsewhere shown live; suspension and the HTTPS redirect through the edge; the other pages;
+//! a phone-sized window; sign out, after which no page and no API call works. A delivery and a
+//! rollback show their steps as they run. Protections (a domain's and the edge-wide limits)
+//! and an imported certificate, refusals at their fields. `acme.rs`: a certificate ordered and
+//! renewed from the page through a real ACME CA; `scale.rs`: 10,000 domains paged and
+//! searched. Every page is saved to target/dashboard-screenshots/.
 
 mod common;
 #[path = "dashboard/webdriver.rs"]
 mod webdriver;
+// More scenarios (a crate root finds its modules next to it, hence the paths).
+#[path = "dashboard/acme.rs"]
+mod acme;
+#[path = "dashboard/scale.rs"]
+mod scale;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -184,6 +193,37 @@ fn an_operator_runs_the_edge_from_the_dashboard() {
     b.fill("#d-search", "nothing-like-it");
     b.wait_text("main tbody", "No domain matches");
 
+    // An edit in the page keeps what the form holds beyond the address (the server's name and
+    // options, an http-check profile, SSE routing); then the domain is removed from the page.
+    let other = "api.example.com";
+    let route = format!("/v1/domains/{other}");
+    let full = json!({"servers": [{"address": app.addr(), "name": "api", "maxconn": 500,
+        "inter": "2s", "fall": 3, "rise": 2}], "profile": "http-check:/health", "sse_routing": true});
+    let r = api.call("PUT", &route, Some(&full));
+    assert_eq!(r.status, 201, "{r:?}");
+    let kept = api.get(&route).json;
+    b.fill("#d-search", "api.");
+    b.click(&format!("button[aria-label='Edit {other}']"));
+    b.wait_js(
+        "the servers in the edit form",
+        "return document.getElementById('d-servers').value.includes('name=api maxconn=500 inter=2s fall=3 rise=2') && document.getElementById('d-sse').checked && document.getElementById('d-profile').value === 'http-check:/health'",
+        vec![],
+    );
+    b.keys("#d-servers", " weight=7");
+    b.click("main form button[type=submit]");
+    wait_toast(&b, &format!("{other} replaced"));
+    let mut want = kept.clone();
+    want["servers"][0]["options"]["weight"] = json!(7);
+    assert_eq!(
+        api.get(&route).json,
+        want,
+        "the edit changed only the weight"
+    );
+    b.click(&format!("button[aria-label='Remove {other}']"));
+    b.click(&format!("button[aria-label='Remove {other}']"));
+    b.wait_text("main tbody", "No domain matches");
+    assert_eq!(api.domain_names(), before, "removed");
+
     // A block from the page is enforced through the edge; lifting it serves again.
     open(&b, &api, "blocks", "Blocks");
     b.wait_text("main tbody", "Nobody is blocked");
@@ -204,6 +244,43 @@ fn an_operator_runs_the_edge_from_the_dashboard() {
     b.wait_text("#b-bulk-error", "line 3:");
     assert_eq!(api.blocked_keys(), BTreeSet::from([CLIENT.to_string()]));
     b.screenshot("blocks");
+    // Live: a block made elsewhere (a script, through the API) shows without a reload, and the
+    // row already shown is kept as it was (not redrawn: no jump, focus kept).
+    b.js(
+        "window.__same_page = true; document.querySelector(`main tbody tr[data-key='${arguments[0]}']`).__kept = true",
+        vec![json!(CLIENT.to_string())],
+    );
+    let scripted = "198.51.100.9";
+    let r = api.call(
+        "POST",
+        "/v1/blocked-ips",
+        Some(&json!({"ip": scripted, "reason": "from a script"})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    b.wait_text("main tbody th", scripted);
+    let kept = b.js(
+        "return window.__same_page === true && document.querySelector(`main tbody tr[data-key='${arguments[0]}']`).__kept === true",
+        vec![json!(CLIENT.to_string())],
+    );
+    assert_eq!(kept, true, "the page reloaded or redrew an unchanged row");
+    // The filters: by network, then by reason; emptied, both again.
+    let listed = "return [...document.querySelectorAll('main tbody th')].map(e => e.textContent).join() === arguments[0]";
+    let both = format!("{CLIENT},{scripted}");
+    b.fill("#b-prefix", "198.51.100.0/24");
+    b.wait_js("the network filter", listed, vec![json!(scripted)]);
+    b.keys("#b-prefix", &"\u{E003}".repeat(15));
+    b.wait_js("no filter", listed, vec![json!(both)]);
+    b.fill("#b-reason-q", "script");
+    b.wait_js("the reason filter", listed, vec![json!(scripted)]);
+    b.keys("#b-reason-q", &"\u{E003}".repeat(6));
+    b.wait_js("no filter", listed, vec![json!(both)]);
+    let r = api.call("DELETE", &format!("/v1/blocked-ips/{scripted}"), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    b.wait_js(
+        "the scripted block gone from the page",
+        "return ![...document.querySelectorAll('main tbody th')].some(e => e.textContent === arguments[0])",
+        vec![json!(scripted)],
+    );
     b.click(&format!("button[aria-label='Unblock {CLIENT}']"));
     b.click(&format!("button[aria-label='Unblock {CLIENT}']"));
     b.wait_text("main tbody", "Nobody is blocked");
@@ -465,9 +542,9 @@ fn wait_toast(b: &Browser, text: &str) {
     );
 }
 
-/// The serial of the leaf the HTTPS bind serves for `SHOP`.
-fn served_serial(edge: &Edge) -> String {
-    let served = probe::handshake(edge.https_addr(), SHOP, Duration::from_secs(5)).unwrap();
+/// The serial of the leaf the HTTPS bind serves for `sni`, by a real handshake.
+fn served_serial(edge: &Edge, sni: &str) -> String {
+    let served = probe::handshake(edge.https_addr(), sni, Duration::from_secs(5)).unwrap();
     let leaf = served.chain.first().expect("a certificate");
     CertInfo::from_der(leaf).unwrap().serial
 }
@@ -542,6 +619,20 @@ fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their
         200,
         "another client has its own counters"
     );
+    // The security top lists that client; forgetting its counters serves it again.
+    let forget = format!("button[aria-label='Forget the counters of {client}']");
+    b.wait_text("main tbody th", &client.to_string());
+    b.click(&forget);
+    b.wait_js(
+        "the client gone from the security top",
+        "return document.querySelector(arguments[0]) === null",
+        vec![json!(forget)],
+    );
+    assert_eq!(
+        edge.get_from(client, SHOP, "/").status,
+        200,
+        "counters forgotten"
+    );
     b.wait_text("main tbody td", "own · use default");
 
     // WordPress thresholds: 0 refused at its field; 5 kept.
@@ -569,6 +660,50 @@ fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their
         (json!([]), json!(5)),
         "{kept}"
     );
+
+    // The edge-wide limits: a bad default rule and a window of 0 refused at their fields,
+    // nothing changed; then a default of 2 requests, which SHOP follows again from its row.
+    let limits_before = api.get("/v1/limits").json;
+    submit(&b, "pl-edit-title", &[("#pl-req_rate", "lots:deny")]);
+    b.wait_text("#pl-req_rate-error", "lots");
+    submit(
+        &b,
+        "pl-edit-title",
+        &[
+            ("#pl-req_rate", "2:deny-429"),
+            ("#pl-req_rate_soft", "off"),
+            ("#pl-req_window", "0"),
+        ],
+    );
+    b.wait_text("#pl-req_window-error", "req_window");
+    assert_eq!(b.js(invalid, vec![json!("pl-req_window")]), "true");
+    assert_eq!(api.get("/v1/limits").json, limits_before, "nothing changed");
+    submit(&b, "pl-edit-title", &[("#pl-req_window", "10")]);
+    wait_toast(&b, "edge-wide limits saved");
+    let now = api.get("/v1/limits").json;
+    assert_eq!(
+        (
+            &now["default"]["req_rate"],
+            &now["windows"]["req"],
+            &now["local_exempt"]
+        ),
+        (&json!("2:deny-429"), &json!(10), &json!(false)),
+        "{now}"
+    );
+    b.click(&format!(
+        "button[aria-label='{SHOP}: follow the default rate limits']"
+    ));
+    wait_toast(&b, "follows the default limits");
+    let client = Ipv4Addr::new(127, 0, 0, 6);
+    let got: Vec<u16> = (0..3)
+        .map(|_| edge.get_from(client, SHOP, "/").status)
+        .collect();
+    assert_eq!(
+        got,
+        vec![200, 200, 429],
+        "the default policy through the edge"
+    );
+    b.screenshot("protections-edge-limits");
 
     // A certificate imported through the page: a bundle without its key refused at the PEM
     // field, nothing changed; the whole bundle listed and served on the HTTPS bind.
@@ -602,7 +737,7 @@ fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their
     b.wait_text("main tbody th", SHOP);
     b.wait_text("main tbody", "upload");
     assert_eq!(listed(), 2);
-    let serial = served_serial(&edge);
+    let serial = served_serial(&edge, SHOP);
     assert!(serial_matches(&serial, &leaf.serial), "{serial}");
     // The key does not stay in the page once it is served.
     let left = b.js("return document.getElementById('c-pem').value", vec![]);
@@ -615,7 +750,7 @@ fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their
     wait_toast(&b, &format!("{SHOP} deleted"));
     assert_eq!(listed(), 1);
     assert!(
-        !serial_matches(&served_serial(&edge), &leaf.serial),
+        !serial_matches(&served_serial(&edge, SHOP), &leaf.serial),
         "still served"
     );
 }

@@ -72,32 +72,49 @@ export function splitField(field) {
 }
 
 /**
- * Servers typed one per line: `HOST:PORT` and optional `weight=N`, `backup`, `no-check`.
- * Anything else is passed on for the API to judge (its error names the line).
+ * Servers typed one per line: `HOST:PORT` and its options, every one the API takes, so editing
+ * a domain keeps what it had: `name=N weight=N maxconn=N inter=2s fall=N rise=N backup
+ * no-check send-proxy=v1|v2 tls[=none|system] sni=host|NAME`. A number is sent as a number;
+ * anything else (an unknown word too) is passed on for the API to judge: its error names the
+ * line and the option.
  */
 export function parseServers(text) {
   return text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean).map((line) => {
     const [address, ...opts] = line.split(/\s+/);
     const server = { address };
+    const tls = () => (server.tls = server.tls || {});
     for (const o of opts) {
-      const w = o.match(/^weight=(\d+)$/);
-      if (w) server.weight = Number(w[1]);
-      else if (o === 'backup') server.backup = true;
-      else if (o === 'no-check') server.check = false;
-      else server.name = o;
+      const eq = o.indexOf('=');
+      const key = (eq < 0 ? o : o.slice(0, eq)).replace(/-/g, '_');
+      const value = eq < 0 ? null : o.slice(eq + 1);
+      if (value === null && key === 'backup') server.backup = true;
+      else if (value === null && (key === 'no_check' || key === 'nocheck')) server.check = false;
+      else if (value === null && key === 'tls') tls();
+      else if (key === 'tls') tls().verify = value;
+      else if (key === 'sni') tls().sni = value;
+      else if (value === null) server[key] = true;
+      else server[key] = /^\d+$/.test(value) ? Number(value) : value;
     }
     return server;
   });
 }
 
-/** The inverse of parseServers for the edit form. */
+/** The inverse of parseServers for the edit form: every option a server of the API has. */
 export function serversText(servers) {
-  return (servers || []).map((s) => {
+  return (servers || []).map((s, i) => {
     const parts = [s.addr || s.address];
     const o = s.options || {};
-    if (o.weight !== undefined) parts.push(`weight=${o.weight}`);
+    if (s.name && s.name !== `s${i + 1}`) parts.push(`name=${s.name}`);
+    for (const k of ['weight', 'maxconn', 'inter', 'fall', 'rise']) {
+      if (o[k] !== undefined && o[k] !== null) parts.push(`${k}=${o[k]}`);
+    }
     if (o.backup) parts.push('backup');
     if (o.check === false) parts.push('no-check');
+    if (o.send_proxy) parts.push(`send-proxy=${o.send_proxy}`);
+    if (o.tls) {
+      parts.push(o.tls.verify && o.tls.verify !== 'none' ? `tls=${o.tls.verify}` : 'tls');
+      if (o.tls.sni) parts.push(`sni=${o.tls.sni}`);
+    }
     return parts.join(' ');
   }).join('\n');
 }

@@ -59,10 +59,23 @@ test('servers round-trip between the form and the API', () => {
     { address: 'web:8080', backup: true, check: false },
   ]);
   const shown = serversText([
-    { addr: '10.0.0.1:80', options: { weight: 5, check: true } },
-    { addr: 'web:8080', options: { backup: true, check: false } },
+    { name: 's1', addr: '10.0.0.1:80', options: { weight: 5, check: true } },
+    { name: 's2', addr: 'web:8080', options: { backup: true, check: false } },
   ]);
   assert.equal(shown, '10.0.0.1:80 weight=5\nweb:8080 backup no-check');
+  // Every option the API shows comes back as the API takes it: an edit keeps them all.
+  const full = [
+    { name: 'api', addr: '10.0.0.2:443', options: { weight: 0, maxconn: 500, check: true, inter: '2s', fall: 3, rise: 2, send_proxy: 'v2', tls: { verify: 'system', sni: 'host' } } },
+    { name: 's2', addr: '10.0.0.3:80', options: { check: true, tls: { verify: 'none' } } },
+  ];
+  const text = serversText(full);
+  assert.equal(text, '10.0.0.2:443 name=api weight=0 maxconn=500 inter=2s fall=3 rise=2 send-proxy=v2 tls=system sni=host\n10.0.0.3:80 tls');
+  assert.deepEqual(parseServers(text), [
+    { address: '10.0.0.2:443', name: 'api', weight: 0, maxconn: 500, inter: '2s', fall: 3, rise: 2, send_proxy: 'v2', tls: { verify: 'system', sni: 'host' } },
+    { address: '10.0.0.3:80', tls: {} },
+  ]);
+  // What the page does not know goes to the API as typed, for its error to name it.
+  assert.deepEqual(parseServers('10.0.0.4:80 bakup weight=heavy'), [{ address: '10.0.0.4:80', bakup: true, weight: 'heavy' }]);
   assert.equal(seg('203.0.113.0/24'), '203.0.113.0%2F24');
 });
 

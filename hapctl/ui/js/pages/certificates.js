@@ -1,4 +1,5 @@
-// Certificates: status, days left, the names each serves; renew an ACME one; import a bundle.
+// Certificates: status, days left, the names each serves, the serial (what a handshake shows:
+// a renewal changes it); renew an ACME one; import a bundle; order one from the ACME CA.
 
 import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
@@ -18,14 +19,15 @@ export default {
   title: 'Certificates',
   mount(main) {
     const status = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
-    const t = table('Certificates', ['Name', 'Status', 'Days left', 'Serves', 'Source', 'Next renewal', 'Actions']);
+    const t = table('Certificates', ['Name', 'Status', 'Days left', 'Serves', 'Source', 'Serial', 'Next renewal', 'Actions']);
     const p = poll('/v1/certificates', 10000, (r) => {
       status.hidden = true;
       stamp();
       rows(t.tbody, r.certificates, (c) => c.name, (c) => {
         const days = daysLeft(c.not_after, now());
         const actions = [];
-        if (c.source === 'acme') {
+        // acme-http-01 or acme-dns-01: the CA can issue it again.
+        if (String(c.source).startsWith('acme-')) {
           actions.push(h('button', { type: 'button', 'aria-label': `Renew ${c.name}`, onclick: async (ev) => {
             ev.target.disabled = true;
             try { await call('POST', `/v1/certificates/${seg(c.name)}/renew`); toast(`${c.name} renewed`); } catch (e) { toast(`Not renewed: ${e.message}`); }
@@ -45,6 +47,7 @@ export default {
           h('td', { class: expiryLevel(days) }, String(days)),
           h('td', null, (c.serves && c.serves.length ? c.serves : c.names).join(', ') || '–'),
           h('td', null, c.source),
+          h('td', null, h('code', { class: 'serial' }, c.serial)),
           h('td', null, c.next_renewal ? until(c.next_renewal, now()) : '–'),
           h('td', { class: 'row-actions' }, actions.length ? actions : '–'));
       }, { columns: t.columns, text: 'No certificate.' });

@@ -7,12 +7,14 @@ import { poll, stamp } from '../live.js';
 import { parseServers, serversText, splitField, seg } from '../format.js';
 
 const PAGE = 50;
-const PROFILES = ['default', 'websocket', 'sse', 'long-lived'];
+// Suggestions only: the field takes any profile the API does (http-check:/any/path), so an edit
+// keeps the one the domain has.
+const PROFILES = ['default', 'websocket', 'sse', 'long-lived', 'http-check:/health'];
 
 /** Where the API's error field is shown in the form. */
 function controlFor(apiField) {
   const { top } = splitField(apiField);
-  return { domain: 'd-name', servers: 'd-servers', profile: 'd-profile', app: 'd-app', sse_routing: 'd-profile' }[top] || null;
+  return { domain: 'd-name', servers: 'd-servers', profile: 'd-profile', app: 'd-app', sse_routing: 'd-sse' }[top] || null;
 }
 
 function target(d) {
@@ -35,15 +37,20 @@ export default {
 
     const name = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false' });
     const servers = h('textarea', { rows: 3, spellcheck: 'false' });
-    const profile = h('select', null, PROFILES.map((p) => h('option', { value: p }, p)));
+    const profile = h('input', { type: 'text', list: 'd-profiles', autocomplete: 'off', spellcheck: 'false' });
+    profile.defaultValue = 'default';
+    const profiles = h('datalist', { id: 'd-profiles' }, PROFILES.map((p) => h('option', { value: p })));
+    const sse = h('input', { type: 'checkbox', id: 'd-sse', name: 'd-sse' });
     const app = h('input', { type: 'text', autocomplete: 'off' });
     const submit = h('button', { type: 'submit' }, 'Save domain');
     const cancel = h('button', { type: 'button', class: 'quiet', hidden: true }, 'Cancel edit');
     const form = h('form', { class: 'panel', 'aria-labelledby': 'domain-form-title', novalidate: true },
       h('h2', { id: 'domain-form-title' }, 'Add a domain'),
       field('d-name', 'Domain name', name, 'e.g. shop.example.com or *.example.com'),
-      field('d-servers', 'Servers', servers, 'One HOST:PORT per line; optional weight=N, backup, no-check'),
-      field('d-profile', 'Profile', profile),
+      field('d-servers', 'Servers', servers, 'One HOST:PORT per line, then any of: name=N weight=N maxconn=N inter=2s fall=N rise=N backup no-check send-proxy=v1|v2 tls[=system] sni=host|NAME'),
+      field('d-profile', 'Profile', profile, 'default, websocket, sse, long-lived or http-check:/path'), profiles,
+      h('div', { class: 'field check' }, h('label', null, sse, ' Event streams to a long-lived twin of the backend (SSE routing)'),
+        h('p', { class: 'field-error', id: 'd-sse-error' })),
       field('d-app', 'Or a delivered app', app, 'Leave the servers empty to route to an [[app]]'),
       h('p', { class: 'field-error form-error', role: 'alert' }),
       h('div', { class: 'actions' }, submit, cancel));
@@ -60,7 +67,8 @@ export default {
       name.value = d.domain;
       name.readOnly = true;
       servers.value = serversText(d.servers);
-      profile.value = PROFILES.includes(d.profile) ? d.profile : 'default';
+      profile.value = d.profile || 'default';
+      sse.checked = !!d.sse_routing;
       app.value = d.app || '';
       cancel.hidden = false;
       clearErrors(form);
@@ -89,7 +97,7 @@ export default {
       rows(t.tbody, page.domains, (d) => d.domain, (d) => h('tr', null,
         h('th', { scope: 'row' }, d.domain),
         h('td', null, target(d)),
-        h('td', null, d.profile || '–'),
+        h('td', null, d.profile ? `${d.profile}${d.sse_routing ? ' · SSE routing' : ''}` : '–'),
         h('td', null, d.suspended ? h('span', { class: 'badge warn' }, 'suspended') : 'serving'),
         h('td', { class: 'row-actions' },
           h('button', { type: 'button', 'aria-label': `Edit ${d.domain}`, onclick: () => edit(d) }, 'Edit'),
@@ -118,7 +126,7 @@ export default {
       if (!domain) { showError(form, 'd-name', 'A domain name is needed.'); return; }
       const body = app.value.trim() && !servers.value.trim()
         ? { app: app.value.trim() }
-        : { servers: parseServers(servers.value), profile: profile.value };
+        : { servers: parseServers(servers.value), profile: profile.value.trim() || undefined, sse_routing: sse.checked };
       submit.disabled = true;
       submit.textContent = 'Applying…';
       try {

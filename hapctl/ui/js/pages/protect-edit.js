@@ -1,6 +1,7 @@
 // The protections of one domain, edited: its HTTPS policy (redirect, HSTS), its own rate-limit
-// policy and the wordpress profile with its thresholds. Each part is its own API call, so each
-// form shows its own refusal, at the field the API names.
+// policy and the wordpress profile with its thresholds; and the edge-wide limits (default
+// policy, windows, tarpit, local exemption). Each part is its own API call, so each form shows
+// its own refusal, at the field the API names.
 
 import { call } from '../api.js';
 import { h, field, clearErrors, showError, toast } from '../dom.js';
@@ -24,9 +25,11 @@ function check(id, label, checked) {
   return { input, el: h('div', { class: 'field check' }, h('label', null, input, label), h('p', { class: 'field-error', id: `${id}-error` })) };
 }
 
+const fieldId = (prefix) => (f) => `${prefix}-${f.replace(/\W.*$/, '')}`;
+
 /** A form whose submit sends `body()` with `method` to `path`; the API's refusal is shown at
- * the control `pe-<field>` (or on the form's own line). */
-function form(title, id, controls, method, path, body, saved) {
+ * the control `where(field)` (by default `pe-<field>`; or on the form's own line). */
+function form(title, id, controls, method, path, body, saved, where = fieldId('pe')) {
   const submit = h('button', { type: 'submit' }, 'Save');
   const f = h('form', { class: 'panel', 'aria-labelledby': id, novalidate: true },
     h('h3', { id }, title), controls, h('p', { class: 'field-error form-error', role: 'alert' }), h('div', { class: 'actions' }, submit));
@@ -39,7 +42,7 @@ function form(title, id, controls, method, path, body, saved) {
       toast(saved);
       f.dispatchEvent(new CustomEvent('saved', { bubbles: true }));
     } catch (e) {
-      showError(f, e.field ? `pe-${e.field.replace(/\W.*$/, '')}` : null, e.message);
+      showError(f, e.field ? where(e.field) : null, e.message);
     } finally {
       submit.disabled = false;
     }
@@ -85,4 +88,29 @@ export function editor(d, policy) {
   return h('section', { class: 'editor', 'aria-labelledby': 'pe-title' },
     h('h2', { id: 'pe-title', tabindex: '-1' }, `Protections of ${d.domain}`),
     h('div', { class: 'forms' }, httpsForm, limitsForm, wpForm));
+}
+
+/** The edge-wide limits `l` (GET /v1/limits), edited: the default policy every domain without
+ * its own follows, the counting windows and the tarpit (a reload), the local exemption. */
+export function edgeLimitsEditor(l) {
+  const rules = SLOTS.map(([slot, label]) => [slot, text(`pl-${slot}`, label, l.default[slot])]);
+  const windows = ['req', 'conn', 'err'].map((w) => [w, text(`pl-${w}_window`, `${{ req: 'Request', conn: 'Connection', err: 'Error' }[w]} window (seconds)`, l.windows[w])]);
+  const tarpit = text('pl-tarpit_secs', 'Tarpit (seconds)', l.tarpit_secs);
+  const local = check('pl-local_exempt', 'Local clients (loopback) exempt from every limit', l.local_exempt);
+  // A window typed as text is refused by the JSON reader at `windows.req`.
+  const where = (f) => {
+    const w = f.match(/^windows\.(req|conn|err)$/);
+    return w ? `pl-${w[1]}_window` : fieldId('pl')(f);
+  };
+  return form('Edge-wide limits', 'pl-edit-title',
+    [h('p', { class: 'hint' }, 'The default policy: off, or THRESHOLD:ACTION for each. A window or tarpit change reloads HAProxy.'),
+      rules.map(([, r]) => r.el), windows.map(([, w]) => w.el), tarpit.el, local.el],
+    'PUT', '/v1/limits',
+    () => ({
+      rules: Object.fromEntries(rules.map(([slot, r]) => [slot, r.input.value.trim()])),
+      windows: Object.fromEntries(windows.map(([w, t]) => [w, numberOrText(t.input.value) ?? undefined])),
+      tarpit_secs: numberOrText(tarpit.input.value) ?? undefined,
+      local_exempt: local.input.checked,
+    }),
+    'edge-wide limits saved', where);
 }

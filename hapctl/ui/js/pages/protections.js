@@ -6,7 +6,7 @@ import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
 import { poll, stamp } from '../live.js';
 import { seg } from '../format.js';
-import { editor } from './protect-edit.js';
+import { editor, edgeLimitsEditor } from './protect-edit.js';
 
 export default {
   title: 'Protections',
@@ -82,9 +82,15 @@ export default {
     const lt = table('Default rate-limit policy', ['Rule', 'Threshold:action']);
     const et = table('Exempt from every limit', ['Network', 'Actions']);
     const windows = h('p', { class: 'summary' });
+    // The edge-wide editor: made from the first answer and again after its save, never by a
+    // poll (that would drop what is being typed).
+    const edgeEdit = h('div', { class: 'editor-slot' });
+    let remake = true;
+    edgeEdit.addEventListener('saved', () => { remake = true; limits.now(); domains.now(); });
     const limits = poll('/v1/limits', 10000, (l) => {
       lStatus.hidden = true;
       lastLimits = l;
+      if (remake) { remake = false; fill(edgeEdit, edgeLimitsEditor(l)); }
       windows.textContent = `Windows: requests ${l.windows.req} s, connections ${l.windows.conn} s, errors ${l.windows.err} s · tarpit ${l.tarpit_secs} s · local clients ${l.local_exempt ? 'exempt' : 'limited'} · ${Object.keys(l.domains).length} domain(s) with their own policy`;
       rows(lt.tbody, Object.entries(l.default), ([k]) => k, ([k, v]) => h('tr', null, h('th', { scope: 'row' }, k), h('td', null, v)),
         { columns: 2, text: 'No rule.' });
@@ -123,7 +129,7 @@ export default {
     fill(main, h('h1', null, 'Protections'),
       h('section', { 'aria-labelledby': 'pd' }, h('h2', { id: 'pd' }, 'Per domain'),
         h('div', { class: 'toolbar' }, field('p-search', 'Search domains', search)), dStatus, dt.el, edit),
-      h('section', { 'aria-labelledby': 'pl' }, h('h2', { id: 'pl' }, 'Rate limits'), lStatus, windows, lt.el, et.el, exempt),
+      h('section', { 'aria-labelledby': 'pl' }, h('h2', { id: 'pl' }, 'Rate limits'), lStatus, windows, lt.el, et.el, h('div', { class: 'forms' }, edgeEdit, exempt)),
       h('section', { 'aria-labelledby': 'ps' }, h('h2', { id: 'ps' }, 'Security top'), sStatus, st.el));
     return () => { domains.stop(); limits.stop(); stats.stop(); };
   },
