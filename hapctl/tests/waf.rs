@@ -29,10 +29,16 @@ struct Lab {
 
 /// An edge whose `hapctl serve` runs the agent (direct mode), up and answering.
 fn lab() -> Lab {
+    lab_with_rules("")
+}
+
+/// [`lab`] with `rules` after Debian's CRS (the loader's copy).
+fn lab_with_rules(rules: &str) -> Lab {
     let edge = Edge::new();
     let agent_port = free_port();
     let crs = edge.path("crs.load");
-    std::fs::copy(hapctl::settings::waf::DEBIAN_CRS, &crs).unwrap();
+    let loader = std::fs::read_to_string(hapctl::settings::waf::DEBIAN_CRS).unwrap();
+    std::fs::write(&crs, format!("{loader}\n{rules}\n")).unwrap();
     edge.set_setting_keys(
         "waf",
         &[
@@ -68,7 +74,11 @@ fn agent_pid(edge: &Edge) -> Option<i32> {
 }
 
 fn wait_for(what: &str, ok: &dyn Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_up_to(Duration::from_secs(20), what, ok)
+}
+
+fn wait_up_to(bound: Duration, what: &str, ok: &dyn Fn() -> bool) {
+    let deadline = Instant::now() + bound;
     while !ok() {
         assert!(Instant::now() < deadline, "{what}");
         thread::sleep(Duration::from_millis(200));
@@ -183,6 +193,9 @@ fn attacks_get_the_403_page_with_the_crs_rule_logged_and_clean_traffic_passes() 
     for (what, r, rule) in cases {
         assert_eq!(r.status, 403, "{what}: {}", r.body);
         let id = r.header("x-request-id").unwrap().to_string();
+        // The old manager's headers on a block (PEER-API §2.8), for clients that read them.
+        assert_eq!(r.header("waf-block"), Some("request"), "{what}: {}", r.head);
+        assert_eq!(r.header("x-request-reference"), Some(id.as_str()), "{what}");
         assert!(
             r.body.contains(&id) && r.body.contains("web application firewall"),
             "{what}: {}",
@@ -273,6 +286,156 @@ fn a_stuck_agent_is_the_domains_failure_mode_and_its_return_is_automatic() {
         get(edge, SQLI).status == 403
     });
     assert_eq!(get(edge, "/").status, 200);
+}
+
+/// `hapctl status --json`'s `waf` object, and the text form's WAF line.
+fn edge_status(edge: &Edge) -> (Value, String) {
+    let json: Value = serde_json::from_slice(&edge.run(&["status", "--json"]).stdout).unwrap();
+    let text = String::from_utf8_lossy(&edge.run(&["status"]).stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("waf agent:"))
+        .unwrap_or_else(|| panic!("no waf line in\n{text}"))
+        .to_string();
+    (json["waf"].clone(), line)
+}
+
+#[test]
+fn a_killed_agent_that_cannot_start_is_the_domains_failure_mode_until_it_can() {
+    let lab = lab();
+    let edge = &lab.edge;
+    policy(edge, &["--mode", "block", "--fail", "open"]);
+    let (health, line) = edge_status(edge);
+    assert_eq!(health["up"], true, "{health}");
+    assert!(line.starts_with("waf agent: up"), "{line}");
+
+    // Rules libmodsecurity refuses, then SIGKILL: every start the supervision makes fails,
+    // so the port is closed (connection refused, then the health check marks it down).
+    let good = std::fs::read_to_string(&lab.crs).unwrap();
+    std::fs::write(
+        &lab.crs,
+        format!("{good}\nSecRule ARGS \"x\" \"id:1,nonsense\"\n"),
+    )
+    .unwrap();
+    let pid = agent_pid(edge).unwrap();
+    hapctl::process::send_signal(pid, libc::SIGKILL).unwrap();
+    // `hapctl status` says so at once (the state file's PID is gone), not when it is stale.
+    wait_for("hapctl status shows the agent down", &|| {
+        edge_status(edge).0["up"] == false
+    });
+    let (health, line) = edge_status(edge);
+    assert_eq!(health["agent"]["pid"], pid, "{health}");
+    assert!(line.starts_with("waf agent: DOWN"), "{line}");
+
+    // Fail-open: the attack passes, marked in the log.
+    for _ in 0..3 {
+        let r = get(edge, SQLI);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let log = record(edge, &r);
+        assert_eq!(
+            (log["waf"].as_str(), log["denied_by"].as_str()),
+            (Some("unavailable"), Some("-")),
+            "{log}"
+        );
+    }
+    // Fail-closed: 503 with the request id, logged.
+    policy(edge, &["--fail", "closed"]);
+    let r = get(edge, "/products?page=2");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.body.contains(r.header("x-request-id").unwrap()),
+        "{}",
+        r.body
+    );
+    assert_eq!(record(edge, &r)["denied_by"], "waf-unavailable");
+    let log = std::fs::read_to_string(edge.path("waf-agent.log")).unwrap_or_default();
+    assert!(
+        log.contains("refused"),
+        "the agent's log says why it does not start:\n{log}"
+    );
+
+    // The rules fixed: the supervision's next start (its pause is at most 30 s) serves, and
+    // HAProxy's health check takes it in; nothing is run.
+    std::fs::write(&lab.crs, good).unwrap();
+    wait_up_to(Duration::from_secs(60), "the agent is back", &|| {
+        agent_pid(edge).is_some_and(|p| p != pid)
+    });
+    wait_for("the edge uses the agent again", &|| {
+        get(edge, SQLI).status == 403
+    });
+    assert_eq!(get(edge, "/products?page=2").status, 200);
+    let (health, line) = edge_status(edge);
+    assert_eq!(health["up"], true, "{health}");
+    assert!(line.starts_with("waf agent: up"), "{line}");
+}
+
+/// A rule after the CRS that counts when the agent sees this client address.
+const REAL_CLIENT: &str = "198.51.100.23";
+
+#[test]
+fn the_agent_sees_the_real_client_and_a_bounded_body() {
+    let lab = lab_with_rules(&format!(
+        "SecRule REMOTE_ADDR \"@ipMatch {REAL_CLIENT}\" \"id:948999,phase:1,pass,log,severity:CRITICAL,msg:'hapctl test: the real client'\""
+    ));
+    let edge = &lab.edge;
+    policy(edge, &["--mode", "block"]);
+    let from = |ip: &str| send(edge, "GET", "/", &[("X-Forwarded-For", ip)], "");
+
+    // An untrusted peer's X-Forwarded-For is not the client: the agent sees 127.0.0.1.
+    let r = from(REAL_CLIENT);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(record(edge, &r)["waf"], "pass");
+    // Through a trusted proxy the agent sees the client the edge derived.
+    edge.ok(&["proxy", "add", "127.0.0.1"]);
+    wait_for("the proxy is trusted", &|| from(REAL_CLIENT).status == 403);
+    let r = from(REAL_CLIENT);
+    let log = record(edge, &r);
+    assert_eq!(
+        (r.status, log["client"].as_str()),
+        (403, Some(REAL_CLIENT)),
+        "{log}"
+    );
+    assert_eq!(rules(&log), ["948999"], "{log}");
+    assert_eq!(from("198.51.100.24").status, 200);
+
+    // The body: inspected up to the domain's limit, and never past [waf] body_max (8192),
+    // the bound of one SPOP frame. An attack behind the bound is not seen: the design.
+    let xss = "text=%3Cscript%3Ealert(1)%3C%2Fscript%3E";
+    let behind = |n: usize| format!("pad={}&{xss}", "a".repeat(n));
+    let post_with = |headers: &[(&str, &str)], body: &str| {
+        let r = send(edge, "POST", "/comment", headers, body);
+        let log = record(edge, &r);
+        (r.status, log["waf"].as_str().unwrap().to_string())
+    };
+    let post = |body: &str| post_with(&[], body);
+    policy(edge, &["--body-limit", "200"]);
+    assert_eq!(post(&behind(100)), (403, "block".into()));
+    assert_eq!(post(&behind(300)), (200, "pass".into()));
+    policy(edge, &["--body-limit", "1048576"]);
+    assert_eq!(post(&behind(300)), (403, "block".into()));
+    assert_eq!(post(&behind(8000)), (403, "block".into()));
+    assert_eq!(post(&behind(9000)), (200, "pass".into()));
+
+    // Large headers leave the body less room in the frame: HAProxy cuts it short of
+    // body_max. What arrived can still block; a cut body is never passed as clean, it is the
+    // domain's failure mode (here open: passed, logged unavailable; closed: 503).
+    let big = "b".repeat(7000);
+    let large = [("X-Big", big.as_str()), ("X-Big2", big.as_str())];
+    assert_eq!(post_with(&large, &behind(0)), (403, "block".into()));
+    assert_eq!(
+        post_with(&large, &behind(3000)),
+        (200, "unavailable".into())
+    );
+    assert_eq!(post_with(&large, "pad=clean"), (200, "pass".into()));
+    policy(edge, &["--fail", "closed"]);
+    assert_eq!(
+        post_with(&large, &behind(3000)),
+        (503, "unavailable".into())
+    );
+    // The agent counts them as errors (its state file is rewritten every second).
+    wait_for("two cut bodies counted", &|| {
+        agent_counter(edge, "errors") >= 2
+    });
 }
 
 #[test]

@@ -305,6 +305,7 @@ fn test(waf: &WafSettings, args: TestArgs) -> Result<u8, Failure> {
         version: "1.1".into(),
         headers,
         body,
+        body_cut: false,
     };
     let engine = Engine::load(&waf.crs)?;
     let uri = req.uri();

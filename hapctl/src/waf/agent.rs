@@ -1,8 +1,13 @@
-//! The SPOE agent: SPOP (the `spop` crate's frames and codec) over loopback TCP or a unix
-//! socket. Each NOTIFY is evaluated on a blocking thread under a global bound (`workers`)
-//! and a deadline; answers go back as they finish (pipelining), in ACK frames that set
+//! The SPOE agent: SPOP (the `spop` crate's frames and codec) over one HAProxy connection.
+//! Each NOTIFY is evaluated on a blocking thread under a global bound (`workers`) and a
+//! deadline; answers go back as they finish (pipelining), in ACK frames that set
 //! `txn.waf.verdict` (`block`, `detect`, `pass`), `txn.waf.rules`, `txn.waf.score` or, on a
 //! failure of the agent's own, `txn.waf.error`.
+//!
+//! Memory is bounded by what waits: at most [`MAX_QUEUED`] requests across every connection
+//! ([`PER_CONNECTION`] per connection), each at most one frame; a full queue stops the reading,
+//! so HAProxy's `timeout processing` gives the domain its failure mode instead of the agent
+//! growing.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -23,23 +28,33 @@ use super::metrics::{Metrics, Outcome};
 use super::verdict::Verdict;
 
 /// Requests one connection may have in evaluation before the agent stops reading it.
-const PER_CONNECTION: usize = 64;
+pub const PER_CONNECTION: usize = 64;
+/// Requests every connection together may have in evaluation (waiting for a worker included).
+pub const MAX_QUEUED: usize = 1024;
+/// A connection silent this long is closed: HAProxy closes its idle ones at `timeout idle`
+/// (30 s, templates/waf-spoe.conf.j2) and health checks at once, so this is not HAProxy.
+const IDLE: Duration = Duration::from_secs(60);
 /// The largest frame the agent accepts (HAProxy offers tune.bufsize - 4, 16380 by default).
 const MAX_FRAME: u32 = 256 * 1024;
 
 pub struct Agent {
     engine: RwLock<Arc<Engine>>,
     workers: Arc<Semaphore>,
+    queued: Arc<Semaphore>,
     timeout: Duration,
+    /// `[waf] body_max`: what HAProxy sends of a body, to tell a cut one.
+    body_max: u32,
     pub metrics: Metrics,
 }
 
 impl Agent {
-    pub fn new(engine: Engine, workers: usize, timeout: Duration) -> Agent {
+    pub fn new(engine: Engine, workers: usize, timeout: Duration, body_max: u32) -> Agent {
         Agent {
             engine: RwLock::new(Arc::new(engine)),
             workers: Arc::new(Semaphore::new(workers.max(1))),
+            queued: Arc::new(Semaphore::new(MAX_QUEUED)),
             timeout,
+            body_max,
             metrics: Metrics::default(),
         }
     }
@@ -83,6 +98,9 @@ impl Agent {
                 match (v.over, req.policy.mode) {
                     (true, WafMode::Block) => Answer::Block(v),
                     (true, _) => Answer::Detect(v),
+                    // What arrived is clean, but not all the body it must inspect arrived:
+                    // the domain's failure mode decides, never a silent pass.
+                    (false, _) if req.body_cut => Answer::Error("body"),
                     (false, _) => Answer::Pass(v),
                 }
             }
@@ -189,9 +207,12 @@ where
                         let _ = tx.send(Box::new(ack)).await;
                         continue;
                     };
-                    let permit = in_flight.clone().acquire_owned().await.ok();
+                    let permit = (
+                        in_flight.clone().acquire_owned().await.ok(),
+                        agent.queued.clone().acquire_owned().await.ok(),
+                    );
                     let (agent, tx) = (agent.clone(), tx.clone());
-                    let parsed = Inspect::from_message(m);
+                    let parsed = Inspect::from_message(m, agent.body_max);
                     tokio::spawn(async move {
                         let _permit = permit;
                         let answer = match parsed {
@@ -207,7 +228,10 @@ where
                 _ => {}
             }
         }
-        if rd.read_buf(&mut buf).await? == 0 {
+        let Ok(read) = tokio::time::timeout(IDLE, rd.read_buf(&mut buf)).await else {
+            break; // silent past IDLE
+        };
+        if read? == 0 {
             break;
         }
     }
@@ -220,4 +244,85 @@ fn disconnect(status: StatusCode) -> Box<dyn SpopFrame> {
         status_code: status.to_u32(),
         message: status.message().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::model::WafPolicy;
+
+    /// The real libmodsecurity with one rule that counts (an id in the CRS's request range).
+    fn agent(workers: usize, timeout: Duration) -> Arc<Agent> {
+        let rules = "SecRuleEngine DetectionOnly\n\
+            SecRule ARGS \"@contains attack\" \"id:942999,phase:1,pass,log,severity:CRITICAL,msg:'test'\"";
+        let engine = Engine::from_rules(rules).unwrap_or_else(|e| {
+            panic!("{e} (scripts/ensure-test-tools.sh installs libmodsecurity3)")
+        });
+        Arc::new(Agent::new(engine, workers, timeout, 8192))
+    }
+
+    fn request(query: &str) -> Inspect {
+        Inspect {
+            policy: WafPolicy {
+                mode: WafMode::Block,
+                ..WafPolicy::default()
+            },
+            id: "0f0e-test".into(),
+            client_ip: "127.0.0.1".into(),
+            client_port: 5000,
+            method: "GET".into(),
+            path: "/".into(),
+            query: query.into(),
+            version: "1.1".into(),
+            headers: vec![(b"Host".to_vec(), b"a.test".to_vec())],
+            body: Vec::new(),
+            body_cut: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_waits_for_a_worker_and_its_deadline_answers_for_it() {
+        let agent = agent(1, Duration::from_millis(300));
+        // The only worker is busy: the request waits, and the agent's own deadline answers
+        // (an error HAProxy turns into the domain's failure mode) before HAProxy gives up.
+        let busy = agent.workers.clone().acquire_owned().await.unwrap();
+        let waited = Instant::now();
+        assert_eq!(
+            agent.inspect(request("q=attack")).await,
+            Answer::Error("timeout")
+        );
+        assert!(waited.elapsed() >= Duration::from_millis(300));
+        drop(busy);
+        let blocked = agent.inspect(request("q=attack")).await;
+        assert!(
+            matches!(&blocked, Answer::Block(v) if v.rules == [942999] && v.score == 5),
+            "{blocked:?}"
+        );
+        let clean = agent.inspect(request("q=fine")).await;
+        assert!(matches!(clean, Answer::Pass(_)), "{clean:?}");
+        let s = agent.metrics.snapshot("", 0);
+        assert_eq!(
+            (s.inspected, s.timeouts, s.blocked, s.errors),
+            (3, 1, 1, 0),
+            "{s:?}"
+        );
+        assert_eq!(s.by_rule.get(&942999), Some(&1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_is_closed() {
+        let agent = agent(1, Duration::from_millis(300));
+        let (mut peer, ours) = tokio::io::duplex(1024);
+        let start = tokio::time::Instant::now();
+        // Paused time: the runtime jumps to the idle deadline once nothing else can run.
+        tokio::time::timeout(IDLE * 2, serve_connection(agent, ours))
+            .await
+            .expect("still open past IDLE")
+            .unwrap();
+        assert_eq!(start.elapsed(), IDLE);
+        let mut byte = [0u8; 1];
+        assert_eq!(peer.read(&mut byte).await.unwrap(), 0, "closed");
+    }
 }

@@ -24,29 +24,37 @@ pub struct Inspect {
     pub version: String,
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
     pub body: Vec<u8>,
+    /// Fewer body bytes arrived than the policy inspects (the advertised length, the domain's
+    /// limit and `[waf] body_max`, the least of them): HAProxy cut the body, its last argument,
+    /// to fit the one SPOP frame beside large headers, or the client was slower than
+    /// `wait-for-body`. The agent does not pass such a request as clean (docs/waf.md).
+    pub body_cut: bool,
 }
 
 impl Inspect {
-    pub fn from_message(m: &Message) -> Result<Inspect, Invalid> {
+    /// `body_max`: the body bytes HAProxy is configured to send (`[waf] body_max`).
+    pub fn from_message(m: &Message, body_max: u32) -> Result<Inspect, Invalid> {
         let policy = WafPolicy::from_map_value(&text(m, "policy"))?;
         let mut body = match m.get("body") {
             Some(TypedData::Binary(b)) => b.clone(),
             Some(TypedData::String(s)) => s.clone().into_bytes(),
             _ => Vec::new(),
         };
+        // Unknown (absent, or negative: no length advertised) is no claim of a cut.
+        let advertised = int(m, "body_size").and_then(|n| u64::try_from(n).ok());
+        let wanted = advertised
+            .unwrap_or(0)
+            .min(u64::from(policy.body_limit.min(body_max)));
+        let body_cut = (body.len() as u64) < wanted;
         body.truncate(policy.body_limit as usize);
         let headers = match m.get("headers") {
             Some(TypedData::Binary(b)) => parse_headers(b)
                 .ok_or_else(|| Invalid::new("headers", "", "not HAProxy's req.hdrs_bin format"))?,
             _ => Vec::new(),
         };
-        let client_port = match m.get("port") {
-            Some(TypedData::Int32(n)) => u16::try_from(*n).unwrap_or(0),
-            Some(TypedData::UInt32(n)) => u16::try_from(*n).unwrap_or(0),
-            Some(TypedData::Int64(n)) => u16::try_from(*n).unwrap_or(0),
-            Some(TypedData::UInt64(n)) => u16::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
+        let client_port = int(m, "port")
+            .and_then(|n| u16::try_from(n).ok())
+            .unwrap_or(0);
         Ok(Inspect {
             policy,
             id: text(m, "id"),
@@ -58,6 +66,7 @@ impl Inspect {
             version: text(m, "version"),
             headers,
             body,
+            body_cut,
         })
     }
 
@@ -95,6 +104,17 @@ fn text(m: &Message, name: &str) -> String {
             .to_ipv4_mapped()
             .map_or_else(|| a.to_string(), |v4| v4.to_string()),
         _ => String::new(),
+    }
+}
+
+/// An integer argument, whichever width HAProxy encoded it in.
+fn int(m: &Message, name: &str) -> Option<i64> {
+    match m.get(name)? {
+        TypedData::Int32(n) => Some(i64::from(*n)),
+        TypedData::UInt32(n) => Some(i64::from(*n)),
+        TypedData::Int64(n) => Some(*n),
+        TypedData::UInt64(n) => i64::try_from(*n).ok(),
+        _ => None,
     }
 }
 

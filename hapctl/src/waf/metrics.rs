@@ -140,7 +140,8 @@ impl Snapshot {
 }
 
 /// The agent as its state file shows it: it rewrites the file every second, so a file older
-/// than [`STALE_AFTER_SECS`] means an agent that is gone or stuck.
+/// than [`STALE_AFTER_SECS`] means an agent that is stuck; a fresh file whose PID is gone, one
+/// that was killed (shown at once, not 5 s later).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Health {
     pub up: bool,
@@ -156,7 +157,10 @@ impl Health {
         let now = crate::clock::unix_now().max(0) as u64;
         let age_secs = agent.as_ref().map(|s| now.saturating_sub(s.updated_at));
         Health {
-            up: age_secs.is_some_and(|a| a <= STALE_AFTER_SECS),
+            up: age_secs.is_some_and(|a| a <= STALE_AFTER_SECS)
+                && agent
+                    .as_ref()
+                    .is_some_and(|s| i32::try_from(s.pid).is_ok_and(crate::process::pid_alive)),
             age_secs,
             agent,
         }

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::settings::waf::WafSettings;
 
@@ -33,6 +34,11 @@ pub enum ServeError {
     #[error("waf agent: {0}")]
     Io(#[from] std::io::Error),
 }
+
+/// HAProxy connections served at once. HAProxy opens a few per thread (pipelining keeps them
+/// few); each holds a read buffer and up to `agent::PER_CONNECTION` requests, so a local
+/// process opening more waits in the listen backlog instead of growing the agent.
+const MAX_CONNECTIONS: usize = 256;
 
 /// The agent's state file, under the run directory.
 pub fn state_file(run_dir: &Path) -> PathBuf {
@@ -52,8 +58,10 @@ pub async fn serve(
         engine,
         settings.workers,
         settings.agent_deadline(),
+        settings.body_max,
     ));
     let listener = TcpListener::bind(settings.listen).await?;
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let state = state_file(run_dir);
     let mut loaded_at = crate::clock::unix_now().max(0) as u64;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -63,10 +71,11 @@ pub async fn serve(
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            accepted = listener.accept() => {
-                let (stream, _) = accepted?;
+            accepted = accept(&listener, &connections) => {
+                let (stream, permit) = accepted?;
                 let agent = agent.clone();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     if let Err(e) = agent::serve_connection(agent, stream).await {
                         tracing::debug!(error = %e, "spop connection ended");
                     }
@@ -97,4 +106,42 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// The next connection, once fewer than `connections` allows are served (the permit is the
+/// connection's place, given back when it is dropped).
+async fn accept(
+    listener: &TcpListener,
+    connections: &Arc<Semaphore>,
+) -> std::io::Result<(TcpStream, OwnedSemaphorePermit)> {
+    let permit = connections
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(std::io::Error::other)?;
+    let (stream, _) = listener.accept().await?;
+    Ok((stream, permit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connections_past_the_bound_wait_until_one_ends() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(Semaphore::new(1));
+        let _a = TcpStream::connect(addr).await.unwrap();
+        let (_first, place) = accept(&listener, &connections).await.unwrap();
+        let _b = TcpStream::connect(addr).await.unwrap();
+        // Full: the second one is not taken, however long it waits (a wait that cannot end
+        // early under load, so the short bound proves nothing false).
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(300), accept(&listener, &connections));
+        assert!(waiting.await.is_err(), "accepted past the bound");
+        drop(place);
+        let next = tokio::time::timeout(Duration::from_secs(10), accept(&listener, &connections));
+        assert!(next.await.unwrap().is_ok());
+    }
 }
