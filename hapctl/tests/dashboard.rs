@@ -7,7 +7,8 @@
 //! rollback show their steps as they run. Protections (a domain's and the edge-wide limits)
 //! and an imported certificate, refusals at their fields. `acme.rs`: a certificate ordered and
 //! renewed from the page through a real ACME CA; `scale.rs`: 10,000 domains paged and
-//! searched. Every page is saved to target/dashboard-screenshots/.
+//! searched; `waf.rs`: a domain's WAF policy set from the page and enforced by the real agent.
+//! Every page is saved to target/dashboard-screenshots/.
 
 mod common;
 #[path = "dashboard/webdriver.rs"]
@@ -17,6 +18,8 @@ mod webdriver;
 mod acme;
 #[path = "dashboard/scale.rs"]
 mod scale;
+#[path = "dashboard/waf.rs"]
+mod waf;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -589,6 +592,17 @@ fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their
         "nothing changed"
     );
     assert_eq!(hsts(&edge), None);
+    // This edge has no [waf]: any mode but off is refused at the mode, nothing changed.
+    b.click("#pw-mode option[value='block']");
+    submit(&b, "pe-waf-title", &[]);
+    b.wait_text("#pw-mode-error", "needs the [waf] section in hapctl.toml");
+    assert_eq!(b.js(invalid, vec![json!("pw-mode")]), "true");
+    assert_eq!(
+        api.get("/v1/domains?limit=1").json,
+        before,
+        "nothing changed"
+    );
+    b.click("#pw-mode option[value='off']");
     b.click("#pe-hsts_include_subdomains");
     submit(&b, "pe-https-title", &[("#pe-hsts_max_age", "31536000")]);
     wait_toast(&b, "HTTPS policy saved");

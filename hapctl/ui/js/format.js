@@ -149,3 +149,61 @@ export function numberOrText(text) {
   if (t === '') return null;
   return /^\d+$/.test(t) ? Number(t) : t;
 }
+
+/**
+ * The body of `PUT /v1/domains/{name}` that keeps what domain `d` (its GET view) routes to:
+ * its app, or its servers with every option (through the edit form's own text, so both keep
+ * the same options), its profile and SSE routing. The route replaces the domain whole, so a
+ * change of one part (the WAF policy) sends the rest as it is.
+ */
+export function domainBody(d) {
+  if (d.app) return { app: d.app };
+  return { servers: parseServers(serversText(d.servers)), profile: d.profile || undefined, sse_routing: !!d.sse_routing };
+}
+
+/**
+ * WAF exclusions typed one per line, `RULE` or `RULE@/path-prefix` (blank lines skipped).
+ * `lines[i]` is the line of `exclusions[i]`, so the API's `waf.exclusions[i].path` can name
+ * it. A rule of digits is sent as a number, anything else as typed, for the API to judge.
+ */
+export function parseExclusions(text) {
+  const exclusions = [];
+  const lines = [];
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    if (!line) return;
+    const at = line.indexOf('@');
+    const rule = at < 0 ? line : line.slice(0, at);
+    const e = { rule: /^\d+$/.test(rule) ? Number(rule) : rule };
+    if (at >= 0) e.path = line.slice(at + 1);
+    exclusions.push(e);
+    lines.push(i + 1);
+  });
+  return { exclusions, lines };
+}
+
+/** The inverse of parseExclusions for the form. */
+export function exclusionsText(exclusions) {
+  return (exclusions || []).map((e) => (e.path ? `${e.rule}@${e.path}` : String(e.rule))).join('\n');
+}
+
+/** The part of a WAF policy an API error names (`waf.paranoia`, `waf.exclusions[1].path`):
+ * its field and the exclusion's index; null when it is not a field of the policy. */
+export function wafField(field) {
+  const m = String(field || '').match(/^waf\.([a-z_]+)(?:\[(\d+)\])?/);
+  return m ? { name: m[1], index: m[2] === undefined ? null : Number(m[2]) } : null;
+}
+
+/** The API's message without the JSON reader's position (`… at line 1 column 282`): next to
+ * a field, that line is the request body's, not the one the operator typed. */
+export function withoutPosition(message) {
+  return String(message).replace(/ at line \d+ column \d+$/, '');
+}
+
+/** A domain's WAF policy in a few words: `off`, or `block · PL 2 · fail closed · 1 exclusion`. */
+export function wafSummary(w) {
+  if (!w || w.mode === 'off') return 'off';
+  const n = (w.exclusions || []).length;
+  return [w.mode, `PL ${w.paranoia}`, `threshold ${w.threshold}`, `fail ${w.fail}`, n ? `${n} exclusion${n > 1 ? 's' : ''}` : null]
+    .filter(Boolean).join(' · ');
+}

@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   duration, ago, until, daysLeft, expiryLevel, parseBulk, splitField, parseServers, serversText, seg,
-  diffLines, size, numberOrText,
+  diffLines, size, numberOrText, domainBody, parseExclusions, exclusionsText, wafField, wafSummary,
+  withoutPosition,
 } from '../js/format.js';
 
 test('durations are short and readable', () => {
@@ -93,4 +94,49 @@ test('number fields: empty is null, digits a number, the rest as typed', () => {
   assert.equal(numberOrText(' 31536000 '), 31536000);
   assert.equal(numberOrText('1y'), '1y');
   assert.equal(numberOrText('-5'), '-5');
+});
+
+test('a change of one part of a domain sends the rest as the API shows it', () => {
+  const d = {
+    domain: 'shop.example.com', backend: 'be_shop', profile: 'http-check:/health', sse_routing: true,
+    servers: [{ name: 'api', addr: '10.0.0.2:443', options: { maxconn: 500, check: false, inter: '2s', tls: { verify: 'system' } } }],
+    waf: { mode: 'off' }, suspended: false, https: { redirect: '301' },
+  };
+  assert.deepEqual(domainBody(d), {
+    servers: [{ address: '10.0.0.2:443', name: 'api', maxconn: 500, inter: '2s', check: false, tls: { verify: 'system' } }],
+    profile: 'http-check:/health',
+    sse_routing: true,
+  });
+  // A delivered app's domain: only its app (servers and SSE routing would be refused).
+  assert.deepEqual(domainBody({ domain: 'app.example.com', app: 'shop', waf: { mode: 'off' } }), { app: 'shop' });
+});
+
+test('WAF exclusions keep their lines; API fields name the part of the policy', () => {
+  const { exclusions, lines } = parseExclusions('942100@/search\n\n  920350 \r\nabc@/x@y\n941100@');
+  assert.deepEqual(exclusions, [
+    { rule: 942100, path: '/search' },
+    { rule: 920350 },
+    // As typed: the API's refusal names the line's rule or path.
+    { rule: 'abc', path: '/x@y' },
+    { rule: 941100, path: '' },
+  ]);
+  assert.deepEqual(lines, [1, 3, 4, 5]);
+  assert.equal(exclusionsText([{ rule: 942100, path: '/search' }, { rule: 920350 }]), '942100@/search\n920350');
+  assert.deepEqual(parseExclusions(exclusionsText([{ rule: 942100, path: '/search' }, { rule: 920350 }])).exclusions,
+    [{ rule: 942100, path: '/search' }, { rule: 920350 }]);
+  assert.deepEqual(parseExclusions(''), { exclusions: [], lines: [] });
+  assert.deepEqual(wafField('waf.paranoia'), { name: 'paranoia', index: null });
+  assert.deepEqual(wafField('waf.exclusions[2].path'), { name: 'exclusions', index: 2 });
+  assert.deepEqual(wafField('waf.exclusions'), { name: 'exclusions', index: null });
+  assert.equal(wafField('servers[0].address'), null);
+  assert.equal(wafField(''), null);
+  assert.equal(withoutPosition('waf.exclusions[1].path: invalid path "search": must start with \'/\' at line 1 column 282'),
+    'waf.exclusions[1].path: invalid path "search": must start with \'/\'');
+  assert.equal(withoutPosition('invalid paranoia "9": must be a whole number from 1 to 4'), 'invalid paranoia "9": must be a whole number from 1 to 4');
+  assert.equal(wafSummary({ mode: 'off', paranoia: 3 }), 'off');
+  assert.equal(wafSummary(undefined), 'off');
+  assert.equal(wafSummary({ mode: 'block', fail: 'closed', paranoia: 2, threshold: 5, exclusions: [{ rule: 1 }] }),
+    'block · PL 2 · threshold 5 · fail closed · 1 exclusion');
+  assert.equal(wafSummary({ mode: 'detect', fail: 'open', paranoia: 1, threshold: 7, exclusions: [] }),
+    'detect · PL 1 · threshold 7 · fail open');
 });

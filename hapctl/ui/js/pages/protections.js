@@ -1,11 +1,11 @@
-// Protections: per domain (suspension, the wordpress profile; the editor of protect-edit.js for
-// HTTPS, own limits and wordpress thresholds), the edge-wide rate limits and exemptions, and the
-// busiest clients of the rate-limit table.
+// Protections: per domain (suspension, the wordpress profile, the WAF policy shown; the editor
+// of protect-edit.js for HTTPS, own limits, wordpress thresholds and the WAF policy), the
+// edge-wide rate limits and exemptions, and the busiest clients of the rate-limit table.
 
 import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
 import { poll, stamp } from '../live.js';
-import { seg } from '../format.js';
+import { seg, wafSummary } from '../format.js';
 import { editor, edgeLimitsEditor } from './protect-edit.js';
 
 export default {
@@ -15,7 +15,7 @@ export default {
     let q = '';
     const search = h('input', { type: 'search', placeholder: 'part of a name', autocomplete: 'off' });
     const dStatus = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
-    const dt = table('Domains (first 50 matching)', ['Name', 'Serving', 'HTTP to HTTPS', 'Profiles', 'Rate limits', 'Actions']);
+    const dt = table('Domains (first 50 matching)', ['Name', 'Serving', 'HTTP to HTTPS', 'Profiles', 'Rate limits', 'WAF', 'Actions']);
     const act = async (button, method, path, body, done) => {
       button.disabled = true;
       try { await call(method, path, body); toast(done); } catch (e) { toast(`Refused: ${e.message}`); }
@@ -67,6 +67,7 @@ export default {
           h('td', null, redirect, https.hsts_max_age ? h('span', { class: 'hint' }, ` HSTS ${https.hsts_max_age} s`) : null),
           h('td', null, wp ? 'wordpress' : 'none'),
           h('td', null, ownLimits),
+          h('td', null, wafSummary(d.waf)),
           h('td', { class: 'row-actions' }, suspend, profile,
             h('button', { type: 'button', class: 'quiet', 'aria-label': `Edit the protections of ${d.domain}`, onclick: () => openEditor(d) }, 'Edit')));
       }, { columns: dt.columns, text: q ? `No domain matches “${q}”.` : 'No domain yet.' });
