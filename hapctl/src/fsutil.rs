@@ -82,12 +82,6 @@ pub fn remove_durable(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Renames `from` to `to` (replacing it) in the same folder, durably.
-pub fn rename_durable(from: &Path, to: &Path) -> io::Result<()> {
-    fs::rename(from, to)?;
-    sync_dir(parent(to))
-}
-
 /// Reads a file; `None` when it does not exist.
 pub fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
     match fs::read(path) {

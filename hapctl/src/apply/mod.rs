@@ -237,11 +237,13 @@ impl<'a> Applier<'a> {
         // own needs no rollback target: its check waits, and back-to-back runtime changes do
         // not each wait for the previous one's `haproxy -c`.
         let runtime_plan = plan.is_ok() && !stale_worker;
+        // Nor is its rollback target read (1.5 MB at 10,000 domains) before a fallback needs it.
+        let mut target = None;
         if !runtime_plan {
             self.validate_pending_locked()?;
+            target = Some(self.rollback_target(&live, &mut p)?);
+            p.step("snapshot");
         }
-        let mut target = self.rollback_target(&live, &mut p)?;
-        p.step("snapshot");
 
         let (mut runtime_failure, mut why_not) = (None, None);
         if !stale_worker {
@@ -266,7 +268,8 @@ impl<'a> Applier<'a> {
                     }
                     if runtime_plan {
                         self.validate_pending_locked()?;
-                        target = self.rollback_target(&live, &mut p)?;
+                        target = Some(self.rollback_target(&live, &mut p)?);
+                        p.step("snapshot");
                     }
                     (runtime_failure, why_not) = (failure, why);
                 }
@@ -320,6 +323,10 @@ impl<'a> Applier<'a> {
             p.step("placement");
         }
 
+        let target = match target {
+            Some(target) => target,
+            None => self.rollback_target(&live, &mut p)?,
+        };
         self.write_marker(Phase::Writing)?;
         let written = new.write_live(paths, &live, |n| {
             if n > 0 {

@@ -11,6 +11,7 @@
 //!
 //! Everything else must be equal, or the change needs a reload.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::model::{Backend, Domain, EdgeState, Server, ServerHost, SlotKind};
@@ -88,22 +89,19 @@ const DEFAULT_WEIGHT: u16 = 1;
 /// The operations that turn `old` into `new` in the worker. Added domains are placed into
 /// free slots of `new.placement`, which the caller saves with the change.
 pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRuntime> {
-    let added = keys_missing_from(&new.domains, &old.domains);
-    let removed = keys_missing_from(&old.domains, &new.domains);
+    let diff = DomainDiff::of(&old.domains, &new.domains);
     // Everything but the servers of the domains both have must be equal. Compared field by
     // field, without copying the states (tens of ms at 10,000 domains).
     let others_equal = others_equal(old, new);
     let mut placement = old.placement.clone();
-    for domain in &removed {
+    for (domain, _) in &diff.removed {
         placement.release(domain);
     }
     let placement_equal = placement == new.placement;
-    let shapes_equal = new.domains.iter().all(|(domain, after)| {
-        old.domains.get(domain).is_none_or(|before| {
-            before.profile() == after.profile() && before.sse_routing() == after.sse_routing()
-        })
+    let shapes_equal = diff.changed.iter().all(|(_, before, after)| {
+        before.profile() == after.profile() && before.sse_routing() == after.sse_routing()
     });
-    let domains_equal = added.is_empty() && removed.is_empty() && new.domains == old.domains;
+    let domains_equal = diff.is_empty();
     if !(others_equal && placement_equal && shapes_equal) {
         return Err(match (domains_equal, others_equal, placement_equal) {
             (true, true, false) => NotRuntime::Reload(
@@ -118,10 +116,7 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         });
     }
     let mut plan = RuntimePlan::default();
-    for (domain, after) in &new.domains {
-        let Some(before) = old.domains.get(domain) else {
-            continue;
-        };
+    for (domain, before, after) in &diff.changed {
         if before.servers() == after.servers() {
             continue;
         }
@@ -139,8 +134,7 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
             after.servers(),
         )?);
     }
-    for domain in &added {
-        let backend = &new.domains[domain];
+    for (domain, backend) in &diff.added {
         let kind = slot_kind(domain, backend)?;
         if new.placement.capacity(kind) == 0 {
             return Err(NotRuntime::Reload(format!(
@@ -164,19 +158,18 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
             });
         }
         plan.routes.push(RouteOp::Add {
-            domain: domain.clone(),
+            domain: (*domain).clone(),
             backend: slot.backend_name(),
         });
     }
-    for domain in &removed {
-        let backend = &old.domains[domain];
+    for (domain, backend) in &diff.removed {
         if domain.is_wildcard() || backend.sse_routing() {
             return Err(NotRuntime::Reload(format!(
                 "{domain} is removed: a wildcard or SSE-routed domain has more than one route"
             )));
         }
         plan.routes.push(RouteOp::Remove {
-            domain: domain.clone(),
+            domain: (*domain).clone(),
         });
         for s in backend.servers() {
             plan.servers.push(ServerOp::Remove {
@@ -191,13 +184,48 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
     Ok(plan)
 }
 
-/// The domains of `these` that `other` does not have.
-fn keys_missing_from<V>(these: &BTreeMap<Domain, V>, other: &BTreeMap<Domain, V>) -> Vec<Domain> {
-    these
-        .keys()
-        .filter(|d| !other.contains_key(*d))
-        .cloned()
-        .collect()
+/// How two domain maps differ, found in one pass over both in key order: at 10,000 domains a
+/// lookup per domain in the other map was most of the plan.
+struct DomainDiff<'a> {
+    added: Vec<(&'a Domain, &'a Backend)>,
+    removed: Vec<(&'a Domain, &'a Backend)>,
+    /// Domains in both, with their backend before and after, where the two differ.
+    changed: Vec<(&'a Domain, &'a Backend, &'a Backend)>,
+}
+
+impl<'a> DomainDiff<'a> {
+    fn of(old: &'a BTreeMap<Domain, Backend>, new: &'a BTreeMap<Domain, Backend>) -> Self {
+        let mut diff = DomainDiff {
+            added: Vec::new(),
+            removed: Vec::new(),
+            changed: Vec::new(),
+        };
+        let (mut olds, mut news) = (old.iter().peekable(), new.iter().peekable());
+        loop {
+            let order = match (olds.peek(), news.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((a, _)), Some((b, _))) => a.cmp(b),
+            };
+            match order {
+                Ordering::Less => diff.removed.extend(olds.next()),
+                Ordering::Greater => diff.added.extend(news.next()),
+                Ordering::Equal => {
+                    let ((domain, before), (_, after)) =
+                        (olds.next().expect("peeked"), news.next().expect("peeked"));
+                    if before != after {
+                        diff.changed.push((domain, before, after));
+                    }
+                }
+            }
+        }
+        diff
+    }
+
+    fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
 }
 
 /// The slot kind an added domain can take, or why it needs a backend section of its own.

@@ -134,16 +134,21 @@ fn wanted_servers<'s>(
     state: &'s EdgeState,
     of: &[&str],
 ) -> BTreeMap<String, Vec<(String, &'s Server)>> {
+    use std::fmt::Write;
     let mut out = BTreeMap::new();
+    // One buffer for the 10,000 names this looks at, not a String each.
+    let mut name = String::new();
     for (domain, backend) in &state.domains {
-        let name = state.placement.backend_name(domain);
+        name.clear();
+        let _ = write!(name, "{}", state.placement.backend(domain));
         let twin = backend
             .sse_routing()
             .then(|| crate::render::sse_twin(domain));
-        let wanted = |n: &String| of.binary_search(&n.as_str()).is_ok();
-        if !wanted(&name) && !twin.as_ref().is_some_and(wanted) {
+        let wanted = |n: &str| of.binary_search(&n).is_ok();
+        if !wanted(&name) && !twin.as_deref().is_some_and(wanted) {
             continue;
         }
+        let name = name.clone();
         let named: Vec<(String, &Server)> = backend
             .servers()
             .iter()

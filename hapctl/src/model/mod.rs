@@ -25,8 +25,8 @@ pub use limits::{
     check_secs, parse_secs, LimitAction, LimitPolicy, LimitRule, LimitStatus, Limits, Slot,
     Windows, LOCAL_NETS, MAX_TARPIT_SECS, MAX_THRESHOLD, MAX_WINDOW_SECS,
 };
-pub use name::{Domain, DomainName};
-pub use placement::{BackendSlot, Placement, SlotKind, MAX_SPARES};
+pub use name::{Domain, DomainBackend, DomainName};
+pub use placement::{BackendSlot, DomainBackendOf, Placement, SlotKind, MAX_SPARES};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};
 pub use protections::{

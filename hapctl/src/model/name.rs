@@ -226,9 +226,25 @@ impl Domain {
     /// Name of this domain's HAProxy backend; unique per domain and made only of characters
     /// HAProxy accepts in identifiers.
     pub fn backend_name(&self) -> String {
-        match self {
-            Domain::Exact(n) => format!("d_{n}"),
-            Domain::Wildcard(n) => format!("w_{n}"),
+        self.backend().to_string()
+    }
+
+    /// [`Domain::backend_name`], written where it goes (a line per domain in a map) without a
+    /// String of its own.
+    pub fn backend(&self) -> DomainBackend<'_> {
+        DomainBackend(self)
+    }
+}
+
+/// A domain's backend name as `Display`: see [`Domain::backend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DomainBackend<'a>(&'a Domain);
+
+impl fmt::Display for DomainBackend<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Domain::Exact(n) => write!(f, "d_{n}"),
+            Domain::Wildcard(n) => write!(f, "w_{n}"),
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use super::{Domain, EdgeState, Invalid, Profile, ServerName};
+use super::{Domain, DomainBackend, EdgeState, Invalid, Profile, ServerName};
 
 /// A backend shape that has slots: the profiles without their own per-domain lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -84,7 +84,29 @@ impl BackendSlot {
     /// `slot_<kind>_<n>`: `_` never occurs in a domain name and app backends may not start
     /// with `slot_`, so it collides with nothing.
     pub fn backend_name(self) -> String {
-        format!("slot_{}_{}", self.kind.as_str(), self.index)
+        self.to_string()
+    }
+}
+
+/// The backend serving a domain: its own or a slot's (see [`Placement::backend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainBackendOf<'d> {
+    Own(DomainBackend<'d>),
+    Slot(BackendSlot),
+}
+
+impl std::fmt::Display for DomainBackendOf<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DomainBackendOf::Own(name) => name.fmt(f),
+            DomainBackendOf::Slot(slot) => slot.fmt(f),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "slot_{}_{}", self.kind.as_str(), self.index)
     }
 }
 
@@ -202,9 +224,15 @@ impl Placement {
 
     /// The backend that serves `domain`: its slot's, or its own.
     pub fn backend_name(&self, domain: &Domain) -> String {
+        self.backend(domain).to_string()
+    }
+
+    /// [`Placement::backend_name`] as `Display`, for writing 10,000 of them without a String
+    /// each.
+    pub fn backend<'d>(&self, domain: &'d Domain) -> DomainBackendOf<'d> {
         match self.slot_of(domain) {
-            Some(slot) => slot.backend_name(),
-            None => domain.backend_name(),
+            Some(slot) => DomainBackendOf::Slot(slot),
+            None => DomainBackendOf::Own(domain.backend()),
         }
     }
 

@@ -1,7 +1,6 @@
 //! The domains' backend sections of haproxy.cfg, one per domain, shaped by its profile, and the
 //! long-lived twin of each domain with per-request SSE routing.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::model::{Backend, BackendSlot, Domain, EdgeState, Profile, ServerHost};
@@ -29,18 +28,20 @@ pub(super) fn sections(
     let keep = memo.is_some();
     let mut fresh = Sections::default();
     let memo = memo.unwrap_or(&mut fresh);
-    let mut next = BTreeMap::new();
+    // Both are in domain order: one pass over the two, no lookup per domain.
+    let mut last = std::mem::take(&mut memo.0).into_iter().peekable();
+    let mut next = Vec::with_capacity(state.domains.len());
     for (domain, backend) in &state.domains {
+        while last.next_if(|(key, _)| key < domain).is_some() {}
         let (slot, resolved) = (state.placement.slot_of(domain), resolvers.is_some());
-        let entry = match memo.0.remove_entry(domain) {
-            Some((key, e))
-                if e.slot == slot
-                    && e.resolved == resolved
-                    && e.backend.as_ref() == Some(backend) =>
-            {
-                (key, e)
-            }
-            _ => (
+        let kept = last.next_if(|(key, e)| {
+            key == domain
+                && e.slot == slot
+                && e.resolved == resolved
+                && e.backend.as_ref() == Some(backend)
+        });
+        next.push(kept.unwrap_or_else(|| {
+            (
                 domain.clone(),
                 Entry {
                     text: domain_text(domain, backend, slot, resolvers),
@@ -48,14 +49,13 @@ pub(super) fn sections(
                     slot,
                     resolved,
                 },
-            ),
-        };
-        next.insert(entry.0, entry.1);
+            )
+        }));
     }
     memo.0 = next;
     // Roughly 200 bytes per backend: one allocation for 10,000 domains.
     let mut out = String::with_capacity(state.domains.len() * 256);
-    for entry in memo.0.values().filter(|e| e.slot.is_none()) {
+    for (_, entry) in memo.0.iter().filter(|(_, e)| e.slot.is_none()) {
         out.push_str(&entry.text);
     }
     slot_sections(&mut out, state, &memo.0);
@@ -66,11 +66,12 @@ pub(super) fn sections(
 /// render at 10,000 domains formats ~1.5 MB of server lines, most of them unchanged from one
 /// apply to the next. Owned by whoever renders repeatedly (the apply), empty at first.
 #[derive(Debug, Default)]
-pub struct Sections(BTreeMap<Domain, Entry>);
+pub struct Sections(Vec<(Domain, Entry)>);
 
 #[derive(Debug)]
 struct Entry {
-    /// What the text was rendered from (`None` outside a memo).
+    /// What the text was rendered from (`None` outside a memo): the state's own backend,
+    /// shared, so an unchanged domain compares equal at a glance.
     backend: Option<Backend>,
     slot: Option<BackendSlot>,
     resolved: bool,
@@ -120,10 +121,16 @@ fn domain_text(
 
 /// The slot backends of every kind: the domain a slot serves (its servers named
 /// `<domain>:<server>`), or empty, waiting for one.
-fn slot_sections(out: &mut String, state: &EdgeState, texts: &BTreeMap<Domain, Entry>) {
+fn slot_sections(out: &mut String, state: &EdgeState, texts: &[(Domain, Entry)]) {
+    let text_of = |domain: &Domain| {
+        texts
+            .binary_search_by(|(key, _)| key.cmp(domain))
+            .ok()
+            .map(|at| &texts[at].1)
+    };
     for (kind, _) in state.placement.capacities() {
         for (index, occupant) in state.placement.occupants(kind).into_iter().enumerate() {
-            match occupant.and_then(|d| texts.get(d)) {
+            match occupant.and_then(text_of) {
                 Some(entry) => out.push_str(&entry.text),
                 None => {
                     let slot = BackendSlot {
