@@ -255,3 +255,84 @@ fn a_runtime_changed_set_haproxy_refuses_is_a_defect_alarm_never_promoted() {
     assert_eq!(api.get("/v1/health").status, 200);
     assert!(!edge.ok(&["status"]).contains("DEFECT"));
 }
+
+/// Enough domains that HAProxy's check of the set takes a while (0.2-2 s here, with load).
+const SLOW_CHECK_DOMAINS: usize = 10_000;
+
+/// The `haproxy -c` child of `parent`, if one runs.
+fn check_child(parent: i32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        .unwrap_or_default()
+        + &std::fs::read_dir(format!("/proc/{parent}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .collect::<String>();
+    children
+        .split_whitespace()
+        .filter_map(|pid| pid.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"-c"))
+        })
+}
+
+#[test]
+fn a_change_during_the_background_check_goes_first_and_the_next_check_covers_it() {
+    let edge = Edge::new();
+    let a = App::start("a");
+    let name = |i: usize| format!("d{i:05}.example.com");
+    common::seed::seed_domains(&edge, (0..SLOW_CHECK_DOMAINS).map(name), &a.addr());
+    edge.ok(&["haproxy", "start"]);
+    let api = common::daemon::Daemon::start(&edge);
+    let weight = |w: u16| {
+        let server = serde_json::json!({"address": a.addr(), "weight": w, "check": false});
+        let body = serde_json::json!({ "servers": [server] });
+        let r = api.call("PUT", &format!("/v1/domains/{}", name(7)), Some(&body));
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.json["apply"]["reloads"], 0, "{}", r.text);
+    };
+
+    // A runtime change; 200 ms later the daemon's idle check of it starts.
+    weight(5);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let check = loop {
+        if let Some(pid) = check_child(api.pid()) {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background check started"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    // A second change while it runs: answered, and the check it interrupted is gone.
+    weight(6);
+    assert!(
+        !hapctl::process::pid_alive(check),
+        "the check {check} still runs"
+    );
+    let metrics = api.get("/metrics").text;
+    assert!(
+        metrics.contains("hapctl_runtime_checks_gave_way_total 1"),
+        "{metrics}"
+    );
+
+    // The next idle check covers both changes: promoted, the known-good set has weight 6.
+    while edge.path("run/unchecked").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the set was never promoted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let known_good = std::fs::read_to_string(edge.path("known-good/haproxy.cfg")).unwrap();
+    let line = known_good
+        .lines()
+        .skip_while(|l| *l != format!("backend d_{}", name(7)))
+        .find(|l| l.trim_start().starts_with("server "))
+        .unwrap()
+        .to_string();
+    assert!(line.contains("weight 6"), "{line}");
+}

@@ -40,6 +40,7 @@ struct Counters {
     haproxy_restarts: u64,
     haproxy_failed_starts: u64,
     runtime_check_failures: u64,
+    runtime_checks_gave_way: u64,
 }
 
 #[derive(Default)]
@@ -77,6 +78,11 @@ impl Metrics {
             c.checks += 1;
             c.runtime_check_failures += u64::from(refused);
         });
+    }
+
+    /// A background check stopped for a change that arrived (no verdict; the next one covers it).
+    pub fn runtime_check_gave_way(&self) {
+        self.with(|c| c.runtime_checks_gave_way += 1);
     }
 
     /// A reload made outside an apply (certificate fallback, a client's request...).
@@ -178,6 +184,11 @@ impl Metrics {
                 "hapctl_runtime_check_failures_total",
                 "Background haproxy -c runs that refused a set changed at runtime (a defect: not promoted to known-good).",
                 c.runtime_check_failures,
+            ),
+            (
+                "hapctl_runtime_checks_gave_way_total",
+                "Background haproxy -c runs stopped for a change that arrived (it went first; the next check covers it).",
+                c.runtime_checks_gave_way,
             ),
             (
                 "hapctl_haproxy_restarts_total",

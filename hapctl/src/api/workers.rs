@@ -75,14 +75,26 @@ fn apply_worker(
         let first = match rx.recv_timeout(CHECK_AFTER_IDLE) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                // One check for every runtime change made since the last one.
-                match edge.validate_pending() {
+                // One check for every runtime change made since the last one. A change that
+                // arrives meanwhile stops it and goes first; the next idle check covers both.
+                let arrived = std::cell::RefCell::new(None);
+                let give_way = || {
+                    if arrived.borrow().is_none() {
+                        *arrived.borrow_mut() = rx.try_recv().ok();
+                    }
+                    arrived.borrow().is_some()
+                };
+                match edge.validate_pending(&give_way) {
                     Ok(crate::apply::PendingCheck::Refused(_)) => metrics.runtime_checked(true),
                     Ok(crate::apply::PendingCheck::Promoted) => metrics.runtime_checked(false),
+                    Ok(crate::apply::PendingCheck::GaveWay) => metrics.runtime_check_gave_way(),
                     Ok(crate::apply::PendingCheck::Nothing) => {}
                     Err(e) => tracing::error!("the pending check of runtime changes failed: {e}"),
                 }
-                continue;
+                match arrived.into_inner() {
+                    Some(job) => job,
+                    None => continue,
+                }
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };

@@ -465,15 +465,18 @@ impl Edge {
         // A runtime-only change is checked right after it is in effect, unless the daemon
         // coalesces those checks in the background.
         if !self.defer_checks {
-            applier.validate_pending()?;
+            applier.validate_pending(&|| false)?;
         }
         Ok(result)
     }
 
     /// Checks and promotes a set changed at runtime, if one waits (the daemon's background
-    /// check; see `apply::PendingCheck`).
-    pub fn validate_pending(&self) -> Result<crate::apply::PendingCheck, EdgeError> {
-        Ok(Applier::new(&self.settings, &self.templates).validate_pending()?)
+    /// check; see `apply::PendingCheck`), giving way when `give_way` says a change waits.
+    pub fn validate_pending(
+        &self,
+        give_way: &dyn Fn() -> bool,
+    ) -> Result<crate::apply::PendingCheck, EdgeError> {
+        Ok(Applier::new(&self.settings, &self.templates).validate_pending(give_way)?)
     }
 
     /// Leaves the checks of runtime-only changes to [`Edge::validate_pending`] (the daemon).

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::process::{run_with_timeout, ProcessError};
+use crate::process::{run_cancellable, run_with_timeout, ProcessError};
 use crate::settings::Settings;
 
 use super::messages;
@@ -62,6 +62,12 @@ impl Validator {
 
     /// Runs `haproxy -c -f FILE...` on the files, in the order HAProxy loads them.
     pub fn check(&self, files: &[&Path]) -> Verdict {
+        self.check_unless(files, &|| false)
+    }
+
+    /// [`Validator::check`], stopped when `give_way` answers true (then `Unavailable`: no
+    /// verdict on the files).
+    pub fn check_unless(&self, files: &[&Path], give_way: &dyn Fn() -> bool) -> Verdict {
         if files.is_empty() {
             return Verdict::Unavailable {
                 reason: "no configuration file was given to check".into(),
@@ -72,7 +78,7 @@ impl Validator {
         for file in files {
             cmd.arg("-f").arg(file);
         }
-        let output = match run_with_timeout(&mut cmd, self.timeout) {
+        let output = match run_cancellable(&mut cmd, self.timeout, give_way) {
             Ok(output) => output,
             Err(e) => {
                 return Verdict::Unavailable {

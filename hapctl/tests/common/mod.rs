@@ -820,3 +820,4 @@ pub mod daemon;
 pub mod pages;
 pub mod pebble;
 pub mod pki;
+pub mod seed;

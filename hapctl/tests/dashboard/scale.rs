@@ -6,34 +6,15 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+use super::common::seed::seed_domains;
 use super::common::{Backend, Edge};
 use super::{open, serve, sign_in, Browser};
-use hapctl::model::{Backend as Servers, Domain, Profile, Server, ServerName};
-use hapctl::settings::Settings;
-use hapctl::store::Store;
 
 const DOMAINS: usize = 10_000;
 const PAGE: usize = 50;
 
 fn name(i: usize) -> String {
     format!("d{i:05}.example.com")
-}
-
-/// Writes `DOMAINS` domains routed to `addr` into the edge's database in one transaction (the
-/// fastest real path: the rows an apply commits; `haproxy start` then renders, checks and
-/// loads them all in one apply).
-fn seed(edge: &Edge, addr: &str) {
-    let paths = Settings::load(edge.state_dir()).unwrap().paths;
-    let mut store = Store::open(&paths.database, &paths.blocks_database).unwrap();
-    let tx = store.begin().unwrap();
-    let server = Server::parse_spec(&format!("{addr},nocheck"), ServerName::nth(1)).unwrap();
-    let backend = Servers::new(vec![server], Profile::Default).unwrap();
-    let now = hapctl::clock::unix_now();
-    for i in 0..DOMAINS {
-        let domain: Domain = name(i).parse().unwrap();
-        tx.put_domain(&domain, &backend, now).unwrap();
-    }
-    tx.commit().unwrap();
 }
 
 /// The names in the table's rows, in order.
@@ -61,7 +42,7 @@ fn ten_thousand_domains_are_searched_and_paged_without_loading_them_all() {
     let edge = Edge::new();
     let app = Backend::start("many");
     let t = Instant::now();
-    seed(&edge, &app.addr());
+    seed_domains(&edge, (0..DOMAINS).map(name), &app.addr());
     edge.ok(&["haproxy", "start"]);
     eprintln!("{DOMAINS} domains seeded and loaded in {:?}", t.elapsed());
     edge.wait_for_body(&name(4242), "many");
