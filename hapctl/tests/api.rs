@@ -1011,3 +1011,25 @@ fn expired_blocks_are_lifted_on_time_by_the_daemon_itself() {
     assert!(api.blocked_keys().is_empty());
     assert_eq!(reloads(&edge), reloads_before, "no reload");
 }
+
+#[test]
+fn without_waf_the_agent_routes_say_what_to_set() {
+    let (_edge, _app, api) = edge_with_api();
+    let r = api.get("/v1/waf");
+    assert_eq!(
+        (r.status, r.json.clone()),
+        (200, json!({"configured": false})),
+        "{r:?}"
+    );
+    let r = api.call("POST", "/v1/waf/reload", None);
+    assert_eq!(
+        (r.status, r.error_code()),
+        (409, "waf_not_configured"),
+        "{r:?}"
+    );
+    let message = r.json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("[waf]") && message.contains("docs/waf.md"),
+        "{message}"
+    );
+}

@@ -1191,6 +1191,7 @@ const BODYLESS: &[(&str, &str)] = &[
     ("POST", "/v1/domains/{name}/resume"),
     ("DELETE", "/v1/domains/{name}/limits"),
     ("DELETE", "/v1/limits/exempt/{key}"),
+    ("POST", "/v1/waf/reload"),
 ];
 
 /// A bundle (leaf for OK_NAME, chain, key) that the certificate routes would accept.

@@ -25,6 +25,7 @@ mod routes;
 mod supervision;
 mod ui;
 mod v1;
+mod waf;
 mod workers;
 
 use std::net::SocketAddr;

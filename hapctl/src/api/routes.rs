@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, history, limits, policies, profiles, proving, ui, v1,
+    auth, certs, compat, count_requests, history, limits, policies, profiles, proving, ui, v1, waf,
     AppState, BODY_LIMIT,
 };
 
@@ -156,6 +156,8 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/v1/security/stats", "The busiest clients of the rate-limit table (?limit=1-1000&min_rate=R), counters named; 502 when HAProxy cannot be read", None), get(limits::get_stats)),
         (doc("post", "/v1/security/clear", "Forget one client's counters (clear table)",
             Some(json!({"type": "object", "required": ["ip"], "properties": {"ip": {"type": "string", "example": "192.0.2.7"}}}))), post(limits::post_clear)),
+        (doc("get", "/v1/waf", "The WAF agent (docs/waf.md): {configured: false} without [waf]; else {configured, up, down_reason, pid, engine, crs, rules, rules_loaded_at, inspected, blocked, detected, errors, timeouts, reloads, reload_failures, reload_error, by_rule: {RULE_ID: requests}}, from its state file (hapctl waf status)", None), get(waf::get_waf)),
+        (doc("post", "/v1/waf/reload", "Reload the agent's rules (SIGHUP; HAProxy's connections stay) and answer the outcome once it is known (a few seconds): {outcome: reloaded, pid, crs, rules, rules_loaded_at}; a refused rule set is a 422 naming its loader and libmodsecurity's reason (the old rules keep serving), 503 when the agent is down, 409 without [waf]", None), post(waf::post_reload)),
         (doc("get", "/v1/certificates", "List certificates: names, source, validity, next renewal, last error, the host names each serves", None), get(certs::list)),
         (doc("get", "/v1/certificates/{name}", "One certificate", None), get(certs::show)),
         (doc("put", "/v1/certificates/{name}", "Install a PEM bundle (leaf, chain, unencrypted key); refused with the problem named and nothing written; served without a reload (201 when new)",

@@ -173,9 +173,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         .filter(|c| c.record.last_error.is_some())
         .collect();
     let soonest = certs.iter().map(|c| &c.record).min_by_key(|r| r.not_after);
-    let waf = edge.settings.waf.as_ref().map(|_| {
-        hapctl::waf::metrics::Health::read(&hapctl::waf::state_file(&edge.settings.paths.run_dir))
-    });
+    let waf = hapctl::waf::status::status(&edge.settings);
     let migrate_req = hapctl::haproxy::MigrateReq::read();
     if json {
         print_json(&serde_json::json!({
@@ -214,13 +212,16 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
     if let Some(warning) = migrate_req.warning() {
         println!("WARNING: {warning}");
     }
-    if let Some(w) = &waf {
-        match (&w.agent, w.up) {
-            (Some(a), true) => println!(
-                "waf agent: up (pid {}), inspected {}, blocked {}, detected {}, errors {}, timeouts {}",
-                a.pid, a.inspected, a.blocked, a.detected, a.errors, a.timeouts
+    if let Some(a) = &waf.agent {
+        match (&a.down_reason, a.pid) {
+            (None, Some(pid)) => println!(
+                "waf agent: up (pid {pid}), inspected {}, blocked {}, detected {}, errors {}, timeouts {}",
+                a.inspected, a.blocked, a.detected, a.errors, a.timeouts
             ),
-            _ => println!("waf agent: DOWN (domains fail open or closed by their policy)"),
+            (reason, _) => println!(
+                "waf agent: DOWN, {} (domains fail open or closed by their policy)",
+                reason.as_deref().unwrap_or("")
+            ),
         }
     }
     if let Some(r) = soonest {

@@ -9,7 +9,6 @@ use hapctl::model::{Domain, Exclusion, FailMode, Invalid, WafMode, WafPolicy};
 use hapctl::settings::waf::WafSettings;
 use hapctl::settings::Settings;
 use hapctl::waf::message::Inspect;
-use hapctl::waf::metrics::Health;
 use hapctl::waf::ruleset::RuleSet;
 use hapctl::waf::verdict::Verdict;
 use hapctl::waf::{self, Engine};
@@ -165,71 +164,51 @@ fn serve(waf: &WafSettings, run_dir: &Path) -> Result<u8, Failure> {
 }
 
 fn status(settings: &Settings, args: StatusArgs) -> Result<u8, Failure> {
-    let path = waf::state_file(&settings.paths.run_dir);
-    let health = Health::read(&path);
-    let (up, age) = (health.up, health.age_secs);
+    let status = waf::status::status(settings);
+    let Some(a) = &status.agent else {
+        unreachable!("[waf] is configured: checked by run")
+    };
     if args.json {
-        super::output::print_json(&health);
-    } else if let Some(s) = health.agent {
-        println!(
-            "agent: {} (pid {}, state {} s old)",
-            if up { "up" } else { "DOWN" },
-            s.pid,
-            age.unwrap_or(0)
-        );
-        println!("engine: {}", s.engine);
-        println!(
-            "inspected {}  blocked {}  detected {}  errors {}  timeouts {}",
-            s.inspected, s.blocked, s.detected, s.errors, s.timeouts
-        );
-        for (rule, n) in &s.by_rule {
-            println!("  rule {rule}: {n}");
-        }
-    } else {
-        println!("agent: DOWN (no state file at {})", path.display());
+        super::output::print_json(&status);
+        return Ok(if a.up { 0 } else { 1 });
     }
-    Ok(if up { 0 } else { 1 })
+    match (&a.down_reason, a.pid) {
+        (None, Some(pid)) => println!("agent: up (pid {pid})"),
+        (reason, _) => println!("agent: DOWN ({})", reason.as_deref().unwrap_or("")),
+    }
+    if let (Some(engine), Some(at)) = (&a.engine, a.rules_loaded_at) {
+        println!(
+            "rules: {} loaded at {} ({}; {})",
+            a.rules.map_or("?".into(), |n| n.to_string()),
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(at)
+            ),
+            a.crs.as_deref().unwrap_or("CRS version unknown"),
+            engine
+        );
+    }
+    if let Some(e) = &a.reload_error {
+        println!("last reload refused: {e}");
+    }
+    println!(
+        "inspected {}  blocked {}  detected {}  errors {}  timeouts {}",
+        a.inspected, a.blocked, a.detected, a.errors, a.timeouts
+    );
+    for (rule, n) in &a.by_rule {
+        println!("  rule {rule}: {n}");
+    }
+    Ok(if a.up { 0 } else { 1 })
 }
 
 fn reload(settings: &Settings) -> Result<u8, Failure> {
-    let path = waf::state_file(&settings.paths.run_dir);
-    let health = Health::read(&path);
-    let running = health.agent.filter(|s| {
-        // The state file is fresh and its PID is an agent, not a process that took the number.
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid)).unwrap_or_default();
-        health.up && cmdline.split(|b| *b == 0).any(|a| a == b"waf")
-    });
-    let Some(before) = running else {
-        return Err(anyhow::anyhow!(
-            "the WAF agent is not running (no fresh state file at {})",
-            path.display()
-        )
-        .into());
-    };
-    hapctl::process::send_signal(before.pid as i32, libc::SIGHUP)?;
-    // Loading the CRS takes a few seconds; the state file shows the outcome a second later.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let Some(now) = Health::read(&path).agent.filter(|s| s.pid == before.pid) else {
-            continue;
-        };
-        if now.reloads > before.reloads {
-            println!("rules reloaded (agent pid {})", now.pid);
-            return Ok(0);
-        }
-        if now.reload_failures > before.reload_failures {
-            return Err(anyhow::anyhow!(
-                "the agent refused the new rules and keeps the old ones; its log says why"
-            )
-            .into());
-        }
-    }
-    Err(anyhow::anyhow!(
-        "the agent (pid {}) did not report the reload within 60 s",
-        before.pid
-    )
-    .into())
+    let r = waf::status::reload(&settings.paths.run_dir)?;
+    println!(
+        "rules reloaded (agent pid {}, {} rules, {})",
+        r.pid,
+        r.rules,
+        r.crs.as_deref().unwrap_or("CRS version unknown")
+    );
+    Ok(0)
 }
 
 fn rules(waf: &WafSettings, args: StatusArgs) -> Result<u8, Failure> {

@@ -302,7 +302,7 @@ mod tests {
         );
         let clean = agent.inspect(request("q=fine")).await;
         assert!(matches!(clean, Answer::Pass(_)), "{clean:?}");
-        let s = agent.metrics.snapshot("", 0);
+        let s = agent.metrics.snapshot(&Default::default());
         assert_eq!(
             (s.inspected, s.timeouts, s.blocked, s.errors),
             (3, 1, 1, 0),

@@ -23,6 +23,21 @@ pub struct Metrics {
     latency_sum_us: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     by_rule: Mutex<BTreeMap<u32, u64>>,
+    /// Why the last reload was refused; cleared by one that serves.
+    reload_error: Mutex<Option<String>>,
+}
+
+/// The rules the agent serves: what the state file says of them.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// `ModSecurity v3.0.9 (Linux)`.
+    pub engine: String,
+    /// `OWASP_CRS/3.3.4`, when the loader's files say (`SecComponentSignature`).
+    pub crs: Option<String>,
+    /// What libmodsecurity counted when it loaded them.
+    pub rules: usize,
+    /// Unix time of the load.
+    pub at: u64,
 }
 
 /// A copy of the counters, as written to the state file.
@@ -30,6 +45,11 @@ pub struct Metrics {
 pub struct Snapshot {
     pub pid: u32,
     pub engine: String,
+    /// The CRS version and libmodsecurity's rule count (absent from an older agent's file).
+    #[serde(default)]
+    pub crs: Option<String>,
+    #[serde(default)]
+    pub rules: usize,
     pub rules_loaded_at: u64,
     pub updated_at: u64,
     pub inspected: u64,
@@ -42,6 +62,9 @@ pub struct Snapshot {
     pub reloads: u64,
     #[serde(default)]
     pub reload_failures: u64,
+    /// Why the last reload was refused (the loader and libmodsecurity's words), until one serves.
+    #[serde(default)]
+    pub reload_error: Option<String>,
     pub latency_sum_us: u64,
     /// Cumulative counts for [`LATENCY_BUCKETS_US`] (Prometheus `le` buckets).
     pub latency_buckets: Vec<u64>,
@@ -58,13 +81,14 @@ pub enum Outcome<'a> {
 }
 
 impl Metrics {
-    /// A rules reload: `ok` when the new rules serve, else the old ones stayed.
-    pub fn reloaded(&self, ok: bool) {
-        let n = if ok {
+    /// A rules reload: `Ok` when the new rules serve, else why the old ones stayed.
+    pub fn reloaded(&self, outcome: Result<(), String>) {
+        let n = if outcome.is_ok() {
             &self.reloads
         } else {
             &self.reload_failures
         };
+        *self.reload_error.lock().unwrap_or_else(|e| e.into_inner()) = outcome.err();
         n.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -102,12 +126,14 @@ impl Metrics {
         }
     }
 
-    pub fn snapshot(&self, engine: &str, rules_loaded_at: u64) -> Snapshot {
+    pub fn snapshot(&self, loaded: &Loaded) -> Snapshot {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Snapshot {
             pid: std::process::id(),
-            engine: engine.to_string(),
-            rules_loaded_at,
+            engine: loaded.engine.clone(),
+            crs: loaded.crs.clone(),
+            rules: loaded.rules,
+            rules_loaded_at: loaded.at,
             updated_at: crate::clock::unix_now().max(0) as u64,
             inspected: get(&self.inspected),
             detected: get(&self.detected),
@@ -116,6 +142,11 @@ impl Metrics {
             timeouts: get(&self.timeouts),
             reloads: get(&self.reloads),
             reload_failures: get(&self.reload_failures),
+            reload_error: self
+                .reload_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             latency_sum_us: get(&self.latency_sum_us),
             latency_buckets: self.latency_buckets.iter().map(get).collect(),
             by_rule: self
@@ -145,6 +176,8 @@ impl Snapshot {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Health {
     pub up: bool,
+    /// Why it is not up, in words an operator can act on.
+    pub down_reason: Option<String>,
     pub age_secs: Option<u64>,
     pub agent: Option<Snapshot>,
 }
@@ -156,15 +189,40 @@ impl Health {
         let agent = Snapshot::read(path);
         let now = crate::clock::unix_now().max(0) as u64;
         let age_secs = agent.as_ref().map(|s| now.saturating_sub(s.updated_at));
+        let down_reason = match (&agent, age_secs) {
+            (None, _) => Some(format!(
+                "no state file at {}: the agent is not running (`hapctl serve` runs it in direct mode, hapctl-waf.service in systemd mode)",
+                path.display()
+            )),
+            (Some(s), _) if !is_agent(s.pid) => Some(format!(
+                "its process (pid {}) is gone; `hapctl serve` starts it again, its log says why it ended",
+                s.pid
+            )),
+            (Some(_), Some(age)) if age > STALE_AFTER_SECS => Some(format!(
+                "its state file is more than {STALE_AFTER_SECS} s old (rewritten every second while it runs): the agent is stuck"
+            )),
+            _ => None,
+        };
         Health {
-            up: age_secs.is_some_and(|a| a <= STALE_AFTER_SECS)
-                && agent
-                    .as_ref()
-                    .is_some_and(|s| i32::try_from(s.pid).is_ok_and(crate::process::pid_alive)),
+            up: down_reason.is_none(),
+            down_reason,
             age_secs,
             agent,
         }
     }
+}
+
+/// Whether `pid` runs and is an agent (`hapctl … waf serve`), not a process that took the
+/// number since; a command line that cannot be read (another user's, hidepid) counts as one.
+fn is_agent(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    if !crate::process::pid_alive(pid) {
+        return false;
+    }
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map_or(true, |c| c.split(|b| *b == 0).any(|a| a == b"waf"))
 }
 
 impl Health {
@@ -235,10 +293,17 @@ mod tests {
         );
         m.record(Outcome::Pass, Duration::from_micros(100));
         m.record(Outcome::Timeout, Duration::from_millis(200));
+        let loaded = Loaded {
+            engine: "ModSecurity v3".into(),
+            crs: None,
+            rules: 1,
+            at: 7,
+        };
         let health = Health {
             up: true,
+            down_reason: None,
             age_secs: Some(0),
-            agent: Some(m.snapshot("ModSecurity v3", 7)),
+            agent: Some(m.snapshot(&loaded)),
         };
         let text = health.prometheus();
         for line in [
@@ -257,6 +322,7 @@ mod tests {
         }
         let down = Health {
             up: false,
+            down_reason: Some("stopped".into()),
             age_secs: None,
             agent: None,
         }

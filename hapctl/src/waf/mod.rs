@@ -2,7 +2,7 @@
 //! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
 //! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
 //! `message.rs` parses HAProxy's SPOE message, `ruleset.rs` lists the rules, `agent.rs` speaks SPOP, `metrics.rs` counts
-//! and keeps the state file, `supervise.rs` keeps the agent running under `hapctl serve`.
+//! and keeps the state file, `status.rs` shows the agent and reloads its rules, `supervise.rs` keeps the agent running under `hapctl serve`.
 //! The HAProxy side is rendered by `render::waf`.
 
 pub mod agent;
@@ -12,6 +12,7 @@ pub mod matches;
 pub mod message;
 pub mod metrics;
 pub mod ruleset;
+pub mod status;
 pub mod supervise;
 pub mod verdict;
 
@@ -53,7 +54,7 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let engine = Engine::load(&settings.crs)?;
-    let engine_name = engine.version().to_string();
+    let mut loaded = loaded(&engine, &settings.crs);
     let agent = Arc::new(Agent::new(
         engine,
         settings.workers,
@@ -63,10 +64,9 @@ pub async fn serve(
     let listener = TcpListener::bind(settings.listen).await?;
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let state = state_file(run_dir);
-    let mut loaded_at = crate::clock::unix_now().max(0) as u64;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tracing::info!(listen = %settings.listen, engine = %engine_name, "waf agent ready");
+    tracing::info!(listen = %settings.listen, engine = %loaded.engine, "waf agent ready");
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -83,22 +83,25 @@ pub async fn serve(
             }
             _ = hup.recv() => {
                 let crs = settings.crs.clone();
-                let loaded = tokio::task::spawn_blocking(move || Engine::load(&crs)).await;
-                match loaded.map_err(std::io::Error::other)? {
-                    Ok(engine) => {
+                let outcome = tokio::task::spawn_blocking(move || {
+                    Engine::load(&crs).map(|engine| (self::loaded(&engine, &crs), engine))
+                });
+                match outcome.await.map_err(std::io::Error::other)? {
+                    Ok((rules, engine)) => {
+                        loaded = rules;
                         agent.replace_engine(engine);
-                        agent.metrics.reloaded(true);
-                        loaded_at = crate::clock::unix_now().max(0) as u64;
-                        tracing::info!("waf rules reloaded");
+                        agent.metrics.reloaded(Ok(()));
+                        tracing::info!(rules = loaded.rules, "waf rules reloaded");
                     }
                     Err(e) => {
-                        agent.metrics.reloaded(false);
+                        // Named with its loader: what `hapctl waf reload` and the API answer.
+                        agent.metrics.reloaded(Err(format!("{}: {e}", settings.crs.display())));
                         tracing::error!(error = %e, "waf rules reload refused; the old rules stay");
                     }
                 }
             }
             _ = tick.tick() => {
-                let snapshot = agent.metrics.snapshot(&engine_name, loaded_at);
+                let snapshot = agent.metrics.snapshot(&loaded);
                 if let Err(e) = snapshot.write(&state) {
                     tracing::warn!(error = %e, path = %state.display(), "waf state file not written");
                 }
@@ -106,6 +109,17 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// What the state file says of the rules `engine` loaded through `crs`. The CRS version is
+/// read from the same files (`SecComponentSignature`); a set whose listing fails still serves.
+fn loaded(engine: &Engine, crs: &Path) -> metrics::Loaded {
+    metrics::Loaded {
+        engine: engine.version().to_string(),
+        crs: ruleset::RuleSet::read(crs).ok().and_then(|set| set.crs),
+        rules: engine.rules_loaded(),
+        at: crate::clock::unix_now().max(0) as u64,
+    }
 }
 
 /// The next connection, once fewer than `connections` allows are served (the permit is the

@@ -3,7 +3,9 @@
 //! paranoia 2 and an exclusion set in the editor is what the API and `waf.map` then hold, and
 //! an SQL injection gets 403 through the edge; hostile values are refused at their fields with
 //! nothing changed; detect from the page lets it pass. The servers and the HTTPS policy the
-//! domain had are kept by every save.
+//! domain had are kept by every save. The Overview's agent card shows it up with the API's
+//! counters after the injection, and the rules reloaded from the Protections page show the
+//! outcome.
 
 use std::time::{Duration, Instant};
 
@@ -156,4 +158,53 @@ fn a_domains_waf_policy_is_set_from_the_page_and_enforced_by_the_agent() {
         "return document.getElementById('pw-mode').value === 'detect' && document.getElementById('pw-paranoia').value === '2' && document.getElementById('pw-exclusions').value === '942100@/search'",
         vec![],
     );
+
+    // The Overview's agent card: up, and the counters the API has after the injection.
+    let waf = wait_agent(&api, &|w| {
+        w["blocked"].as_u64() >= Some(1) && w["detected"].as_u64() >= Some(1)
+    });
+    open(&b, &api, "overview", "Overview");
+    let card = "section[aria-label='WAF agent']";
+    b.wait_text(&format!("{card} .ok"), "Up");
+    // The value next to a term of the card.
+    let shown = "const dt = [...document.querySelectorAll(arguments[0] + ' dt')].find(e => e.textContent === arguments[1]); return !!dt && dt.nextElementSibling.textContent === arguments[2]";
+    for (name, key) in [("Blocked", "blocked"), ("Detected", "detected")] {
+        let want = waf[key].to_string();
+        b.wait_js(
+            &format!("{name} {want} on the card"),
+            shown,
+            vec![json!(card), json!(name), json!(want)],
+        );
+    }
+    b.screenshot("overview-waf");
+
+    // Protections: the counters by rule, and a reload from the page with its outcome.
+    open(&b, &api, "protections", "Protections");
+    let hits = waf["by_rule"]["942100"].to_string();
+    b.wait_text(
+        "section[aria-labelledby='pw'] tbody tr[data-key='942100'] td",
+        &hits,
+    );
+    b.click("section[aria-labelledby='pw'] button");
+    let done = b.wait_text("#pw-reload-outcome.ok", "Rules reloaded:");
+    let rules = format!("{} rules · {}", waf["rules"], waf["crs"].as_str().unwrap());
+    assert!(
+        done.contains(&rules) && done.contains(&format!("PID {}", waf["pid"])),
+        "{done}"
+    );
+    assert_eq!(api.get("/v1/waf").json["reloads"], 1);
+    b.screenshot("protections-waf-reloaded");
+}
+
+/// `GET /v1/waf` once `ok` holds (the agent rewrites its state file every second).
+fn wait_agent(api: &Daemon, ok: &dyn Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let w = api.get("/v1/waf").json;
+        if w["up"] == true && ok(&w) {
+            return w;
+        }
+        assert!(Instant::now() < deadline, "{w}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

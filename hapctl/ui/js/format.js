@@ -207,3 +207,16 @@ export function wafSummary(w) {
   return [w.mode, `PL ${w.paranoia}`, `threshold ${w.threshold}`, `fail ${w.fail}`, n ? `${n} exclusion${n > 1 ? 's' : ''}` : null]
     .filter(Boolean).join(' · ');
 }
+
+/** The WAF agent of `GET /v1/waf` in a word: `up`, `DOWN` (with why) or not set up. */
+export function wafAgent(w) {
+  if (!w || !w.configured) return { level: '', word: 'Not set up', detail: 'the [waf] section of hapctl.toml runs it (docs/waf.md)' };
+  if (w.up) return { level: 'ok', word: 'Up', detail: `PID ${w.pid}` };
+  return { level: 'bad', word: 'DOWN', detail: w.down_reason || 'no answer' };
+}
+
+/** The rules it serves: `917 rules · OWASP_CRS/3.3.4`. */
+export function wafRules(w) {
+  if (!w || !w.rules_loaded_at) return 'none loaded';
+  return [w.rules ? `${w.rules} rules` : null, w.crs || 'CRS version unknown'].filter(Boolean).join(' · ');
+}

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import {
   duration, ago, until, daysLeft, expiryLevel, parseBulk, splitField, parseServers, serversText, seg,
   diffLines, size, numberOrText, domainBody, parseExclusions, exclusionsText, wafField, wafSummary,
-  withoutPosition,
+  withoutPosition, wafAgent, wafRules,
 } from '../js/format.js';
 
 test('durations are short and readable', () => {
@@ -139,4 +139,14 @@ test('WAF exclusions keep their lines; API fields name the part of the policy', 
     'block · PL 2 · threshold 5 · fail closed · 1 exclusion');
   assert.equal(wafSummary({ mode: 'detect', fail: 'open', paranoia: 1, threshold: 7, exclusions: [] }),
     'detect · PL 1 · threshold 7 · fail open');
+});
+
+test('the WAF agent is up, DOWN with why, or not set up', () => {
+  assert.deepEqual(wafAgent({ configured: false }), { level: '', word: 'Not set up', detail: 'the [waf] section of hapctl.toml runs it (docs/waf.md)' });
+  assert.deepEqual(wafAgent({ configured: true, up: true, pid: 42 }), { level: 'ok', word: 'Up', detail: 'PID 42' });
+  assert.equal(wafAgent({ configured: true, up: false, down_reason: 'its process (pid 42) is gone' }).detail, 'its process (pid 42) is gone');
+  assert.equal(wafAgent({ configured: true, up: false }).word, 'DOWN');
+  assert.equal(wafRules({ rules: 917, crs: 'OWASP_CRS/3.3.4', rules_loaded_at: 1 }), '917 rules · OWASP_CRS/3.3.4');
+  assert.equal(wafRules({ rules: null, crs: null, rules_loaded_at: 1 }), 'CRS version unknown');
+  assert.equal(wafRules({ configured: true, up: false }), 'none loaded');
 });

@@ -1,9 +1,9 @@
-// Overview: HAProxy master and workers, live = known-good, counts, certificates, generations,
-// the last applies with their outcome, durations and reload reasons.
+// Overview: HAProxy master and workers, live = known-good, counts, certificates, the WAF
+// agent, generations, the last applies with their outcome, durations and reload reasons.
 
 import { h, fill, rows, table, state } from '../dom.js';
 import { poll, stamp } from '../live.js';
-import { ago, duration, daysLeft, expiryLevel } from '../format.js';
+import { ago, duration, daysLeft, expiryLevel, wafAgent, wafRules } from '../format.js';
 
 const now = () => Date.now() / 1000;
 
@@ -49,6 +49,22 @@ function certs(c) {
   ]));
 }
 
+// The agent's health and counters (GET /v1/waf); its counters by rule are on Protections.
+function waf(w) {
+  const a = wafAgent(w);
+  if (!w.configured) return h('p', { class: 'hint' }, `${a.word}: ${a.detail}.`);
+  return h('div', null,
+    h('p', { class: `${a.level} big` }, a.word),
+    w.up ? null : h('p', { class: 'bad' }, a.detail),
+    dl([
+      ['Inspected', String(w.inspected)],
+      ['Blocked', String(w.blocked)],
+      ['Detected', String(w.detected)],
+      ['Errors · timeouts', `${w.errors} · ${w.timeouts}`],
+      ['Rules', wafRules(w)],
+    ]));
+}
+
 export default {
   title: 'Overview',
   mount(main) {
@@ -57,6 +73,11 @@ export default {
     const applies = table('Last applies', ['When', 'Trigger', 'Outcome', 'Duration', 'Checks', 'Reloads', 'Reload reasons']);
     const gens = table('Generations', ['App', 'Version', 'Role', 'Port', 'Running', 'Ready']);
     fill(main, h('h1', null, 'Overview'), status, grid, applies.el, gens.el);
+    // Its own poll; the card element stays in the grid when the status redraws the others.
+    const wafBody = h('div', null, h('p', { class: 'state loading' }, 'Loading…'));
+    const wafCard = card('WAF agent', wafBody);
+    const agent = poll('/v1/waf', 2000, (w) => fill(wafBody, waf(w)),
+      (e) => fill(wafBody, h('p', { class: 'state error' }, `Cannot read the agent: ${e.message}`)));
     const p = poll('/v1/status', 2000, (s) => {
       status.hidden = true;
       stamp();
@@ -68,7 +89,8 @@ export default {
           ['Blocked', String(s.counts.blocked)],
           ['Trusted proxies', String(s.counts.trusted_proxies)],
         ])),
-        card('Certificates', certs(s.certificates)));
+        card('Certificates', certs(s.certificates)),
+        wafCard);
       rows(applies.tbody, s.applies, (a) => a.id, (a) => h('tr', null,
         h('td', null, ago(a.started_at_ms / 1000, now())),
         h('td', null, a.trigger),
@@ -82,6 +104,6 @@ export default {
         h('td', null, g.running ? 'yes' : 'no'), h('td', null, g.ready ? 'yes' : 'no')),
       { columns: gens.columns, text: 'No delivered application.' });
     }, (e) => { status.hidden = false; state(status, 'error', `Cannot read the status: ${e.message}`); });
-    return () => p.stop();
+    return () => { p.stop(); agent.stop(); };
   },
 };

@@ -1,0 +1,54 @@
+// The WAF agent on the Protections page: its health, the rules it serves, the requests over
+// the threshold by rule id (GET /v1/waf), and a reload of its rules (POST /v1/waf/reload)
+// with the outcome: the new rules, or the refusal with the old rules still serving.
+
+import { call } from '../api.js';
+import { h, fill, rows, table, state } from '../dom.js';
+import { poll } from '../live.js';
+import { wafAgent, wafRules } from '../format.js';
+
+export function wafSection() {
+  const status = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
+  const summary = h('p', { class: 'summary' });
+  const rt = table('Requests over the threshold by rule', ['Rule', 'Requests']);
+  const outcome = h('p', { id: 'pw-reload-outcome', class: 'summary', role: 'status' });
+  const reload = h('button', { type: 'button' }, 'Reload rules');
+  reload.addEventListener('click', async () => {
+    reload.disabled = true;
+    outcome.className = 'summary';
+    outcome.textContent = 'Reloading the rules…';
+    try {
+      const r = (await call('POST', '/v1/waf/reload')).json;
+      outcome.className = 'summary ok';
+      outcome.textContent = `Rules reloaded: ${wafRules(r)} (agent PID ${r.pid}).`;
+    } catch (e) {
+      outcome.className = 'summary bad';
+      outcome.textContent = `Not reloaded: ${e.message}`;
+    }
+    reload.disabled = false;
+    agent.now();
+  });
+  const actions = h('div', { class: 'actions' }, reload);
+  const agent = poll('/v1/waf', 5000, (w) => {
+    const a = wafAgent(w);
+    actions.hidden = !w.configured;
+    if (!w.configured) {
+      state(status, 'off', `${a.word}: ${a.detail}.`);
+      summary.textContent = '';
+      fill(rt.tbody);
+      rt.el.hidden = true;
+      return;
+    }
+    rt.el.hidden = false;
+    state(status, a.level, `Agent ${a.word}${w.up ? ` (${a.detail})` : `: ${a.detail}`}`);
+    const loaded = w.rules_loaded_at ? ` · loaded ${new Date(w.rules_loaded_at * 1000).toLocaleString()}` : '';
+    summary.textContent = `Rules: ${wafRules(w)}${loaded} · inspected ${w.inspected}, blocked ${w.blocked}, detected ${w.detected}, errors ${w.errors}, timeouts ${w.timeouts}`
+      + (w.reload_error ? ` · last reload refused: ${w.reload_error}` : '');
+    rows(rt.tbody, Object.entries(w.by_rule), ([rule]) => rule, ([rule, n]) => h('tr', null,
+      h('th', { scope: 'row' }, rule), h('td', null, String(n))),
+    { columns: rt.columns, text: 'No request over the threshold yet.' });
+  }, (e) => state(status, 'error', `Cannot read the agent: ${e.message}`));
+  const el = h('section', { 'aria-labelledby': 'pw' }, h('h2', { id: 'pw' }, 'WAF agent'),
+    status, summary, rt.el, actions, outcome);
+  return { el, stop: () => agent.stop() };
+}
