@@ -22,9 +22,11 @@ const SHOP: &str = "shop.example.com";
 const SQLI: &str = "/?id=1%27%20OR%20%271%27%3D%271";
 
 struct Lab {
+    // Dropped first: a `hapctl serve` still running when the edge stops its HAProxy starts a
+    // new master (supervision), which outlived the test with its files deleted.
+    daemon: Daemon,
     edge: Edge,
     _app: Backend,
-    daemon: Daemon,
     agent_port: u16,
     /// The CRS loader the agent reads (a copy of Debian's, so a test can break it).
     crs: PathBuf,
