@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 use super::edge::{served_serial, TlsEdge};
 use super::pki::{Leaf, TestCa};
 use super::{elapsed_ms, pct, site, PROBE_EVERY};
+use crate::api::Api;
+use crate::harness::Edge;
 use crate::stats::ms;
 use crate::sys;
 use crate::Table;
@@ -83,19 +85,44 @@ pub(super) fn parse_report(
 impl TlsEdge {
     /// `hapctl cert import` (bounded), unobserved; HAProxy may be stopped (files only).
     pub(super) fn import(&mut self, leaf: &Leaf, running: bool) -> anyhow::Result<Install> {
+        self.install_by(leaf, running, |edge| {
+            let pem = leaf.pem.display().to_string();
+            let out = edge.ok(&["cert", "import", &leaf.name, "--pem", &pem, "--json"])?;
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        })
+    }
+
+    /// `PUT /v1/certificates/{name}` to a running `hapctl serve`: the daemon's own install path,
+    /// the one its renewals take, with no hapctl process started per certificate.
+    pub(super) fn import_api(&mut self, api: &Api, leaf: &Leaf) -> anyhow::Result<Install> {
+        self.install_by(leaf, true, |_| {
+            let pem = std::fs::read_to_string(&leaf.pem)?;
+            let path = format!("/v1/certificates/{}", leaf.name);
+            let answer = api.call("PUT", &path, Some(&json!({ "pem": pem })))?;
+            if !(200..300).contains(&answer.status) {
+                bail!("PUT {path}: {}", answer.describe());
+            }
+            Ok(answer.text())
+        })
+    }
+
+    /// One install by `run`, which returns the install report (JSON), with the counts around it.
+    fn install_by(
+        &mut self,
+        leaf: &Leaf,
+        running: bool,
+        run: impl FnOnce(&Edge) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Install> {
         let new = !self.serials.contains_key(&leaf.name);
         let before = if running { Some(self.reloads()?) } else { None };
         let checks = self.edge.check_runs();
-        let pem = leaf.pem.display().to_string();
         let t = Instant::now();
-        let out = self
-            .edge
-            .ok(&["cert", "import", &leaf.name, "--pem", &pem, "--json"])?;
+        let report = run(&self.edge)?;
         let exit_ms = elapsed_ms(t);
         let (installed, duration_ms, report_checks, report_reloads, serial) =
-            parse_report(&String::from_utf8_lossy(&out.stdout))?;
+            parse_report(&report)?;
         if !serial.is_some_and(|s| serial_matches(&s, &leaf.serial)) {
-            bail!("cert import {}: the report names another serial", leaf.name);
+            bail!("install of {}: the report names another serial", leaf.name);
         }
         let reloads = match before {
             Some(b) => self.reloads()? as i64 - b as i64,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use hapctl::tls::probe;
 use hapctl::tls::x509::CertInfo;
 use serde_json::{json, Value};
@@ -15,6 +15,7 @@ use super::edge::{TlsEdge, HANDSHAKE_TIMEOUT};
 use super::install::{modes, Install};
 use super::pki::{Leaf, TestCa};
 use super::{elapsed_ms, pct, site, RENEWALS};
+use crate::daemon::Daemon;
 use crate::stats::ms;
 use crate::Table;
 
@@ -62,6 +63,10 @@ pub(super) enum Renewer {
     /// (`RuntimeCerts::install`: `set`/`commit ssl cert`), no hapctl process, no files, no
     /// database: HAProxy's own share of a renewal. One every `CONTROL_EVERY` at most.
     RuntimeApi,
+    /// `PUT /v1/certificates/{name}` to a `hapctl serve` started for the run: the daemon's own
+    /// install path (its renewer's), no process per certificate. Its CPU is the daemon's, in
+    /// "everything else".
+    Daemon,
 }
 
 impl Renewer {
@@ -69,6 +74,7 @@ impl Renewer {
         match self {
             Renewer::Cli => "`hapctl cert import`",
             Renewer::RuntimeApi => "runtime API only, one per 100 ms at most (control)",
+            Renewer::Daemon => "`PUT /v1/certificates` to `hapctl serve` (the daemon's path)",
         }
     }
 }
@@ -200,6 +206,10 @@ pub(super) fn renewals_under_load(
     let leaves: Vec<Leaf> = (0..RENEWALS)
         .map(|k| ca.leaf(&names[k % names.len()]))
         .collect::<anyhow::Result<_>>()?;
+    let daemon = match how {
+        Renewer::Daemon => Some(Daemon::start(&a.edge, Duration::from_secs(60))?),
+        Renewer::Cli | Renewer::RuntimeApi => None,
+    };
     let workers: Vec<i32> = a.edge.show_proc()?.workers.iter().map(|w| w.pid).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
@@ -253,6 +263,10 @@ pub(super) fn renewals_under_load(
             for leaf in chunk {
                 ops.push(match how {
                     Renewer::Cli => a.import(leaf, true)?,
+                    Renewer::Daemon => {
+                        let daemon = daemon.as_ref().context("started for Renewer::Daemon")?;
+                        a.import_api(&daemon.api, leaf)?
+                    }
                     Renewer::RuntimeApi => {
                         let t = Instant::now();
                         let op = a.runtime_replace(leaf)?;
