@@ -240,9 +240,13 @@ impl Edge {
     pub fn look_at_master(&self, last: Option<Watched>) -> Look {
         let dead = match last {
             Some(w) => {
-                let exit = reap(w.pid);
-                if exit.is_none() && w.alive() {
-                    return Look::Running(w);
+                let mut exit = reap(w.pid);
+                if exit.is_none() {
+                    if w.alive() {
+                        return Look::Running(w);
+                    }
+                    // It died between the two looks: a zombie now, with its status to take.
+                    exit = reap(w.pid);
                 }
                 Some((w.pid, exit))
             }
