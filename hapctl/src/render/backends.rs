@@ -24,8 +24,6 @@ pub(super) fn sections(
     resolvers: Option<&str>,
     memo: Option<&mut Sections>,
 ) -> String {
-    // Without a memo the inputs are not kept: nothing will compare them.
-    let keep = memo.is_some();
     let mut fresh = Sections::default();
     let memo = memo.unwrap_or(&mut fresh);
     // Both are in domain order: one pass over the two, no lookup per domain.
@@ -35,17 +33,14 @@ pub(super) fn sections(
         while last.next_if(|(key, _)| key < domain).is_some() {}
         let (slot, resolved) = (state.placement.slot_of(domain), resolvers.is_some());
         let kept = last.next_if(|(key, e)| {
-            key == domain
-                && e.slot == slot
-                && e.resolved == resolved
-                && e.backend.as_ref() == Some(backend)
+            key == domain && e.slot == slot && e.resolved == resolved && e.backend == *backend
         });
         next.push(kept.unwrap_or_else(|| {
             (
                 domain.clone(),
                 Entry {
                     text: domain_text(domain, backend, slot, resolvers),
-                    backend: keep.then(|| backend.clone()),
+                    backend: backend.clone(),
                     slot,
                     resolved,
                 },
@@ -70,9 +65,9 @@ pub struct Sections(Vec<(Domain, Entry)>);
 
 #[derive(Debug)]
 struct Entry {
-    /// What the text was rendered from (`None` outside a memo): the state's own backend,
-    /// shared, so an unchanged domain compares equal at a glance.
-    backend: Option<Backend>,
+    /// What the text was rendered from: the state's own backend, shared (a clone is a
+    /// pointer), so an unchanged domain compares equal at a glance.
+    backend: Backend,
     slot: Option<BackendSlot>,
     resolved: bool,
     text: String,
