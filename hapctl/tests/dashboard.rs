@@ -538,11 +538,18 @@ fn hsts(edge: &Edge) -> Option<String> {
 
 /// Waits for the page's passing message (a fixed element: not seen by `wait_text`).
 fn wait_toast(b: &Browser, text: &str) {
-    b.wait_js(
-        &format!("the message {text:?}"),
-        "return document.getElementById('toast').textContent.includes(arguments[0])",
+    let shown = "return document.getElementById('toast').textContent";
+    let found = b.try_wait_js(
+        &format!("{shown}.includes(arguments[0])"),
         vec![json!(text)],
     );
+    if found.is_err() {
+        b.screenshot("failure");
+        panic!(
+            "the page never showed the message {text:?}; the last message was {}; screenshot failure.png",
+            b.js(shown, vec![])
+        );
+    }
 }
 
 /// The serial of the leaf the HTTPS bind serves for `sni`, by a real handshake.

@@ -396,6 +396,9 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            super::print_tail("the daemon's log", &self.log, 60);
+        }
         if self.child.is_none() {
             return;
         }

@@ -315,8 +315,23 @@ impl Edge {
     }
 }
 
+/// Prints the last `n` lines of `path` to stderr, headed `what`: what a failed test leaves
+/// for whoever reads the CI log, since the temp dir goes with the test.
+pub fn print_tail(what: &str, path: &std::path::Path, n: usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(n)..].join("\n");
+    eprintln!(
+        "--- the last {n} lines of {what} ({})\n{tail}",
+        path.display()
+    );
+}
+
 impl Drop for Edge {
     fn drop(&mut self) {
+        if thread::panicking() {
+            print_tail("HAProxy's log", &self.path("haproxy.log"), 40);
+        }
         // Stop the master even if the test failed half-way: SIGTERM, then SIGKILL.
         let Ok(pid) = std::fs::read_to_string(self.path("run/haproxy.pid")) else {
             return;

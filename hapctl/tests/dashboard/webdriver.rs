@@ -139,6 +139,14 @@ impl Browser {
 
     /// Waits until `script` returns a truthy value; panics naming `what` and the last value.
     pub fn wait_js(&self, what: &str, script: &str, args: Vec<Value>) -> Value {
+        self.try_wait_js(script, args).unwrap_or_else(|last| {
+            self.screenshot("failure");
+            panic!("the page never showed {what} (last: {last}); screenshot failure.png")
+        })
+    }
+
+    /// `wait_js` that returns the last falsy value instead of panicking after `WAIT`.
+    pub fn try_wait_js(&self, script: &str, args: Vec<Value>) -> Result<Value, Value> {
         let deadline = Instant::now() + WAIT;
         loop {
             let v = self.js(script, args.clone());
@@ -148,11 +156,10 @@ impl Browser {
                 || v == 0
                 || v.as_array().is_some_and(Vec::is_empty));
             if truthy {
-                return v;
+                return Ok(v);
             }
             if Instant::now() > deadline {
-                self.screenshot("failure");
-                panic!("the page never showed {what} (last: {v}); screenshot failure.png");
+                return Err(v);
             }
             thread::sleep(Duration::from_millis(50));
         }
