@@ -168,7 +168,12 @@ impl Supervisor {
                 pidfile,
                 log_file,
             } => {
-                if let Some(pid) = self.pidfile_pid() {
+                // A reloading master re-executes: for a moment its pidfile is empty and its
+                // socket refuses. Waited for, so that a start never makes a second master.
+                let running = self
+                    .pidfile_pid()
+                    .or_else(|| self.procs_when_answering(timeout).map(|p| p.master.pid));
+                if let Some(pid) = running {
                     return Err(SupervisorError::AlreadyRunning { pid });
                 }
                 self.clear_stale_socket()?;
@@ -562,6 +567,26 @@ mod tests {
         let again = edge.start();
         assert_ne!(again.master_pid, started.master_pid);
         assert_eq!(http_get(edge.port), 200);
+    }
+
+    #[test]
+    fn a_start_during_a_reload_finds_the_master_instead_of_making_a_second() {
+        let edge = TestEdge::new();
+        let started = edge.start();
+        for _ in 0..5 {
+            // What a re-executing master shows for a moment: an empty pidfile, a socket that
+            // refuses (the CLI's `reload` answers before the master re-executes).
+            fs::write(&edge.pidfile, "").unwrap();
+            let _ = CliSocket::new(edge.supervisor.master_socket(), Duration::from_secs(5))
+                .command("reload");
+            let err = edge.try_start().unwrap_err();
+            assert!(
+                matches!(err, SupervisorError::AlreadyRunning { pid } if pid == started.master_pid),
+                "{err}"
+            );
+        }
+        let procs = edge.supervisor.procs_when_answering(Duration::from_secs(5));
+        assert_eq!(procs.map(|p| p.master.pid), Some(started.master_pid));
     }
 
     #[test]

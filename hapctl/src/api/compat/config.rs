@@ -17,7 +17,7 @@ use super::super::error::ApiError;
 use super::super::AppState;
 use super::{as_500, e1, e2, Answer};
 use crate::apply::Outcome;
-use crate::haproxy::Master;
+use crate::haproxy::{Master, Supervisor};
 
 /// `{"status":"healthy","haproxy_status":"running"|"stopped","database":"connected"}`, 200
 /// even when HAProxy is down (as before; `/v1/health` is the strict check); 500
@@ -98,9 +98,15 @@ pub async fn reload(State(app): State<AppState>) -> Response {
 }
 
 async fn raw_reload(app: AppState) -> Answer {
-    let running = app
-        .read(|edge| Ok(edge.supervisor().status().procs.is_some()))
-        .await?;
+    // Waits out a master re-executing for another reload: it is running, not to be started.
+    let settings = app.settings();
+    let running = tokio::task::spawn_blocking(move || {
+        Supervisor::from_settings(&settings)
+            .procs_when_answering(settings.haproxy.reload_timeout)
+            .is_some()
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?;
     if running {
         master_reload(&app).await?;
     } else {
