@@ -6,9 +6,10 @@
 //! two-call flow) and completes when told. The account key is made once per directory and kept
 //! 0600 in the 0700 `acme_dir`.
 
+use std::ops::AsyncFnMut;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
@@ -56,6 +57,34 @@ impl PendingOrder {
 
     pub fn names(&self) -> &[Domain] {
         &self.names
+    }
+}
+
+/// How long each polling round of an order may last; a new round starts at `FIRST_POLL`.
+const POLL_ROUND: Duration = Duration::from_secs(4);
+const FIRST_POLL: Duration = Duration::from_millis(100);
+
+/// Runs `poll` (an order poll of instant-acme) in rounds until it answers or `deadline`.
+/// Why rounds: the crate doubles its delay without a ceiling (0.1, 0.2, … 12.8 s), so a CA
+/// that validates in 7 s would be asked again only at 12.7 s; rounds keep every wait under
+/// 2 s. A Retry-After beyond the round is slept, not hammered.
+async fn poll_in_rounds<T>(
+    deadline: Instant,
+    mut poll: impl AsyncFnMut(&RetryPolicy) -> Result<T, instant_acme::Error>,
+) -> Result<T, instant_acme::Error> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let round = RetryPolicy::new()
+            .initial_delay(FIRST_POLL)
+            .timeout(left.min(POLL_ROUND));
+        match poll(&round).await {
+            Err(instant_acme::Error::Timeout(next)) if Instant::now() < deadline => match next {
+                Some(at) if at >= deadline => return Err(instant_acme::Error::Timeout(next)),
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => {}
+            },
+            answer => return answer,
+        }
     }
 }
 
@@ -263,11 +292,8 @@ impl<'a> Acme<'a> {
                     .map_err(acme_err("the CA refused the challenge"))?;
             }
         }
-        let retries = RetryPolicy::new()
-            .initial_delay(Duration::from_millis(100))
-            .timeout(self.settings.acme.order_timeout);
-        let status = order
-            .poll_ready(&retries)
+        let deadline = Instant::now() + self.settings.acme.order_timeout;
+        let status = poll_in_rounds(deadline, async |round| order.poll_ready(round).await)
             .await
             .map_err(acme_err("the CA did not validate the challenges"))?;
         if status != OrderStatus::Ready {
@@ -294,8 +320,7 @@ impl<'a> Acme<'a> {
             .finalize_csr(csr.der())
             .await
             .map_err(acme_err("the CA refused to finalize the order"))?;
-        let chain_pem = order
-            .poll_certificate(&retries)
+        let chain_pem = poll_in_rounds(deadline, async |round| order.poll_certificate(round).await)
             .await
             .map_err(acme_err("the CA did not deliver the certificate"))?;
         Ok(Issued { chain_pem, key })
@@ -346,4 +371,48 @@ fn account_path(settings: &Settings) -> PathBuf {
         .paths
         .acme_dir
         .join(format!("account-{h:016x}.json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use instant_acme::Error::Timeout;
+
+    #[tokio::test]
+    async fn polling_goes_on_round_after_round_until_the_answer() {
+        let mut calls = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let answer = poll_in_rounds(deadline, async |_| {
+            calls += 1;
+            if calls < 3 {
+                Err(Timeout(None))
+            } else {
+                Ok(calls)
+            }
+        })
+        .await;
+        assert_eq!(answer.unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn polling_stops_at_the_deadline_and_at_a_retry_after_past_it() {
+        let deadline = Instant::now() + Duration::from_millis(60);
+        let answer = poll_in_rounds(deadline, async |_| {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err::<(), _>(Timeout(None))
+        })
+        .await;
+        assert!(matches!(answer, Err(Timeout(None))));
+
+        let mut calls = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let later = deadline + Duration::from_secs(1);
+        let answer = poll_in_rounds(deadline, async |_| {
+            calls += 1;
+            Err::<(), _>(Timeout(Some(later)))
+        })
+        .await;
+        assert!(matches!(answer, Err(Timeout(Some(_)))));
+        assert_eq!(calls, 1, "a Retry-After past the deadline ends the polling");
+    }
 }
