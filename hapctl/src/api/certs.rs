@@ -15,7 +15,7 @@ use super::error::{ApiError, PathParam, ValuesBody};
 use super::AppState;
 use crate::edge::{CertView, Edge, EdgeError};
 use crate::model::{CertName, Domain};
-use crate::tls::{CertError, InstallReport};
+use crate::tls::InstallReport;
 
 fn cert_name(name: &str) -> Result<CertName, ApiError> {
     Ok(name.parse::<CertName>()?)
@@ -23,11 +23,7 @@ fn cert_name(name: &str) -> Result<CertName, ApiError> {
 
 /// Whether `name` is not installed yet (the answer is then 201).
 fn is_new(edge: &Edge, name: &CertName) -> Result<bool, EdgeError> {
-    match edge.certificate(name) {
-        Ok(_) => Ok(false),
-        Err(EdgeError::Certs(CertError::NotFound(_))) => Ok(true),
-        Err(e) => Err(e),
-    }
+    Ok(!edge.has_certificate(name)?)
 }
 
 fn installed(report: InstallReport, created: bool) -> Response {

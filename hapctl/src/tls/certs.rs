@@ -10,6 +10,7 @@
 //! so. `reconcile` finishes what a killed change left: the files win over the row for a
 //! certificate the database knows, and a file the database does not know is removed.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -170,6 +171,14 @@ impl<'a> Certs<'a> {
     }
 
     fn ensure_files_locked(&self, store: &mut Store) -> Result<bool, CertError> {
+        let mut wrote = self.ensure_default_and_map_locked(store)?;
+        let served = self.served(&store.certificates()?)?;
+        wrote |= self.write_crt_list(&served)?;
+        Ok(wrote)
+    }
+
+    /// The default certificate (made if missing) and the ACME token map; true if it wrote.
+    fn ensure_default_and_map_locked(&self, store: &mut Store) -> Result<bool, CertError> {
         let mut wrote = false;
         let name = CertName::default_cert();
         let default = self.pem_path(&name);
@@ -205,15 +214,23 @@ impl<'a> Certs<'a> {
             .map_err(io_err(format!("cannot write {}", acme_map.display())))?;
             wrote = true;
         }
-        let served = self.served(&store.certificates()?);
-        wrote |= self.write_crt_list(&served)?;
         Ok(wrote)
     }
 
-    /// The names each certificate serves, over the certificates whose file is there.
-    fn served(&self, records: &[CertRecord]) -> Vec<Served> {
-        let present = records.iter().filter(|r| self.pem_path(&r.name).exists());
-        crtlist::assign(&crtlist::candidates(present))
+    /// The names each certificate serves, over the certificates whose file is there. One
+    /// listing of the folder, not a `stat` per certificate (1,000 of them per install).
+    fn served(&self, records: &[CertRecord]) -> Result<Vec<Served>, CertError> {
+        let dir = &self.settings.paths.certs_dir;
+        let files: HashSet<std::ffi::OsString> = std::fs::read_dir(dir)
+            .map_err(io_err(format!("cannot list {}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        let present = records.iter().filter(|r| {
+            self.pem_path(&r.name)
+                .file_name()
+                .is_some_and(|f| files.contains(f))
+        });
+        Ok(crtlist::assign(&crtlist::candidates(present)))
     }
 
     /// Writes the crt-list if it differs; true when it did.
@@ -241,7 +258,8 @@ impl<'a> Certs<'a> {
         let started = Instant::now();
         let lock = self.lock()?;
         self.recover_locked(store)?;
-        self.ensure_files_locked(store)?;
+        // Not the whole ensure_files: the crt-list written below replaces the database's.
+        self.ensure_default_and_map_locked(store)?;
         self.set_marker()?;
         let path = self.pem_path(&record.name);
         fsutil::write_secret(&path, bundle.haproxy_pem.as_bytes())
@@ -255,7 +273,7 @@ impl<'a> Certs<'a> {
             .filter(|r| r.name != record.name)
             .collect();
         records.push(record.clone());
-        let served = self.served(&records);
+        let served = self.served(&records)?;
         self.write_crt_list(&served)?;
         fault::point("cert:after-crt-list");
 
@@ -515,7 +533,7 @@ impl<'a> Certs<'a> {
             )));
         }
         fault::point("cert:after-db-remove");
-        let served = self.served(&store.certificates()?);
+        let served = self.served(&store.certificates()?)?;
         self.write_crt_list(&served)?;
         let mut installed = Installed::NotRunning;
         let mut runtime_error = None;
@@ -600,7 +618,7 @@ impl<'a> Certs<'a> {
                 ));
             }
         }
-        let served = self.served(&records);
+        let served = self.served(&records)?;
         if self.write_crt_list(&served)? {
             fixed.push("rewrote the crt-list".into());
         }
