@@ -168,11 +168,18 @@ impl Supervisor {
                 pidfile,
                 log_file,
             } => {
-                // A reloading master re-executes: for a moment its pidfile is empty and its
-                // socket refuses. Waited for, so that a start never makes a second master.
-                let running = self
-                    .pidfile_pid()
-                    .or_else(|| self.procs_when_answering(timeout).map(|p| p.master.pid));
+                // A reloading master re-executes: for a moment its pidfile is empty, its
+                // command line may read empty and its socket refuses. That is waited for, so
+                // a start never makes a second master; a pidfile naming a dead PID (a killed
+                // master) is not, so a restart is not delayed.
+                let reexecuting = fs::read_to_string(pidfile)
+                    .is_ok_and(|t| t.trim().parse().map_or(true, pid_alive));
+                let running = self.pidfile_pid().or_else(|| {
+                    reexecuting
+                        .then(|| self.procs_when_answering(timeout))
+                        .flatten()
+                        .map(|p| p.master.pid)
+                });
                 if let Some(pid) = running {
                     return Err(SupervisorError::AlreadyRunning { pid });
                 }
