@@ -169,10 +169,6 @@ impl<'a> Certs<'a> {
     pub fn ensure_files(&self, store: &mut Store) -> Result<bool, CertError> {
         let _lock = self.lock()?;
         self.recover_locked(store)?;
-        self.ensure_files_locked(store)
-    }
-
-    fn ensure_files_locked(&self, store: &mut Store) -> Result<bool, CertError> {
         let mut wrote = self.ensure_default_and_map_locked(store)?;
         let served = self.served(&store.certificates()?)?;
         wrote |= self.write_crt_list(&served)?;

@@ -24,7 +24,8 @@ impl Certs<'_> {
     pub(super) fn reconcile_locked(&self, store: &mut Store) -> Result<Vec<String>, CertError> {
         fsutil::sweep_temp_files(&self.settings.paths.certs_dir)
             .map_err(io_err("cannot remove leftover temp files"))?;
-        self.ensure_files_locked(store)?;
+        // The crt-list is written below, once the rows are fixed.
+        self.ensure_default_and_map_locked(store)?;
         let mut fixed = Vec::new();
         let mut records = store.certificates()?;
         for record in &mut records {
