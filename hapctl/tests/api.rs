@@ -1032,4 +1032,14 @@ fn without_waf_the_agent_routes_say_what_to_set() {
         message.contains("[waf]") && message.contains("docs/waf.md"),
         "{message}"
     );
-}
+    for (method, path, body) in [
+        ("GET", "/v1/waf/rules", None),
+        ("POST", "/v1/waf/test", Some(json!({"url": "/"}))),
+    ] {
+        let r = api.call(method, path, body.as_ref());
+        assert_eq!(
+            (r.status, r.error_code()),
+            (409, "waf_not_configured"),
+            "{path}: {r:?}"
+        );
+    }}

@@ -237,13 +237,27 @@ fn attacks_get_the_403_page_with_the_crs_rule_logged_and_clean_traffic_passes() 
     assert_eq!(record(edge, &through)["waf"], "pass");
     assert_eq!(get(edge, SQLI).status, 403);
 
+    // A known false positive of the CRS at paranoia 1: English prose in a comment form reads
+    // as a Windows command injection (932115). Excluded under /comment, it passes there and
+    // still blocks elsewhere.
+    const PROSE: &str =
+        "comment=I%20will%20be%20there%20at%206%3B%20select%20a%20seat%20from%20the%20front";
+    let fp = send(edge, "POST", "/comment", &[], PROSE);
+    assert_eq!(fp.status, 403, "{}", fp.body);
+    assert_eq!(rules(&record(edge, &fp)), ["932115"]);
+    policy(edge, &["--exclude", "932115@/comment"]);
+    let through = send(edge, "POST", "/comment", &[], PROSE);
+    assert_eq!(through.status, 200, "{}", through.body);
+    assert_eq!(record(edge, &through)["waf"], "pass");
+    assert_eq!(send(edge, "POST", "/contact", &[], PROSE).status, 403);
+
     // The agent's own counters (its state file is rewritten every second): the lab's probe
-    // (one 403), five blocks and a detection here.
+    // (one 403), seven blocks and a detection here.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let status: Value = serde_json::from_str(&edge.ok(&["waf", "status", "--json"])).unwrap();
         assert_eq!(status["up"], true, "{status}");
-        if status["blocked"] == 6 {
+        if status["blocked"] == 8 {
             assert_eq!(status["detected"], 1, "{status}");
             assert_eq!(status["by_rule"]["942100"], 4, "{status}");
             break;
@@ -267,7 +281,13 @@ fn a_stuck_agent_is_the_domains_failure_mode_and_its_return_is_automatic() {
     for _ in 0..3 {
         let r = get(edge, SQLI);
         assert_eq!(r.status, 200);
-        assert_eq!(record(edge, &r)["waf"], "unavailable");
+        let log = record(edge, &r);
+        assert_eq!(log["waf"], "unavailable");
+        // Why: HAProxy's SPOE error code (a timeout, then no agent to connect to).
+        assert!(
+            !matches!(log["waf_error"].as_str(), None | Some("" | "-")),
+            "{log}"
+        );
         thread::sleep(Duration::from_millis(700));
     }
     // Fail-closed: 503 with the page and the request id.
@@ -340,6 +360,10 @@ fn a_killed_agent_that_cannot_start_is_the_domains_failure_mode_until_it_can() {
         assert_eq!(
             (log["waf"].as_str(), log["denied_by"].as_str()),
             (Some("unavailable"), Some("-")),
+            "{log}"
+        );
+        assert!(
+            !matches!(log["waf_error"].as_str(), None | Some("" | "-")),
             "{log}"
         );
     }
@@ -431,6 +455,9 @@ fn the_agent_sees_the_real_client_and_a_bounded_body() {
         post_with(&large, &behind(3000)),
         (200, "unavailable".into())
     );
+    // The log says why: the agent's own error.
+    let r = send(edge, "POST", "/comment", &large, &behind(3000));
+    assert_eq!(record(edge, &r)["waf_error"], "body");
     assert_eq!(post_with(&large, "pad=clean"), (200, "pass".into()));
     policy(edge, &["--fail", "closed"]);
     assert_eq!(
@@ -791,8 +818,46 @@ fn rules_are_listed_and_a_request_is_evaluated_offline() {
     ]);
     assert_eq!(body["verdict"], "block", "{body}");
     // Refused input names its problem.
+    // The URL's host: its Host header and its stored policy (a domain of this edge).
+    edge.ok(&["domain", "add", SHOP, "--server", "127.0.0.1:9"]);
+    edge.ok(&[
+        "waf",
+        "policy",
+        SHOP,
+        "--mode",
+        "detect",
+        "--threshold",
+        "50",
+    ]);
+    let hosted = test(&[
+        &format!("https://{SHOP}{SQLI}"),
+        "-H",
+        "User-Agent: Mozilla/5.0",
+    ]);
+    assert_eq!(
+        (
+            &hosted["verdict"],
+            &hosted["policy_from"],
+            &hosted["threshold"]
+        ),
+        (&json!("pass"), &json!(format!("{SHOP}'s")), &json!(50)),
+        "{hosted}"
+    );
+    // A bare path has no Host header: the CRS counts it (920280).
+    let bare = test(&[SQLI, "--domain", SHOP]);
+    assert_eq!(bare["policy_from"], format!("{SHOP}'s"), "{bare}");
+    assert!(
+        bare["matched"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == 920280),
+        "{bare}"
+    );
     let out = edge.expect_code(2, &["waf", "test", "search?q=1"]);
     assert!(out.contains("url"), "{out}");
+    let out = edge.expect_code(2, &["waf", "test", "/", "-H", "Bad Name: 1"]);
+    assert!(out.contains("header"), "{out}");
     let out = edge.expect_code(2, &["waf", "test", "/", "--policy", "block:open:9:5:8192:"]);
     assert!(out.contains("paranoia"), "{out}");
 }
@@ -820,8 +885,14 @@ fn agent_counter(edge: &Edge, name: &str) -> u64 {
 
 #[test]
 fn a_rules_reload_keeps_haproxys_connections_and_every_request_inspected() {
+    const MARKER: &str = "hapctl-reload-marker";
     let lab = lab();
     let edge = &lab.edge;
+    assert_eq!(
+        get(edge, &format!("/{MARKER}")).status,
+        200,
+        "no such rule yet"
+    );
     // HAProxy's SPOP connections that last (the health checks' are closed at once).
     for _ in 0..5 {
         assert_eq!(get(edge, SQLI).status, 403);
@@ -846,12 +917,20 @@ fn a_rules_reload_keeps_haproxys_connections_and_every_request_inspected() {
             }
             answers
         });
+        // A changed rule set: a CRS-range rule (it scores) for a marker path.
+        let mut loader = std::fs::read_to_string(&lab.crs).unwrap();
+        loader += &format!("\nSecRule REQUEST_URI \"@contains {MARKER}\" \"id:944990,phase:1,pass,log,severity:CRITICAL,msg:'reload marker'\"\n");
+        std::fs::write(&lab.crs, loader).unwrap();
         let out = edge.ok(&["waf", "reload"]);
         thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::Relaxed);
         (traffic.join().unwrap(), out)
     });
     assert!(reloaded.contains("rules reloaded"), "{reloaded}");
+    // The new rule serves.
+    let marked = get(edge, &format!("/{MARKER}"));
+    assert_eq!(marked.status, 403, "{}", marked.body);
+    assert_eq!(rules(&record(edge, &marked)), ["944990"]);
     assert!(answers.len() >= 4, "{}", answers.len());
     for (what, r) in &answers {
         let log = record(edge, r);

@@ -107,6 +107,10 @@ impl AppState {
         &self.0.sessions
     }
 
+    fn state_dir(&self) -> &std::path::Path {
+        &self.0.state_dir
+    }
+
     fn cutovers(&self) -> &cutover::Cutovers {
         &self.0.cutovers
     }

@@ -5,12 +5,11 @@ use std::path::Path;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use hapctl::model::{Domain, Exclusion, FailMode, Invalid, WafMode, WafPolicy};
+use hapctl::model::{Domain, Exclusion, FailMode, WafMode, WafPolicy};
 use hapctl::settings::waf::WafSettings;
 use hapctl::settings::Settings;
-use hapctl::waf::message::Inspect;
 use hapctl::waf::ruleset::RuleSet;
-use hapctl::waf::verdict::Verdict;
+use hapctl::waf::trial::{header_line, Trial};
 use hapctl::waf::{self, Engine};
 
 use super::Failure;
@@ -69,7 +68,8 @@ pub struct StatusArgs {
 
 #[derive(Args)]
 pub struct TestArgs {
-    /// Path and query (`/search?q=1' OR '1'='1`) or a full http:// URL.
+    /// Path and query (`/search?q=1' OR '1'='1`) or a full http:// or https:// URL (its host
+    /// picks the domain's policy and is the Host header).
     url: String,
     #[arg(long, default_value = "GET")]
     method: String,
@@ -79,9 +79,13 @@ pub struct TestArgs {
     /// The request body.
     #[arg(long)]
     body: Option<String>,
-    /// The policy to score under, as its map value (`block:open:1:5:8192:942100@/x`).
-    #[arg(long, default_value = "block:open:1:5:8192:")]
-    policy: String,
+    /// Score under this domain's stored policy (default: the URL's host's).
+    #[arg(long)]
+    domain: Option<Domain>,
+    /// Score under this policy, as its map value (`block:open:1:5:8192:942100@/x`), instead
+    /// of a domain's (without either: block at the CRS defaults).
+    #[arg(long)]
+    policy: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -100,7 +104,7 @@ pub fn run(dir: &Path, cmd: WafCommand) -> Result<u8, Failure> {
         WafCommand::Status(a) => status(&settings, a),
         WafCommand::Reload => reload(&settings),
         WafCommand::Rules(a) => rules(waf, a),
-        WafCommand::Test(a) => test(waf, a),
+        WafCommand::Test(a) => test(dir, waf, a),
         WafCommand::Policy(_) => unreachable!("handled above"),
     }
 }
@@ -247,70 +251,42 @@ fn rules(waf: &WafSettings, args: StatusArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn test(waf: &WafSettings, args: TestArgs) -> Result<u8, Failure> {
-    let policy = WafPolicy::from_map_value(&args.policy).map_err(Failure::input)?;
-    let target = args
-        .url
-        .strip_prefix("http://")
-        .map(|rest| rest.find('/').map_or("/", |i| &rest[i..]))
-        .unwrap_or(&args.url);
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    if !path.starts_with('/') {
-        return Err(Failure::input(Invalid::new(
-            "url",
-            &args.url,
-            "must be a path or an http:// URL",
-        )));
-    }
+fn test(dir: &Path, waf: &WafSettings, args: TestArgs) -> Result<u8, Failure> {
     let headers = args
         .headers
         .iter()
-        .map(|h| {
-            h.split_once(':')
-                .map(|(n, v)| (n.trim().as_bytes().to_vec(), v.trim().as_bytes().to_vec()))
-                .ok_or_else(|| Failure::input(Invalid::new("header", h, "must be `Name: value`")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut body = args.body.unwrap_or_default().into_bytes();
-    body.truncate(policy.body_limit as usize);
-    let req = Inspect {
-        policy,
-        id: "hapctl-waf-test".into(),
-        client_ip: "127.0.0.1".into(),
-        client_port: 0,
-        method: args.method,
-        path: path.to_string(),
-        query: query.to_string(),
-        version: "1.1".into(),
-        headers,
-        body,
-        body_cut: false,
-    };
-    let engine = Engine::load(&waf.crs)?;
-    let uri = req.uri();
-    let matches = engine.evaluate(&req.request(&uri), req.policy.paranoia)?;
-    let verdict = Verdict::score(&matches, &req.policy, &req.path);
-    let outcome = match (verdict.over, req.policy.mode) {
-        (true, WafMode::Block) => "block",
-        (true, _) => "detect",
-        (false, _) => "pass",
-    };
-    if args.json {
-        let rules: Vec<_> = matches
-            .iter()
-            .map(|m| serde_json::json!({"id": m.id, "severity": m.severity, "message": m.message, "points": m.anomaly_points()}))
-            .collect();
-        let v = serde_json::json!({"verdict": outcome, "score": verdict.score, "counted": verdict.rules, "matched": rules});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        .map(|h| header_line(h))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::input)?;
+    let trial = Trial::parse(&args.url, &args.method, &headers, args.body.as_deref())
+        .map_err(Failure::input)?;
+    let given = args
+        .policy
+        .as_deref()
+        .map(WafPolicy::from_map_value)
+        .transpose()
+        .map_err(Failure::input)?;
+    // The stored policies are read only when one may be used.
+    let stored = if given.is_none() && (args.domain.is_some() || trial.host.is_some()) {
+        super::open(dir)?.state()?.waf
     } else {
-        for m in &matches {
-            println!("{:>9}  +{}  {}", m.id, m.anomaly_points(), m.message);
-        }
-        println!(
-            "verdict: {outcome} (score {}, threshold {})",
-            verdict.score, req.policy.threshold
-        );
+        Default::default()
+    };
+    let (policy, from) = trial.policy(given, args.domain.as_ref(), &stored);
+    let engine = Engine::load(&waf.crs)?;
+    let mut outcome = trial.evaluate(&engine, policy, waf.body_max)?;
+    outcome.policy_from = from;
+    if args.json {
+        super::output::print_json(&outcome);
+        return Ok(0);
     }
+    for m in &outcome.matched {
+        println!("{:>9}  +{}  {}", m.id, m.points, m.message);
+    }
+    println!(
+        "verdict: {} (score {}, threshold {}; policy {}: {})",
+        outcome.verdict, outcome.score, outcome.threshold, outcome.policy_from, outcome.policy
+    );
     Ok(0)
 }
 

@@ -1,7 +1,7 @@
 //! The web application firewall (docs/waf.md): hapctl's own SPOE agent over libmodsecurity v3
 //! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
 //! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
-//! `message.rs` parses HAProxy's SPOE message, `ruleset.rs` lists the rules, `agent.rs` speaks SPOP, `metrics.rs` counts
+//! `message.rs` parses HAProxy's SPOE message, `ruleset.rs` lists the rules, `trial.rs` evaluates a request without sending it, `agent.rs` speaks SPOP, `metrics.rs` counts
 //! and keeps the state file, `status.rs` shows the agent and reloads its rules, `supervise.rs` keeps the agent running under `hapctl serve`.
 //! The HAProxy side is rendered by `render::waf`.
 
@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod ruleset;
 pub mod status;
 pub mod supervise;
+pub mod trial;
 pub mod verdict;
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,10 @@ pub async fn serve(
     let state = state_file(run_dir);
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // The rules load on a blocking thread while connections are accepted and served (HAProxy's
+    // health checks included) with the old engine.
+    let mut reloading: Option<tokio::task::JoinHandle<Reloaded>> = None;
+    let mut again = false;
     tracing::info!(listen = %settings.listen, engine = %loaded.engine, "waf agent ready");
     tokio::pin!(stop);
     loop {
@@ -82,11 +87,15 @@ pub async fn serve(
                 });
             }
             _ = hup.recv() => {
-                let crs = settings.crs.clone();
-                let outcome = tokio::task::spawn_blocking(move || {
-                    Engine::load(&crs).map(|engine| (self::loaded(&engine, &crs), engine))
-                });
-                match outcome.await.map_err(std::io::Error::other)? {
+                // A SIGHUP during a load may follow a later edit: one more load after it.
+                match reloading {
+                    Some(_) => again = true,
+                    None => reloading = Some(load_rules(&settings.crs)),
+                }
+            }
+            outcome = async { reloading.as_mut().expect("guarded by the branch condition").await }, if reloading.is_some() => {
+                reloading = if std::mem::take(&mut again) { Some(load_rules(&settings.crs)) } else { None };
+                match outcome.map_err(std::io::Error::other)? {
                     Ok((rules, engine)) => {
                         loaded = rules;
                         agent.replace_engine(engine);
@@ -109,6 +118,16 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+type Reloaded = Result<(metrics::Loaded, Engine), EngineError>;
+
+/// Loads the rules `crs` names on a blocking thread.
+fn load_rules(crs: &Path) -> tokio::task::JoinHandle<Reloaded> {
+    let crs = crs.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        Engine::load(&crs).map(|engine| (loaded(&engine, &crs), engine))
+    })
 }
 
 /// What the state file says of the rules `engine` loaded through `crs`. The CRS version is

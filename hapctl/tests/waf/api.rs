@@ -1,13 +1,14 @@
-//! The agent through the API: `GET /v1/waf` (what `hapctl waf status --json` prints) and
-//! `POST /v1/waf/reload`, against `hapctl serve` running the real agent over Debian's CRS.
+//! The agent through the API: `GET /v1/waf` (what `hapctl waf status --json` prints),
+//! `POST /v1/waf/reload`, `GET /v1/waf/rules` and `POST /v1/waf/test`, against `hapctl serve`
+//! running the real agent over Debian's CRS.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::common::daemon::ApiClient;
-use super::{agent_pid, get, lab, SQLI};
+use super::{agent_pid, get, lab, policy, SHOP, SQLI};
 
 /// `GET /v1/waf`, once `ok` holds for it (the agent rewrites its state file every second).
 fn waf_once(api: &ApiClient, what: &str, ok: &dyn Fn(&Value) -> bool) -> Value {
@@ -140,4 +141,109 @@ fn the_agents_health_counters_and_rules_reload_through_the_api() {
     let r = api.call("POST", "/v1/waf/reload", None);
     assert_eq!((r.status, r.error_code()), (503, "waf_agent_down"), "{r:?}");
     assert!(r.text.contains("gone"), "{r:?}");
+}
+
+#[test]
+fn the_rule_list_and_a_request_evaluated_without_sending_it_through_the_api() {
+    let lab = lab();
+    let (edge, api) = (&lab.edge, lab.daemon.client());
+    // The rule list is the CLI's.
+    let r = api.get("/v1/waf/rules");
+    assert_eq!(r.status, 200, "{r:?}");
+    let cli: Value = serde_json::from_str(&edge.ok(&["waf", "rules", "--json"])).unwrap();
+    assert_eq!(r.json, cli);
+    assert!(
+        r.json["rules"].as_u64().unwrap() > 300,
+        "{}",
+        r.json["rules"]
+    );
+
+    let inspected = |w: &Value| w["inspected"].as_u64().unwrap();
+    // The lab's probe, counted (the state file is rewritten every second).
+    waf_once(&api, "the probe counted", &|w| w["blocked"] == 1);
+    thread::sleep(Duration::from_millis(1200));
+    let before = inspected(&waf_once(&api, "counted", &|_| true));
+    let trial = |body: Value| {
+        let r = api.call("POST", "/v1/waf/test", Some(&body));
+        assert_eq!(r.status, 200, "{r:?}");
+        r.json
+    };
+    // Under the host's stored policy (the lab's: block).
+    let attack = json!({"url": format!("https://{SHOP}{SQLI}"), "headers": [{"name": "User-Agent", "value": "Mozilla/5.0"}]});
+    let blocked = trial(attack.clone());
+    assert_eq!(blocked["verdict"], "block", "{blocked}");
+    assert_eq!(blocked["policy_from"], format!("{SHOP}'s"), "{blocked}");
+    let counted: Vec<u64> = blocked["counted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(counted.contains(&942100), "{blocked}");
+    let m = blocked["matched"].as_array().unwrap();
+    assert!(
+        m.iter().any(|m| m["id"] == 942100
+            && m["points"] == 5
+            && !m["message"].as_str().unwrap().is_empty()),
+        "{blocked}"
+    );
+    policy(edge, &["--mode", "detect"]);
+    assert_eq!(trial(attack.clone())["verdict"], "detect");
+    // A policy given wins; an exclusion of every counted rule lets it through.
+    let mut given = attack.clone();
+    given["policy"] = json!({"mode": "block", "exclusions": counted.iter().map(|r| json!({"rule": r})).collect::<Vec<_>>()});
+    let passed = trial(given);
+    assert_eq!(
+        (&passed["verdict"], &passed["policy_from"]),
+        (&json!("pass"), &json!("given")),
+        "{passed}"
+    );
+    // A body, and a domain named instead of a host.
+    let xss = trial(json!({"url": "/comment", "method": "POST", "domain": SHOP,
+        "headers": [{"name": "Content-Type", "value": "application/x-www-form-urlencoded"}, {"name": "Host", "value": SHOP}],
+        "body": "text=%3Cscript%3Ealert(1)%3C%2Fscript%3E"}));
+    assert_eq!(xss["verdict"], "detect", "{xss}");
+    assert!(
+        xss["counted"].as_array().unwrap().contains(&json!(941100)),
+        "{xss}"
+    );
+    let clean = trial(json!({"url": format!("http://{SHOP}/products?page=2"),
+        "headers": [{"name": "User-Agent", "value": "Mozilla/5.0"}, {"name": "Accept", "value": "text/html"}]}));
+    assert_eq!(clean["verdict"], "pass", "{clean}");
+
+    // Hostile input: a 400 naming the field.
+    for (body, field) in [
+        (json!({"url": "search?q=1"}), "url"),
+        (json!({"url": "/a\r\nX: 1"}), "url"),
+        (json!({"url": "/", "method": "G T"}), "method"),
+        (
+            json!({"url": "/", "headers": [{"name": "A", "value": "b\r\nInjected: 1"}]}),
+            "header",
+        ),
+        (
+            json!({"url": "/", "headers": [{"name": "A:b", "value": "c"}]}),
+            "header",
+        ),
+        (json!({"url": "/", "headers": ["A: b"]}), "headers[0]"),
+        (
+            json!({"url": "/", "policy": {"mode": "block", "exclusions": [{"rule": "x"}]}}),
+            "policy.exclusions[0].rule",
+        ),
+        (
+            json!({"url": "/", "policy": {"mode": "block", "paranoia": 9}}),
+            "policy.paranoia",
+        ),
+        (json!({"url": "/", "sent": true}), "sent"),
+        (json!({"url": "/", "body": "x".repeat(70_000)}), "body"),
+    ] {
+        let r = api.call("POST", "/v1/waf/test", Some(&body));
+        assert_eq!(
+            (r.status, &r.json["error"]["field"]),
+            (400, &json!(field)),
+            "{body}: {r:?}"
+        );
+    }
+    // Nothing was sent through the edge: the agent inspected nothing meanwhile.
+    thread::sleep(Duration::from_millis(1200));
+    assert_eq!(inspected(&waf_once(&api, "counted", &|_| true)), before);
 }
