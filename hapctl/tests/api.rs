@@ -1042,4 +1042,5 @@ fn without_waf_the_agent_routes_say_what_to_set() {
             (409, "waf_not_configured"),
             "{path}: {r:?}"
         );
-    }}
+    }
+}
