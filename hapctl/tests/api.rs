@@ -359,6 +359,10 @@ fn every_route_but_health_needs_the_right_token() {
         if (method.as_str(), path.as_str()) == ("POST", "/v1/certificates/{name}/request") {
             continue;
         }
+        // It would stop HAProxy for the routes after it: dashboard/recovery.rs runs it.
+        if (method.as_str(), path.as_str()) == ("POST", "/v1/haproxy/stop") {
+            continue;
+        }
         let path = concrete(path);
         let (body, ct) = if *has_body {
             (Some(&body[..]), Some("application/json"))

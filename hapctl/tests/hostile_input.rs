@@ -1192,6 +1192,9 @@ const BODYLESS: &[(&str, &str)] = &[
     ("DELETE", "/v1/domains/{name}/limits"),
     ("DELETE", "/v1/limits/exempt/{key}"),
     ("POST", "/v1/waf/reload"),
+    ("POST", "/v1/haproxy/start"),
+    ("POST", "/v1/haproxy/reload"),
+    ("POST", "/v1/haproxy/stop"),
 ];
 
 /// A bundle (leaf for OK_NAME, chain, key) that the certificate routes would accept.

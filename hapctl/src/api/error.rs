@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::apply::{ApplyError, ApplyReport, Outcome};
 use crate::edge::EdgeError;
+use crate::haproxy::{ReloadError, SupervisorError};
 use crate::model::Invalid;
 use crate::tls::CertError;
 
@@ -106,6 +107,12 @@ impl From<EdgeError> for ApiError {
             EdgeError::Apply(ApplyError::NotFound(m)) => ApiError::not_found(m.clone()),
             EdgeError::Deliver(d) if d.is_not_found() => ApiError::not_found(e.to_string()),
             EdgeError::Certs(c) => ApiError::from_cert(c),
+            EdgeError::Supervisor(SupervisorError::AlreadyRunning { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "already_running", e.to_string())
+            }
+            EdgeError::Reload(ReloadError::NotRunning { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "not_running", e.to_string())
+            }
             _ => ApiError::internal(e.to_string()),
         }
     }

@@ -13,6 +13,7 @@ mod compat;
 mod cutover;
 mod domain_page;
 mod error;
+mod haproxy;
 mod history;
 mod limits;
 mod metrics;

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, history, limits, policies, profiles, proving, ui, v1, waf,
-    AppState, BODY_LIMIT,
+    auth, certs, compat, count_requests, haproxy, history, limits, policies, profiles, proving, ui,
+    v1, waf, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -125,7 +125,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     vec![
         (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
-        (doc("get", "/v1/status", "HAProxy master and workers, last applies, generations, counts", None), get(v1::status)),
+        (doc("get", "/v1/status", "HAProxy master and workers, supervision (whether hapctl serve restarts it, whether a stop keeps it down), last applies, generations, counts", None), get(v1::status)),
         (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended, protections, https, own_limits and waf", None)
             .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::domain_page::MAX_LIMIT, "default": super::domain_page::DEFAULT_LIMIT}), "domains per page")
             .with_query("after", json!({"type": "string"}), "the `next` of the page before")
@@ -182,7 +182,10 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/v1/deliveries/current", "The latest delivery or rollback started by this daemon, its steps so far: {running, kind, app, version, started_at, steps: [{name, detail, ms}], outcome when over}; {running: false} before any", None), get(v1::current_delivery)),
         (doc("post", "/v1/rollback", "Cut back to the previous generation",
             Some(json!({"type": "object", "properties": {"app": {"type": "string"}}}))), post(v1::post_rollback)),
-        (doc("post", "/v1/apply", "Re-render and apply the committed state", None), post(v1::post_apply)),
+        (doc("post", "/v1/apply", "Re-render and apply the committed state: {result: null, apply} with its outcome, message, checks, reloads and their reasons; a refused or failed apply is the error, with its apply", None), post(v1::post_apply)),
+        (doc("post", "/v1/haproxy/start", "Apply the committed state, then start the HAProxy master (hapctl haproxy start): {master_pid, apply}; 409 when a master runs (never a second one); an earlier stop no longer holds", None), post(haproxy::post_start)),
+        (doc("post", "/v1/haproxy/reload", "Reload through the master, never a restart (hapctl haproxy reload), under the apply lock: {master_pid, new_workers, old_workers, duration_ms, reason}, recorded in the apply history; 409 when no master runs", None), post(haproxy::post_reload)),
+        (doc("post", "/v1/haproxy/stop", "Stop the master and its workers (hapctl haproxy stop): {outcome: stopped|killed|not-running, master_pid}; it stays down, hapctl serve does not restart it, until a start", None), post(haproxy::post_stop)),
         (doc("get", "/v1/applies", "Apply history with outcomes and durations, newest first; diff_bytes: the size of each apply's diff", None), get(history::list_applies)),
         (doc("get", "/v1/applies/{id}", "One apply with its diff: the unified diff of the rendered files it changed (at most 256 KiB, password values and private keys masked)", None), get(history::get_apply)),
         (doc("get", "/v1/proofs", "The journals of hapctl prove (proofs of cutovers), newest first: {name, title, modified, bytes}", None), get(history::list_proofs)),

@@ -68,6 +68,7 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
         })?;
         Ok(Json(json!({
             "haproxy": edge.supervisor().status(),
+            "supervision": edge.supervision(),
             "live_is_known_good": edge.live_is_known_good()?,
             "runtime_check": edge.runtime_check(),
             "applies": edge.history(10)?,

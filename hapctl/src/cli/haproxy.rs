@@ -29,15 +29,13 @@ pub enum HaproxyCommand {
 pub fn run(dir: &Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
     let mut edge = open(dir)?;
     match cmd {
-        HaproxyCommand::Start => {
-            let report = edge.apply("haproxy start")?;
-            if !report.outcome.is_success() {
-                return Ok(output::print_report(&report, false));
+        HaproxyCommand::Start => match edge.apply_and_start("haproxy start")? {
+            (_, Some(started)) => {
+                println!("HAProxy master running, PID {}", started.master_pid);
+                Ok(0)
             }
-            let started = edge.start_haproxy()?;
-            println!("HAProxy master running, PID {}", started.master_pid);
-            Ok(0)
-        }
+            (report, None) => Ok(output::print_report(&report, false)),
+        },
         HaproxyCommand::Stop => {
             edge.stop_haproxy()?;
             println!("HAProxy stopped; `hapctl serve` will not start it again until `hapctl haproxy start`");
@@ -58,8 +56,7 @@ pub fn run(dir: &Path, cmd: HaproxyCommand) -> Result<u8, Failure> {
                 .map_or(0, |report| output::print_report(&report, false)))
         }
         HaproxyCommand::Reload => {
-            let master = hapctl::haproxy::Master::from_settings(&edge.settings);
-            let r = master.reload(edge.settings.haproxy.reload_timeout)?;
+            let r = edge.reload_haproxy("hapctl haproxy reload")?.report;
             println!(
                 "reloaded in {:.0} ms: master PID {} unchanged, new worker(s) {:?}, old worker(s) {:?}",
                 r.duration.as_secs_f64() * 1000.0,

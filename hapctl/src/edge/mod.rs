@@ -34,6 +34,8 @@ pub enum EdgeError {
     Certs(#[from] crate::tls::CertError),
     #[error(transparent)]
     Supervisor(#[from] crate::haproxy::SupervisorError),
+    #[error(transparent)]
+    Reload(#[from] crate::haproxy::ReloadError),
     #[error(
         "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
     )]
@@ -63,7 +65,7 @@ pub use adopt::Adoption;
 pub use batch::StateChange;
 pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
-pub use supervise::{Look, Restart, Supervision, SupervisorState, Watched};
+pub use supervise::{Look, Reloaded, Restart, Supervision, SupervisorState, Watched};
 
 pub use certs::{CertView, RenewOutcome};
 

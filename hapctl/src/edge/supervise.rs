@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{io_err, Edge, EdgeError, STOP_TIMEOUT};
+use crate::apply::ApplyReport;
 use crate::apply::{ApplyError, KnownGood, Snapshot};
 use crate::clock::{unix_millis, unix_now};
 use crate::fsutil::{self, LockFile};
-use crate::haproxy::{StartReport, StopReport, SupervisorError};
+use crate::haproxy::{
+    ReloadKind, ReloadReason, ReloadReport, StartReport, StopReport, SupervisorError,
+};
 use crate::process::{pid_alive, start_time};
 use crate::settings::Mode;
 use crate::store::ApplyRecord;
@@ -63,6 +66,13 @@ pub enum Restart {
     AlreadyRunning { pid: i32 },
     /// `hapctl haproxy stop` came first: nothing was started.
     StopRequested,
+}
+
+/// A reload asked for by someone: what the master did, and the reason recorded for it.
+#[derive(Debug, Clone)]
+pub struct Reloaded {
+    pub report: ReloadReport,
+    pub reason: ReloadReason,
 }
 
 /// The stop marker's content: the master `haproxy stop` stopped (none if none ran).
@@ -360,6 +370,19 @@ impl Edge {
         outcome: &str,
         message: String,
     ) -> Result<(), EdgeError> {
+        self.record_master_event(trigger, started_at_ms, outcome, message, &[])
+    }
+
+    /// A row in the apply history for something done to the master itself (a restart, a
+    /// requested reload): no check, no file changed; one reload per reason.
+    fn record_master_event(
+        &mut self,
+        trigger: &str,
+        started_at_ms: i64,
+        outcome: &str,
+        message: String,
+        reasons: &[ReloadReason],
+    ) -> Result<(), EdgeError> {
         Ok(self.store.record_apply(&ApplyRecord {
             id: 0,
             started_at_ms,
@@ -368,10 +391,71 @@ impl Edge {
             outcome: outcome.into(),
             message,
             checks: 0,
-            reloads: 0,
+            reloads: reasons.len() as i64,
             changed_files: vec![],
-            reload_reasons: vec![],
+            reload_reasons: reasons.iter().map(ToString::to_string).collect(),
         })?)
+    }
+
+    /// `hapctl haproxy start` and `POST /v1/haproxy/start`: the committed state applied, then
+    /// the master started (never a second one; an earlier stop no longer holds). The start
+    /// report is `None` when the apply did not succeed: nothing was started.
+    pub fn apply_and_start(
+        &mut self,
+        trigger: &str,
+    ) -> Result<(ApplyReport, Option<StartReport>), EdgeError> {
+        let report = self.apply(trigger)?;
+        if !report.outcome.is_success() {
+            return Ok((report, None));
+        }
+        let started = self.start_haproxy()?;
+        Ok((report, Some(started)))
+    }
+
+    /// `hapctl haproxy reload` and `POST /v1/haproxy/reload`: a reload through the master
+    /// (never a restart), confirmed by its new worker, asked for by `who`. Under the apply
+    /// lock, so it never loads files an apply is still writing; recorded in the apply history
+    /// with its reason, failed or not.
+    pub fn reload_haproxy(&mut self, who: &str) -> Result<Reloaded, EdgeError> {
+        let started_at_ms = unix_millis();
+        let reason = ReloadReason::new(ReloadKind::Requested, format!("asked for by {who}"));
+        let result = {
+            let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_WAIT)
+                .map_err(ApplyError::from)?;
+            self.supervisor()
+                .master()
+                .reload(self.settings.haproxy.reload_timeout)
+        };
+        let trigger = "haproxy reload";
+        match result {
+            Ok(report) => {
+                let message = format!(
+                    "master PID {} reloaded in {} ms: new worker(s) {:?}, old worker(s) {:?}",
+                    report.master_pid,
+                    report.duration.as_millis(),
+                    report.new_workers,
+                    report.old_workers
+                );
+                self.record_master_event(
+                    trigger,
+                    started_at_ms,
+                    "reloaded",
+                    message,
+                    std::slice::from_ref(&reason),
+                )?;
+                Ok(Reloaded { report, reason })
+            }
+            Err(e) => {
+                self.record_master_event(
+                    trigger,
+                    started_at_ms,
+                    "reload-failed",
+                    e.to_string(),
+                    &[],
+                )?;
+                Err(e.into())
+            }
+        }
     }
 
     fn start_from_known_good(&mut self, trigger: &str) -> Result<Restart, EdgeError> {

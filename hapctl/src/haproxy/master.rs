@@ -43,7 +43,7 @@ pub enum MasterError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
-    #[error("HAProxy's master is not running (nothing answers on {socket}); start it with `hapctl start`")]
+    #[error("HAProxy's master is not running (nothing answers on {socket}); start it with `hapctl haproxy start`")]
     NotRunning { socket: PathBuf },
     #[error("HAProxy rejected the reload; the previous workers keep serving the previous configuration. {}", describe(.messages))]
     Failed { messages: Vec<String> },

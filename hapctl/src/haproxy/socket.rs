@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    #[error("HAProxy socket {path} does not exist; start HAProxy (`hapctl start`) or check the socket path in the settings")]
+    #[error("HAProxy socket {path} does not exist; start HAProxy (`hapctl haproxy start`) or check the socket path in the settings")]
     Absent { path: PathBuf },
     #[error("nothing listens on HAProxy socket {path} (connection refused): HAProxy is not running or is re-executing; start it or retry")]
     Refused { path: PathBuf },

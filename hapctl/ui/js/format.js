@@ -220,3 +220,30 @@ export function wafRules(w) {
   if (!w || !w.rules_loaded_at) return 'none loaded';
   return [w.rules ? `${w.rules} rules` : null, w.crs || 'CRS version unknown'].filter(Boolean).join(' · ');
 }
+
+/** The account of an apply (`apply` of POST /v1/apply or /v1/haproxy/start) in one line:
+ * its outcome, message, checks, reloads and each reload's reason. */
+export function applyOutcome(a) {
+  const reasons = (a.reload_reasons || []).map((r) => `${r.kind}: ${r.detail}`);
+  return [`${a.outcome}: ${a.message}`, `${a.checks} check(s), ${a.reloads} reload(s)`,
+    reasons.length ? `reason: ${reasons.join('; ')}` : null].filter(Boolean).join(' · ');
+}
+
+/** A refused or failed apply (the API's error, its `apply` when there was one): the message
+ * and HAProxy's own lines. */
+export function applyRefusal(message, apply) {
+  const lines = (apply && apply.haproxy_messages) || [];
+  return [message, ...lines].join(' · ');
+}
+
+/** POST /v1/haproxy/reload's answer in one line. */
+export function reloadOutcome(r) {
+  const ids = (l) => (l.length ? l.join(', ') : 'none');
+  return `master PID ${r.master_pid} reloaded in ${duration(r.duration_ms)}: new worker(s) ${ids(r.new_workers)}, old worker(s) ${ids(r.old_workers)} · reason: ${r.reason.kind}: ${r.reason.detail}`;
+}
+
+/** POST /v1/haproxy/stop's answer in one line. */
+export function stopOutcome(r) {
+  if (r.outcome === 'not-running') return 'HAProxy was not running; it stays stopped until Start.';
+  return `master PID ${r.master_pid} ${r.outcome === 'killed' ? 'killed (it did not exit in time)' : 'stopped'}; it stays stopped until Start.`;
+}

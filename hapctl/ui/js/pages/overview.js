@@ -1,9 +1,11 @@
 // Overview: HAProxy master and workers, live = known-good, counts, certificates, the WAF
-// agent, generations, the last applies with their outcome, durations and reload reasons.
+// agent, generations, the last applies with their outcome, durations and reload reasons; and
+// recovery: apply now, HAProxy start / reload / stop (asked twice), each with its outcome.
 
-import { h, fill, rows, table, state } from '../dom.js';
+import { call } from '../api.js';
+import { h, fill, rows, table, state, confirmButton } from '../dom.js';
 import { poll, stamp } from '../live.js';
-import { ago, duration, daysLeft, expiryLevel, wafAgent, wafRules } from '../format.js';
+import { ago, duration, daysLeft, expiryLevel, wafAgent, wafRules, applyOutcome, applyRefusal, reloadOutcome, stopOutcome } from '../format.js';
 
 const now = () => Date.now() / 1000;
 
@@ -17,6 +19,9 @@ function dl(pairs) {
 
 function haproxy(s) {
   const p = s.haproxy.procs;
+  if (!p && s.supervision && s.supervision.stop_requested) {
+    return h('p', { class: 'bad' }, 'Stopped on purpose (Stop, or hapctl haproxy stop): not started again until Start.');
+  }
   if (!p) return h('p', { class: 'bad' }, 'The master is not running (or its socket does not answer).');
   return h('div', null,
     dl([
@@ -65,6 +70,44 @@ function waf(w) {
     ]));
 }
 
+/** The recovery actions, each answered below them; `done` re-reads the status. */
+function recovery(done) {
+  const outcome = h('p', { id: 'ov-outcome', class: 'summary', role: 'status' });
+  const run = async (what, path, say) => {
+    for (const b of buttons) b.disabled = true;
+    outcome.className = 'summary';
+    outcome.textContent = `${what}…`;
+    try {
+      const r = (await call('POST', path)).json;
+      outcome.className = 'summary ok';
+      outcome.textContent = `${what}: ${say(r)}`;
+    } catch (e) {
+      outcome.className = 'summary bad';
+      outcome.textContent = `${what} refused: ${applyRefusal(e.message, e.body && e.body.apply)}`;
+    } finally {
+      for (const b of buttons) b.disabled = false;
+      done();
+    }
+  };
+  const button = (id, label, what, path, say) => {
+    const b = h('button', { type: 'button', id }, label);
+    b.addEventListener('click', () => run(what, path, say));
+    return b;
+  };
+  const buttons = [
+    button('ov-apply', 'Apply now', 'Apply', '/v1/apply', (r) => applyOutcome(r.apply)),
+    button('ov-reload', 'Reload HAProxy', 'Reload', '/v1/haproxy/reload', reloadOutcome),
+    button('ov-start', 'Start HAProxy', 'Start', '/v1/haproxy/start', (r) => `master PID ${r.master_pid} running · apply ${applyOutcome(r.apply)}`),
+  ];
+  const stop = confirmButton('Stop', 'HAProxy', () => run('Stop', '/v1/haproxy/stop', stopOutcome));
+  stop.id = 'ov-stop';
+  buttons.push(stop);
+  return h('section', { class: 'panel recovery', 'aria-labelledby': 'ov-recovery' },
+    h('h2', { id: 'ov-recovery' }, 'Recovery'),
+    h('p', { class: 'hint' }, 'Apply the committed state again; reload HAProxy through its master; start it, or stop it (it stays stopped, hapctl serve does not restart it, until Start).'),
+    h('div', { class: 'actions' }, buttons), outcome);
+}
+
 export default {
   title: 'Overview',
   mount(main) {
@@ -72,7 +115,8 @@ export default {
     const grid = h('div', { class: 'cards' });
     const applies = table('Last applies', ['When', 'Trigger', 'Outcome', 'Duration', 'Checks', 'Reloads', 'Reload reasons']);
     const gens = table('Generations', ['App', 'Version', 'Role', 'Port', 'Running', 'Ready']);
-    fill(main, h('h1', null, 'Overview'), status, grid, applies.el, gens.el);
+    const actions = recovery(() => p.now());
+    fill(main, h('h1', null, 'Overview'), status, grid, actions, applies.el, gens.el);
     // Its own poll; the card element stays in the grid when the status redraws the others.
     const wafBody = h('div', null, h('p', { class: 'state loading' }, 'Loading…'));
     const wafCard = card('WAF agent', wafBody);
