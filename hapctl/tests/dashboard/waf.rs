@@ -5,7 +5,8 @@
 //! nothing changed; detect from the page lets it pass. The servers and the HTTPS policy the
 //! domain had are kept by every save. The Overview's agent card shows it up with the API's
 //! counters after the injection, and the rules reloaded from the Protections page show the
-//! outcome.
+//! outcome; the rules' messages are shown beside their hits, and a request tried from the page
+//! shows its verdict and rules without being sent.
 
 use std::time::{Duration, Instant};
 
@@ -194,6 +195,37 @@ fn a_domains_waf_policy_is_set_from_the_page_and_enforced_by_the_agent() {
     );
     assert_eq!(api.get("/v1/waf").json["reloads"], 1);
     b.screenshot("protections-waf-reloaded");
+
+    // Each rule's message beside its hits (GET /v1/waf/rules), and a request tried from the
+    // page without being sent (POST /v1/waf/test): scored under the domain's policy, now
+    // detect at paranoia 2.
+    b.wait_text(
+        "section[aria-labelledby='pw'] tbody tr[data-key='942100'] td",
+        "SQL Injection",
+    );
+    b.fill("#pwt-url", &format!("https://{SHOP}{SQLI}"));
+    b.fill("#pwt-headers", "User-Agent: Mozilla/5.0");
+    b.click("form[aria-labelledby=pwt] button[type=submit]");
+    let verdict = b.wait_text("#pwt-verdict", "Detected (logged, not blocked)");
+    assert!(
+        verdict.contains(&format!(
+            "policy {SHOP}'s (detect:open:2:5:8192:942100@/search)"
+        )),
+        "{verdict}"
+    );
+    b.wait_text(".trial tbody tr[data-key='942100'] td", "SQL Injection");
+    b.screenshot("protections-waf-trial");
+    // A path without its slash: refused at the URL field.
+    b.fill("#pwt-url", "search?q=1");
+    b.click("form[aria-labelledby=pwt] button[type=submit]");
+    b.wait_text("#pwt-url-error", "must be a path");
+    assert_eq!(
+        b.js(
+            "return document.getElementById('pwt-url').getAttribute('aria-invalid')",
+            vec![]
+        ),
+        "true"
+    );
 }
 
 /// `GET /v1/waf` once `ok` holds (the agent rewrites its state file every second).

@@ -34,6 +34,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/protections.js" => JS,
     "js/pages/protect-edit.js" => JS,
     "js/pages/protect-waf.js" => JS,
+    "js/pages/protect-waf-trial.js" => JS,
     "js/pages/deliveries.js" => JS,
     "js/pages/applies.js" => JS,
 ];
