@@ -290,6 +290,7 @@ fn every_route_but_health_needs_the_right_token() {
             .replace("{key}", "192.0.2.1")
             .replace("{domain}", "auth.example.com")
             .replace("{id}", "1")
+            .replace("{preset}", "cloudflare")
     };
     assert!(
         routes.iter().all(|(_, p, _)| !concrete(p).contains('{')),

@@ -16,6 +16,8 @@ mod webdriver;
 // More scenarios (a crate root finds its modules next to it, hence the paths).
 #[path = "dashboard/acme.rs"]
 mod acme;
+#[path = "dashboard/proxies.rs"]
+mod proxies;
 #[path = "dashboard/recovery.rs"]
 mod recovery;
 #[path = "dashboard/scale.rs"]

@@ -1160,6 +1160,7 @@ fn base_body(method: &str, path: &str) -> Option<Value> {
             json!({"profiles": ["wordpress"], "wp_admin_gate": false})
         }
         ("POST", "/v1/limits/exempt") => json!({"net": "198.51.100.0/24"}),
+        ("POST", "/v1/trusted-proxies") => json!({"net": "198.51.100.0/24"}),
         ("POST", "/v1/security/clear") => json!({"ip": "198.51.100.9"}),
         ("POST", "/api/ssl") => json!({"domain": OK_NAME}),
         ("POST", "/api/ssl/bundle") => {
@@ -1195,6 +1196,8 @@ const BODYLESS: &[(&str, &str)] = &[
     ("POST", "/v1/haproxy/start"),
     ("POST", "/v1/haproxy/reload"),
     ("POST", "/v1/haproxy/stop"),
+    ("DELETE", "/v1/trusted-proxies/{key}"),
+    ("DELETE", "/v1/trusted-proxies/presets/{preset}"),
 ];
 
 /// A bundle (leaf for OK_NAME, chain, key) that the certificate routes would accept.
@@ -1262,7 +1265,8 @@ fn filled(path: &str) -> String {
         .replace("{name}", OK_NAME)
         .replace("{domain}", OK_NAME)
         .replace("{key}", OK_KEY)
-        .replace("{id}", "1");
+        .replace("{id}", "1")
+        .replace("{preset}", "cloudflare");
     assert!(!target.contains('{'), "a parameter to fill in {path}");
     target
 }

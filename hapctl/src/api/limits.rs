@@ -108,7 +108,7 @@ fn swap<T>(r: Result<Result<T, EdgeError>, Invalid>) -> Result<Result<T, Invalid
 
 /// Runs a change on a fresh edge: a refused edit (`Invalid`, found against the committed
 /// state) is a 400, an apply failure the apply's own error.
-async fn run_apply(
+pub(super) async fn run_apply(
     app: AppState,
     change: impl FnOnce(&mut Edge) -> Result<Result<ApplyReport, Invalid>, EdgeError> + Send + 'static,
 ) -> Result<Response, ApiError> {

@@ -21,6 +21,7 @@ mod notify;
 mod policies;
 mod profiles;
 mod proving;
+mod proxies;
 mod renewals;
 mod routes;
 mod supervision;

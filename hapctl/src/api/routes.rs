@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, haproxy, history, limits, policies, profiles, proving, ui,
-    v1, waf, AppState, BODY_LIMIT,
+    auth, certs, compat, count_requests, haproxy, history, limits, policies, profiles, proving,
+    proxies, ui, v1, waf, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -153,6 +153,11 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/v1/limits/exempt", "Exempt an IP or CIDR from every limit; a runtime map change, no reload",
             Some(json!({"type": "object", "required": ["net"], "properties": {"net": {"type": "string", "example": "203.0.113.0/24"}}}))), post(limits::post_exempt)),
         (doc("delete", "/v1/limits/exempt/{key}", "Stop exempting an IP or CIDR (URL-encode the '/')", None), delete(limits::delete_exempt)),
+        (doc("get", "/v1/trusted-proxies", "Trusted proxies (hapctl proxy ls), whose CF-Connecting-IP, X-Real-IP and X-Forwarded-For name the real client: {proxies: [{net, preset}]}; preset is the one a range came with, else null", None), get(proxies::list)),
+        (doc("post", "/v1/trusted-proxies", "Trust an IP or CIDR (hapctl proxy add NET), or a preset's ranges (--preset: the list shipped with hapctl, or nets, a newer one; ranges the preset no longer has are dropped); one safe apply; a refused net is a 400 at net (nets[i]) and changes nothing",
+            Some(json!({"type": "object", "properties": {"net": {"type": "string", "example": "203.0.113.0/24"}, "preset": {"type": "string", "enum": ["cloudflare"]}, "nets": {"type": "array", "items": {"type": "string"}}}}))), post(proxies::post)),
+        (doc("delete", "/v1/trusted-proxies/{key}", "Stop trusting an IP or CIDR (hapctl proxy rm; URL-encode the '/'); 404 when it is not trusted", None), delete(proxies::delete)),
+        (doc("delete", "/v1/trusted-proxies/presets/{preset}", "Stop trusting every range of a preset (hapctl proxy rm --preset)", None), delete(proxies::delete_preset)),
         (doc("get", "/v1/security/stats", "The busiest clients of the rate-limit table (?limit=1-1000&min_rate=R), counters named; 502 when HAProxy cannot be read", None), get(limits::get_stats)),
         (doc("post", "/v1/security/clear", "Forget one client's counters (clear table)",
             Some(json!({"type": "object", "required": ["ip"], "properties": {"ip": {"type": "string", "example": "192.0.2.7"}}}))), post(limits::post_clear)),

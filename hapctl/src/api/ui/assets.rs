@@ -35,6 +35,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/protect-edit.js" => JS,
     "js/pages/protect-waf.js" => JS,
     "js/pages/protect-waf-trial.js" => JS,
+    "js/pages/protect-proxies.js" => JS,
     "js/pages/deliveries.js" => JS,
     "js/pages/applies.js" => JS,
 ];

@@ -1,7 +1,7 @@
 // Protections: per domain (suspension, the wordpress profile, the WAF policy shown; the editor
 // of protect-edit.js for HTTPS, own limits, wordpress thresholds and the WAF policy), the
-// WAF agent (protect-waf.js), the edge-wide rate limits and exemptions, and the busiest
-// clients of the rate-limit table.
+// WAF agent (protect-waf.js), the edge-wide rate limits and exemptions, the trusted proxies
+// (protect-proxies.js), and the busiest clients of the rate-limit table.
 
 import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
@@ -9,6 +9,7 @@ import { poll, stamp } from '../live.js';
 import { seg, wafSummary } from '../format.js';
 import { editor, edgeLimitsEditor } from './protect-edit.js';
 import { wafSection } from './protect-waf.js';
+import { proxiesSection } from './protect-proxies.js';
 
 export default {
   title: 'Protections',
@@ -130,12 +131,14 @@ export default {
     }, (e) => { sStatus.hidden = false; state(sStatus, 'error', `Cannot read HAProxy's table: ${e.message}`); });
 
     const agent = wafSection();
+    const proxies = proxiesSection();
     fill(main, h('h1', null, 'Protections'),
       h('section', { 'aria-labelledby': 'pd' }, h('h2', { id: 'pd' }, 'Per domain'),
         h('div', { class: 'toolbar' }, field('p-search', 'Search domains', search)), dStatus, dt.el, edit),
       agent.el,
       h('section', { 'aria-labelledby': 'pl' }, h('h2', { id: 'pl' }, 'Rate limits'), lStatus, windows, lt.el, et.el, h('div', { class: 'forms' }, edgeEdit, exempt)),
+      proxies.el,
       h('section', { 'aria-labelledby': 'ps' }, h('h2', { id: 'ps' }, 'Security top'), sStatus, st.el));
-    return () => { domains.stop(); limits.stop(); stats.stop(); agent.stop(); };
+    return () => { domains.stop(); limits.stop(); stats.stop(); agent.stop(); proxies.stop(); };
   },
 };

@@ -1,0 +1,102 @@
+//! `/v1/trusted-proxies`: the proxies whose forwarding headers name the real client
+//! (`hapctl proxy add|rm|ls`), through the same parsers and edge services as the CLI; each
+//! change is one safe apply.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::{ApiError, Body, PathParam};
+use super::limits::run_apply;
+use super::AppState;
+use crate::model::{Invalid, ProxyNet, ProxyPreset};
+
+/// `{proxies: [{net, preset}]}`: `preset` names the preset a range came with, else null.
+pub async fn list(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let proxies = app.read(|edge| edge.trusted_proxies()).await?;
+    let shown: Vec<_> = proxies
+        .iter()
+        .map(|(net, preset)| json!({"net": net, "preset": preset}))
+        .collect();
+    Ok(Json(json!({ "proxies": shown })).into_response())
+}
+
+/// One network (`{"net"}`), or a preset's ranges (`{"preset"}`, the shipped list or `nets`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustRequest {
+    net: Option<String>,
+    preset: Option<String>,
+    nets: Option<Vec<String>>,
+}
+
+fn parse_net(field: &str, text: &str) -> Result<ProxyNet, ApiError> {
+    text.parse()
+        .map_err(|e: Invalid| ApiError::invalid(field, e.to_string()))
+}
+
+fn parse_preset(text: &str) -> Result<ProxyPreset, ApiError> {
+    text.parse()
+        .map_err(|e: Invalid| ApiError::invalid("preset", e.to_string()))
+}
+
+pub async fn post(
+    State(app): State<AppState>,
+    Body(req): Body<TrustRequest>,
+) -> Result<Response, ApiError> {
+    match (req.net, req.preset) {
+        (Some(net), None) if req.nets.is_none() => {
+            let net = parse_net("net", &net)?;
+            run_apply(app, move |edge| {
+                edge.trust_proxy(&net).map(|(report, _)| Ok(report))
+            })
+            .await
+        }
+        (None, Some(preset)) => {
+            let preset = parse_preset(&preset)?;
+            let nets = match req.nets {
+                Some(list) if list.is_empty() => {
+                    return Err(ApiError::invalid(
+                        "nets",
+                        "nets is empty; a preset needs at least one range (leave nets out for the list shipped with hapctl)",
+                    ))
+                }
+                Some(list) => Some(
+                    list.iter()
+                        .enumerate()
+                        .map(|(i, n)| parse_net(&format!("nets[{i}]"), n))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+                None => None,
+            };
+            run_apply(app, move |edge| {
+                edge.trust_preset(preset, nets).map(|(report, _)| Ok(report))
+            })
+            .await
+        }
+        _ => Err(ApiError::invalid(
+            "net",
+            "give net (an IP or CIDR), or preset (with nets, or without for the list shipped with hapctl)",
+        )),
+    }
+}
+
+/// Stops trusting one network (404 when it is not trusted).
+pub async fn delete(
+    State(app): State<AppState>,
+    PathParam(key): PathParam,
+) -> Result<Response, ApiError> {
+    let net = parse_net("key", &key)?;
+    run_apply(app, move |edge| edge.distrust_proxy(&net).map(Ok)).await
+}
+
+/// Stops trusting every range of a preset.
+pub async fn delete_preset(
+    State(app): State<AppState>,
+    PathParam(preset): PathParam,
+) -> Result<Response, ApiError> {
+    let preset = parse_preset(&preset)?;
+    run_apply(app, move |edge| edge.distrust_preset(preset).map(Ok)).await
+}
