@@ -16,6 +16,8 @@ mod webdriver;
 // More scenarios (a crate root finds its modules next to it, hence the paths).
 #[path = "dashboard/acme.rs"]
 mod acme;
+#[path = "dashboard/logs.rs"]
+mod logs;
 #[path = "dashboard/proxies.rs"]
 mod proxies;
 #[path = "dashboard/recovery.rs"]
@@ -94,6 +96,17 @@ fn wait_status(edge: &Edge, status: u16) {
 /// `hapctl serve` on `edge`, and a browser at a laptop's size.
 fn serve(edge: &Edge) -> (Daemon, Browser) {
     (Daemon::start(edge), Browser::start(1280, 900))
+}
+
+/// An edge serving `SHOP` from a backend, `hapctl serve`, and a browser signed in on `page`.
+fn shop_on_page(page: &str, heading: &str) -> (Edge, Backend, Daemon, Browser) {
+    let edge = Edge::started();
+    let app = Backend::start("shop");
+    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
+    let (api, b) = serve(&edge);
+    sign_in(&b, &api);
+    open(&b, &api, page, heading);
+    (edge, app, api, b)
 }
 
 /// What a script in the page gets from `fetch(path)`: the status.

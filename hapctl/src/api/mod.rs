@@ -16,6 +16,7 @@ mod error;
 mod haproxy;
 mod history;
 mod limits;
+mod logs;
 mod metrics;
 mod notify;
 mod policies;

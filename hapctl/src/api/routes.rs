@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, haproxy, history, limits, policies, profiles, proving,
-    proxies, ui, v1, waf, AppState, BODY_LIMIT,
+    auth, certs, compat, count_requests, haproxy, history, limits, logs, policies, profiles,
+    proving, proxies, ui, v1, waf, AppState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -60,6 +60,16 @@ fn blocks_list_doc() -> RouteDoc {
         .with_query("prefix", json!({"type": "string", "example": "203.0.113.0/24"}), "only blocks inside this network (an address: that block alone)")
         .with_query("reason", json!({"type": "string"}), "only blocks whose reason contains this text (ASCII case ignored)")
         .with_query("expiring", json!({"type": "string", "example": "1h"}), "only blocks that expire within this long (1s to 3650d)")
+}
+
+/// The filters and paging of `GET /v1/logs` (those of `hapctl logs`).
+fn logs_doc() -> RouteDoc {
+    doc("get", "/v1/logs", "The access log (hapctl logs; [logs] target = \"file\"), newest first: {records: [{ts, id, client, peer, host, method, path, status, bytes, tq, tw, tc, tr, ta, term, backend, tls, sni, denied_by}], next}; next is the `before` of the older page, null on the last one; 409 when the log goes to syslog or journald; a bad parameter is a 400 naming it", None)
+        .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::logs::MAX_LIMIT, "default": super::logs::DEFAULT_LIMIT}), "records per page")
+        .with_query("before", json!({"type": "string", "example": "1c0e6e1a-52b3-4f41-9d0c-52a4c1b2a0f3"}), "the `next` of the page before (a request id): the records written before it")
+        .with_query("domain", json!({"type": "string", "example": "*.example.com"}), "only this host, or every name below *.domain")
+        .with_query("status", json!({"type": "string", "example": "4xx"}), "only this status (404) or class (4xx)")
+        .with_query("client", json!({"type": "string", "example": "203.0.113.7"}), "only this client (the real one: trusted proxies' headers applied)")
 }
 
 fn schema_server() -> Value {
@@ -197,6 +207,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/v1/proofs", "Deliver a version proved from outside (hapctl prove -- hapctl deliver VERSION): streams, a probe, the master and the version served are measured through the public bind while it runs (its lines are the steps of /v1/deliveries/current); answers {outcome: proved|failed, passed, checks, journal}",
             Some(json!({"type": "object", "required": ["version"], "properties": {"app": {"type": "string"}, "version": {"type": "string"}}}))), post(proving::post_proof)),
         (doc("get", "/v1/proofs/{name}", "One proof's journal: {name, markdown} (its checks, timeline, failures and the way back)", None), get(history::get_proof)),
+        (logs_doc(), get(logs::list)),
         (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),
         (doc("get", "/openapi.json", "This document", None), get(openapi)),
         (doc("get", "/api/domains", "(edge manager) Bare array of domains: id, domain, ssl_enabled, ssl_cert_path, template_override, is_wildcard, backend_name", None), get(compat::list_domains)),

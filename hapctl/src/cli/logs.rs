@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::Args;
 
 use hapctl::logs::{
-    read_tail, AccessRecord, DomainFilter, Filter, Follower, LogError, StatusFilter,
+    access_log_file, read_tail, AccessRecord, DomainFilter, Filter, Follower, StatusFilter,
 };
-use hapctl::settings::{LogTarget, Settings};
+use hapctl::settings::Settings;
 
 use super::Failure;
 
@@ -27,6 +27,9 @@ pub struct LogsArgs {
     /// Only this status (`404`) or class (`4xx`).
     #[arg(long)]
     status: Option<StatusFilter>,
+    /// Only this client (the real one: trusted proxies' forwarding headers applied).
+    #[arg(long)]
+    client: Option<std::net::IpAddr>,
     /// Print each record as the JSON line HAProxy wrote.
     #[arg(long)]
     json: bool,
@@ -38,23 +41,16 @@ pub struct LogsArgs {
 pub fn run(dir: &Path, args: LogsArgs) -> Result<u8, Failure> {
     let settings = Settings::load(dir)?;
     let logs = &settings.logs;
-    match &logs.target {
-        LogTarget::File => {}
-        LogTarget::Syslog { host, port } => {
-            return Err(LogError::NotAFile(format!("syslog at {host}:{port}")).into())
-        }
-        LogTarget::Journald => {
-            return Err(LogError::NotAFile("journald (journalctl -t haproxy)".into()).into())
-        }
-    }
+    let file = access_log_file(logs)?;
     let filter = Filter {
         domain: args.domain,
         status: args.status,
+        client: args.client,
     };
     // Taken before the tail is read, so no line falls between the two.
-    let mut follower = args.follow.then(|| Follower::at_end(&logs.file));
+    let mut follower = args.follow.then(|| Follower::at_end(file));
     let mut out = std::io::stdout().lock();
-    for (raw, record) in read_tail(&logs.file, logs.keep, &filter, args.lines)? {
+    for (raw, record) in read_tail(file, logs.keep, &filter, args.lines)? {
         if print(&mut out, &raw, &record, args.json).is_err() {
             return Ok(0);
         }

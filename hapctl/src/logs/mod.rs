@@ -20,9 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::settings::LogSettings;
+use crate::settings::{LogSettings, LogTarget};
 
-pub use record::{read_tail, AccessRecord, DomainFilter, Filter, Follower, StatusFilter};
+pub use record::{
+    read_page, read_tail, AccessRecord, DomainFilter, Filter, Follower, Page, RequestId,
+    StatusFilter,
+};
 pub use rotate::{rotated_path, RotatingFile};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,20 @@ pub enum LogError {
         dir: PathBuf,
         gid: u32,
     },
+}
+
+/// The file `hapctl serve` writes the access log to, for `hapctl logs` and `GET /v1/logs`;
+/// an error naming where it goes instead when it goes elsewhere.
+pub fn access_log_file(settings: &LogSettings) -> Result<&std::path::Path, LogError> {
+    match &settings.target {
+        LogTarget::File => Ok(&settings.file),
+        LogTarget::Syslog { host, port } => {
+            Err(LogError::NotAFile(format!("syslog at {host}:{port}")))
+        }
+        LogTarget::Journald => Err(LogError::NotAFile(
+            "journald (journalctl -t haproxy)".into(),
+        )),
+    }
 }
 
 /// What the receiver did since it started.

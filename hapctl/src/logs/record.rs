@@ -1,9 +1,9 @@
 //! Reading the access log back: one JSON object per line (keys of the log-format in
 //! `haproxy.cfg.j2`), filtered by domain and status.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -105,10 +105,40 @@ impl std::str::FromStr for DomainFilter {
     }
 }
 
+/// A request id as HAProxy writes it (`uuid()`: 36 hex digits and dashes): where a page of
+/// the log starts (the records written before it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestId(String);
+
+impl std::str::FromStr for RequestId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RequestId, String> {
+        let dashes = [8, 13, 18, 23];
+        let ok = s.len() == 36
+            && s.char_indices().all(|(i, c)| {
+                if dashes.contains(&i) {
+                    c == '-'
+                } else {
+                    c.is_ascii_hexdigit()
+                }
+            });
+        if ok {
+            Ok(RequestId(s.to_ascii_lowercase()))
+        } else {
+            Err(format!(
+                "{:?} is not a request id (a UUID: the `id` of a record, or the `next` of a page)",
+                bounded(s)
+            ))
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub domain: Option<DomainFilter>,
     pub status: Option<StatusFilter>,
+    /// Only this real client (forwarding headers of trusted proxies applied).
+    pub client: Option<IpAddr>,
 }
 
 impl Filter {
@@ -123,8 +153,19 @@ impl Filter {
             Some(StatusFilter::Exact(s)) => r.status == i64::from(s),
             Some(StatusFilter::Class(c)) => r.status / 100 == i64::from(c),
         };
-        domain && status
+        let client = self
+            .client
+            .is_none_or(|ip| r.client.parse::<IpAddr>() == Ok(ip));
+        domain && status && client
     }
+}
+
+/// One page of the log, newest first; `next` is the `before` of the page after it (older),
+/// `None` on the last one.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub records: Vec<(String, AccessRecord)>,
+    pub next: Option<RequestId>,
 }
 
 /// The last `lines` matching records (raw line, parsed), oldest first: the current file, then
@@ -136,7 +177,24 @@ pub fn read_tail(
     filter: &Filter,
     lines: usize,
 ) -> Result<Vec<(String, AccessRecord)>, LogError> {
-    let mut found: VecDeque<(String, AccessRecord)> = VecDeque::new();
+    let mut page = read_page(file, keep, filter, lines, None)?;
+    page.records.reverse();
+    Ok(page.records)
+}
+
+/// At most `limit` matching records, newest first (in the order they were written: a long
+/// request is written when it ends), from the record `before` on (exclusive), else from the
+/// newest. A `before` no longer in the files (rotated away) gives an empty page: every record
+/// older than it went first.
+pub fn read_page(
+    file: &Path,
+    keep: u32,
+    filter: &Filter,
+    limit: usize,
+    before: Option<&RequestId>,
+) -> Result<Page, LogError> {
+    let mut page = Page::default();
+    let mut skipping = before.is_some();
     for n in 0..=keep {
         let path = if n == 0 {
             file.to_path_buf()
@@ -148,21 +206,25 @@ pub fn read_tail(
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(source) => return Err(LogError::Read { path, source }),
         };
-        let older: Vec<(String, AccessRecord)> = text
-            .lines()
-            .rev()
-            .filter_map(|l| AccessRecord::parse(l).map(|r| (l.to_string(), r)))
-            .filter(|(_, r)| filter.matches(r))
-            .take(lines - found.len())
-            .collect();
-        for item in older {
-            found.push_front(item);
-        }
-        if found.len() >= lines {
-            break;
+        for line in text.lines().rev() {
+            let Some(record) = AccessRecord::parse(line) else {
+                continue;
+            };
+            if skipping {
+                skipping = before.is_some_and(|id| !record.id.eq_ignore_ascii_case(&id.0));
+                continue;
+            }
+            if !filter.matches(&record) {
+                continue;
+            }
+            if page.records.len() == limit {
+                page.next = page.records.last().and_then(|(_, r)| r.id.parse().ok());
+                return Ok(page);
+            }
+            page.records.push((line.to_string(), record));
         }
     }
-    Ok(found.into())
+    Ok(page)
 }
 
 /// Reads what is appended to the access log, across rotations: when the path names a new file,
@@ -243,6 +305,7 @@ mod tests {
         let f = |d: Option<&str>, s: Option<&str>| Filter {
             domain: d.map(|d| d.parse().unwrap()),
             status: s.map(|s| s.parse().unwrap()),
+            client: None,
         };
         let r = AccessRecord::parse(&line("shop.example.com", 404)).unwrap();
         assert!(f(Some("shop.example.com"), Some("4xx")).matches(&r));
@@ -257,6 +320,73 @@ mod tests {
         }
         for bad in ["", "*.", "a b", "x\ny"] {
             assert!(bad.parse::<DomainFilter>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pages_go_back_by_request_id_across_rotated_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let id = |n: u32| format!("0000000{n}-0000-4000-8000-00000000000{n}");
+        let rec = |n: u32, client: &str| {
+            format!(
+                "{{\"id\":\"{}\",\"host\":\"h{n}\",\"client\":\"{client}\",\"status\":200}}\n",
+                id(n)
+            )
+        };
+        std::fs::write(
+            rotated_path(&path, 1),
+            rec(1, "127.0.0.2") + &rec(2, "127.0.0.2"),
+        )
+        .unwrap();
+        std::fs::write(
+            &path,
+            rec(3, "127.0.0.9") + "not json\n" + &rec(4, "::1") + &rec(5, "127.0.0.2"),
+        )
+        .unwrap();
+        let all = Filter::default();
+        let page = |before: Option<&RequestId>, filter: &Filter| {
+            let p = read_page(&path, 1, filter, 2, before).unwrap();
+            let hosts: Vec<String> = p.records.iter().map(|(_, r)| r.host.clone()).collect();
+            (hosts, p.next)
+        };
+        let (hosts, next) = page(None, &all);
+        assert_eq!(
+            (hosts, next.clone()),
+            (vec!["h5".into(), "h4".into()], Some(id(4).parse().unwrap()))
+        );
+        let (hosts, next) = page(next.as_ref(), &all);
+        assert_eq!(
+            (hosts, next.clone()),
+            (vec!["h3".into(), "h2".into()], Some(id(2).parse().unwrap()))
+        );
+        let (hosts, next) = page(next.as_ref(), &all);
+        assert_eq!((hosts, next), (vec!["h1".to_string()], None));
+        // A record no longer in the files: everything older went before it.
+        let gone: RequestId = "0000000f-0000-4000-8000-00000000000f".parse().unwrap();
+        assert_eq!(page(Some(&gone), &all), (vec![], None));
+        let client = Filter {
+            client: Some("127.0.0.9".parse().unwrap()),
+            ..Filter::default()
+        };
+        assert_eq!(page(None, &client), (vec!["h3".to_string()], None));
+        let v6 = Filter {
+            client: Some("0:0:0:0:0:0:0:1".parse().unwrap()),
+            ..Filter::default()
+        };
+        assert_eq!(page(None, &v6).0, ["h4"]);
+        // The CLI's tail is the same read, oldest first.
+        let tail = read_tail(&path, 1, &all, 3).unwrap();
+        let hosts: Vec<&str> = tail.iter().map(|(_, r)| r.host.as_str()).collect();
+        assert_eq!(hosts, ["h3", "h4", "h5"]);
+        for bad in [
+            "",
+            "x",
+            "../../etc/passwd",
+            "0000000f-0000-4000-8000-00000000000",
+            "0000000f_0000-4000-8000-00000000000f",
+        ] {
+            assert!(bad.parse::<RequestId>().is_err(), "{bad:?}");
         }
     }
 

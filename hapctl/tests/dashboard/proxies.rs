@@ -7,8 +7,8 @@ use std::net::Ipv4Addr;
 
 use serde_json::json;
 
-use super::common::{http_get, Backend, Edge};
-use super::{open, serve, sign_in, wait_toast, SHOP};
+use super::common::{http_get, Edge};
+use super::{shop_on_page, wait_toast, SHOP};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 const OTHER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 4);
@@ -22,13 +22,8 @@ fn via(edge: &Edge, peer: Ipv4Addr) -> u16 {
 
 #[test]
 fn a_trusted_proxy_is_added_and_removed_from_the_page_and_believed_through_the_edge() {
-    let edge = Edge::started();
-    let app = Backend::start("shop");
-    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
+    let (edge, _app, api, b) = shop_on_page("protections", "Protections");
     edge.ok(&["block", "add", FORWARDED]);
-    let (api, b) = serve(&edge);
-    sign_in(&b, &api);
-    open(&b, &api, "protections", "Protections");
     b.wait_text("main tbody", "No trusted proxy");
     assert_eq!(
         via(&edge, PROXY),

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::common::{Backend, Edge};
-use super::{open, serve, sign_in, webdriver, SHOP};
+use super::common::Edge;
+use super::{shop_on_page, webdriver, SHOP};
 
 /// Waits until nothing accepts a connection on the edge's HTTP port.
 fn wait_refused(edge: &Edge) {
@@ -29,12 +29,7 @@ const SHOWN_RELOADS: &str = "const dt = [...document.querySelectorAll('.card dt'
 
 #[test]
 fn haproxy_is_reloaded_stopped_and_started_from_the_overview() {
-    let edge = Edge::started();
-    let app = Backend::start("shop");
-    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
-    let (api, b) = serve(&edge);
-    sign_in(&b, &api);
-    open(&b, &api, "overview", "Overview");
+    let (edge, _app, api, b) = shop_on_page("overview", "Overview");
 
     // Apply now: nothing changed since the daemon's startup apply, and the page says so.
     b.click("#ov-apply");

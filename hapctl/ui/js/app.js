@@ -9,8 +9,9 @@ import certificates from './pages/certificates.js';
 import protections from './pages/protections.js';
 import deliveries from './pages/deliveries.js';
 import applies from './pages/applies.js';
+import logs from './pages/logs.js';
 
-const pages = { overview, domains, blocks, certificates, protections, deliveries, applies };
+const pages = { overview, domains, blocks, certificates, protections, deliveries, applies, logs };
 const main = document.getElementById('main');
 let unmount = null;
 

@@ -247,3 +247,22 @@ export function stopOutcome(r) {
   if (r.outcome === 'not-running') return 'HAProxy was not running; it stays stopped until Start.';
   return `master PID ${r.master_pid} ${r.outcome === 'killed' ? 'killed (it did not exit in time)' : 'stopped'}; it stays stopped until Start.`;
 }
+
+/** The path of GET /v1/logs for the typed filters (`{domain, status, client}`, each trimmed,
+ * empty left out) and the page to start from (`before`, null for the newest). */
+export function logsPath(filters, before, limit = 50) {
+  const p = new URLSearchParams({ limit: String(limit) });
+  for (const k of ['domain', 'status', 'client']) {
+    const v = String(filters[k] || '').trim();
+    if (v) p.set(k, v);
+  }
+  if (before) p.set('before', before);
+  return `/v1/logs?${p}`;
+}
+
+/** An access-log time (Unix seconds with milliseconds) as the page shows it: local time, ms. */
+export function logTime(ts, locale) {
+  const d = new Date(ts * 1000);
+  const ms = String(d.getMilliseconds()).padStart(3, '0');
+  return `${d.toLocaleDateString(locale)} ${d.toLocaleTimeString(locale, { hour12: false })}.${ms}`;
+}

@@ -1,8 +1,8 @@
 // Unit tests of the lines the dashboard shows for an action's outcome (recovery on the
-// Overview): `node --test hapctl/ui/tests/`.
+// Overview) and of the Logs page's query: `node --test hapctl/ui/tests/`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyOutcome, applyRefusal, reloadOutcome, stopOutcome } from '../js/format.js';
+import { applyOutcome, applyRefusal, reloadOutcome, stopOutcome, logsPath, logTime } from '../js/format.js';
 
 test('an apply says its outcome, message, checks, reloads and their reasons', () => {
   const apply = { outcome: 'applied', message: 'HAProxy reloaded', checks: 1, reloads: 1,
@@ -27,4 +27,19 @@ test('a stop says it stays stopped', () => {
   assert.equal(stopOutcome({ outcome: 'stopped', master_pid: 7 }), 'master PID 7 stopped; it stays stopped until Start.');
   assert.equal(stopOutcome({ outcome: 'killed', master_pid: 7 }), 'master PID 7 killed (it did not exit in time); it stays stopped until Start.');
   assert.equal(stopOutcome({ outcome: 'not-running', master_pid: null }), 'HAProxy was not running; it stays stopped until Start.');
+});
+
+test('the logs query keeps the typed filters, trimmed, and the page to start from', () => {
+  assert.equal(logsPath({}, null), '/v1/logs?limit=50');
+  assert.equal(logsPath({ domain: ' *.example.com ', status: '4xx', client: '' }, null),
+    '/v1/logs?limit=50&domain=*.example.com&status=4xx');
+  assert.equal(logsPath({ client: '2001:db8::7' }, '0000000a-0000-4000-8000-00000000000a', 20),
+    '/v1/logs?limit=20&client=2001%3Adb8%3A%3A7&before=0000000a-0000-4000-8000-00000000000a');
+  // Typed text goes as a value, never as more parameters.
+  assert.equal(logsPath({ domain: 'a&limit=9' }, null), '/v1/logs?limit=50&domain=a%26limit%3D9');
+});
+
+test('a log time keeps its milliseconds', () => {
+  assert.match(logTime(1764700000.007, 'en-GB'), / \d{2}:\d{2}:\d{2}\.007$/);
+  assert.match(logTime(1764700000.5, 'en-GB'), /\.500$/);
 });
