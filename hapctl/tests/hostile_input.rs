@@ -1198,6 +1198,7 @@ const BODYLESS: &[(&str, &str)] = &[
     ("POST", "/v1/haproxy/stop"),
     ("DELETE", "/v1/trusted-proxies/{key}"),
     ("DELETE", "/v1/trusted-proxies/presets/{preset}"),
+    ("POST", "/v1/renewals"),
 ];
 
 /// A bundle (leaf for OK_NAME, chain, key) that the certificate routes would accept.

@@ -126,6 +126,15 @@ pub async fn renew(
     }
 }
 
+/// `POST /v1/renewals`: renews every ACME certificate that is due (`hapctl cert renew --all`),
+/// one order at a time: `{renewals: [{name, report, error}]}`, empty when none is due. A
+/// failed one keeps serving its current certificate and says why in its `error`.
+pub async fn renew_due(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let outcomes = app.with_acme(|edge| edge.renew_due(false)).await?;
+    super::renewals::record(&app.0.metrics, &outcomes);
+    Ok(Json(json!({ "renewals": outcomes })).into_response())
+}
+
 pub async fn delete(
     State(app): State<AppState>,
     PathParam(name): PathParam,

@@ -185,6 +185,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("post", "/v1/certificates/{name}/request", "Order from the ACME CA (HTTP-01, or DNS-01 through [acme] dns_hook) and serve it without a reload (201 when new)",
             Some(json!({"type": "object", "properties": {"names": schema_names(), "dns_01": {"type": "boolean"}}}))), post(certs::request)),
         (doc("post", "/v1/certificates/{name}/renew", "Renew an ACME certificate now; 502 when the order fails (the current one keeps serving)", None), post(certs::renew)),
+        (doc("post", "/v1/renewals", "Renew every ACME certificate that is due, one order at a time (hapctl cert renew --all): {renewals: [{name, report, error}]}, empty when none is due; a failed one keeps serving its current certificate, its error says why", None), post(certs::renew_due)),
         (doc("delete", "/v1/certificates/{name}", "Stop serving a certificate and delete it (not the default)", None), delete(certs::delete)),
         (blocks_list_doc(), get(v1::list_blocks)),
         (doc("post", "/v1/blocked-ips", "Block one entry or a list; runtime API, no reload, no haproxy -c",

@@ -266,3 +266,12 @@ export function logTime(ts, locale) {
   const ms = String(d.getMilliseconds()).padStart(3, '0');
   return `${d.toLocaleDateString(locale)} ${d.toLocaleTimeString(locale, { hour12: false })}.${ms}`;
 }
+
+/** POST /v1/renewals's answer in one line: which were renewed, which failed and why. */
+export function renewalsOutcome(renewals) {
+  if (!renewals.length) return 'No certificate is due for renewal.';
+  const done = renewals.filter((r) => !r.error).map((r) => r.name);
+  const failed = renewals.filter((r) => r.error).map((r) => `${r.name}: ${r.error}`);
+  return [done.length ? `Renewed: ${done.join(', ')}` : null,
+    failed.length ? `Not renewed (the current certificate keeps serving): ${failed.join('; ')}` : null].filter(Boolean).join(' · ');
+}

@@ -2,7 +2,7 @@
 // Overview) and of the Logs page's query: `node --test hapctl/ui/tests/`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyOutcome, applyRefusal, reloadOutcome, stopOutcome, logsPath, logTime } from '../js/format.js';
+import { applyOutcome, applyRefusal, reloadOutcome, stopOutcome, logsPath, logTime, renewalsOutcome } from '../js/format.js';
 
 test('an apply says its outcome, message, checks, reloads and their reasons', () => {
   const apply = { outcome: 'applied', message: 'HAProxy reloaded', checks: 1, reloads: 1,
@@ -42,4 +42,11 @@ test('the logs query keeps the typed filters, trimmed, and the page to start fro
 test('a log time keeps its milliseconds', () => {
   assert.match(logTime(1764700000.007, 'en-GB'), / \d{2}:\d{2}:\d{2}\.007$/);
   assert.match(logTime(1764700000.5, 'en-GB'), /\.500$/);
+});
+
+test('a renewal of what is due names the renewed and the failed ones', () => {
+  assert.equal(renewalsOutcome([]), 'No certificate is due for renewal.');
+  assert.equal(renewalsOutcome([{ name: 'a', report: {}, error: null }, { name: 'b', report: null, error: 'the CA said no' }]),
+    'Renewed: a · Not renewed (the current certificate keeps serving): b: the CA said no');
+  assert.equal(renewalsOutcome([{ name: 'a', report: {}, error: null }]), 'Renewed: a');
 });

@@ -4,7 +4,7 @@
 import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
 import { poll, stamp } from '../live.js';
-import { daysLeft, expiryLevel, until, seg } from '../format.js';
+import { daysLeft, expiryLevel, until, seg, renewalsOutcome } from '../format.js';
 
 const now = () => Date.now() / 1000;
 
@@ -52,6 +52,23 @@ export default {
           h('td', { class: 'row-actions' }, actions.length ? actions : '–'));
       }, { columns: t.columns, text: 'No certificate.' });
     }, (e) => { status.hidden = false; state(status, 'error', `Cannot list the certificates: ${e.message}`); });
+
+    // Every ACME certificate that is due, as the renewal worker would (hapctl cert renew --all).
+    const renewOutcome = h('p', { id: 'c-renew-outcome', class: 'summary', role: 'status' });
+    const renewAll = h('button', { type: 'button', id: 'c-renew-due' }, 'Renew all due');
+    renewAll.addEventListener('click', async () => {
+      renewAll.disabled = true;
+      renewOutcome.className = 'summary';
+      renewOutcome.textContent = 'Renewing what is due…';
+      try {
+        const list = (await call('POST', '/v1/renewals')).json.renewals;
+        renewOutcome.className = `summary ${list.some((r) => r.error) ? 'bad' : 'ok'}`;
+        renewOutcome.textContent = renewalsOutcome(list);
+      } catch (e) {
+        renewOutcome.className = 'summary bad';
+        renewOutcome.textContent = `Not renewed: ${e.message}`;
+      } finally { renewAll.disabled = false; p.now(); }
+    });
 
     const name = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false' });
     const pem = h('textarea', { rows: 6, spellcheck: 'false', placeholder: '-----BEGIN CERTIFICATE-----' });
@@ -118,7 +135,8 @@ export default {
       } finally { orderGo.disabled = false; orderGo.textContent = 'Order'; }
     });
 
-    fill(main, h('h1', null, 'Certificates'), status, t.el, h('div', { class: 'forms' }, form, order));
+    fill(main, h('h1', null, 'Certificates'), status, t.el,
+      h('div', { class: 'actions' }, renewAll), renewOutcome, h('div', { class: 'forms' }, form, order));
     return () => p.stop();
   },
 };

@@ -14,7 +14,9 @@ function stepsList(steps) {
  * way back, read when its details are opened. */
 function proofList() {
   const t = table('Proofs of cutovers (hapctl prove, newest first)', ['Written', 'Proof', 'Journal']);
+  const status = h('p', { class: 'state', role: 'status', hidden: true });
   const poller = poll('/v1/proofs', 10000, (list) => {
+    status.hidden = true;
     rows(t.tbody, list, (j) => j.name, (j) => {
       const box = h('div', { class: 'diff-box' }, h('p', { class: 'hint', role: 'status' }, 'Loading the journal…'));
       const d = h('details', null, h('summary', { 'aria-label': `Journal ${j.name}` }, `${j.name} (${size(j.bytes)})`), box);
@@ -32,8 +34,8 @@ function proofList() {
         h('th', { scope: 'row' }, h('span', { class: `outcome ${passed ? 'delivered' : 'failed'}` }, j.title)),
         h('td', null, d));
     }, { columns: t.columns, text: 'No proof yet: hapctl prove --cycle VERSION measures a delivery and its rollback from outside.' });
-  });
-  return { el: t.el, now: () => poller.now(), stop: () => poller.stop() };
+  }, (e) => { status.hidden = false; state(status, 'error', `Cannot list the proofs: ${e.message}`); });
+  return { el: h('div', null, status, t.el), now: () => poller.now(), stop: () => poller.stop() };
 }
 
 export default {
@@ -50,7 +52,9 @@ export default {
         h('td', null, g.running ? 'yes' : 'no'), h('td', null, g.ready ? 'yes' : 'no'), h('td', null, g.pid ? String(g.pid) : '–')),
       { columns: gens.columns, text: 'No generation: deliver a version of an [[app]].' });
     }, (e) => { status.hidden = false; state(status, 'error', `Cannot read the generations: ${e.message}`); });
+    const hStatus = h('p', { class: 'state', role: 'status', hidden: true });
     const history = poll('/v1/deliveries', 5000, (list) => {
+      hStatus.hidden = true;
       rows(hist.tbody, list, (d) => d.id, (d) => {
         let steps = [];
         try { steps = JSON.parse(d.steps); } catch { steps = []; }
@@ -61,7 +65,7 @@ export default {
           h('td', null, duration(d.duration_ms)),
           h('td', null, h('details', null, h('summary', null, `${steps.length} step(s)`), h('p', null, d.message), h('ol', null, stepsList(steps)))));
       }, { columns: hist.columns, text: 'No delivery yet.' });
-    });
+    }, (e) => { hStatus.hidden = false; state(hStatus, 'error', `Cannot list the deliveries: ${e.message}`); });
 
     // The cutover in progress.
     const progress = h('section', { class: 'panel progress', 'aria-labelledby': 'progress-title', 'aria-live': 'polite' },
@@ -137,7 +141,7 @@ export default {
     });
 
     const proofs = proofList();
-    fill(main, h('h1', null, 'Deliveries'), status, gens.el, h('div', { class: 'forms' }, form, progress), hist.el, proofs.el);
+    fill(main, h('h1', null, 'Deliveries'), status, gens.el, h('div', { class: 'forms' }, form, progress), hStatus, hist.el, proofs.el);
     return () => { p.stop(); history.stop(); proofs.stop(); };
   },
 };

@@ -70,10 +70,14 @@ export function editor(d, policy) {
     `${d.domain}: HTTPS policy saved`);
 
   const rules = SLOTS.map(([slot, label]) => [slot, text(`pe-${slot}`, label, policy[slot])]);
+  // A preset replaces every rule (`hapctl domain limits --preset`); else the rules as typed.
+  const preset = choice('pe-preset', 'Policy', [['rules', 'the rules below'], ['standard', 'standard (the shipped thresholds)'], ['off', 'off (no limit)']], 'rules');
   const limitsForm = form(`Rate limits (${d.own_limits ? 'its own' : 'the default, until saved'})`, 'pe-limits-title',
-    [h('p', { class: 'hint' }, 'Each: off, or THRESHOLD:ACTION — log, deny (403; deny-429, deny-503) or tarpit.'), rules.map(([, r]) => r.el)],
+    [preset.el, h('p', { class: 'hint' }, 'Each: off, or THRESHOLD:ACTION — log, deny (403; deny-429, deny-503) or tarpit.'), rules.map(([, r]) => r.el)],
     'PUT', `/v1/domains/${name}/limits`,
-    () => ({ rules: Object.fromEntries(rules.map(([slot, r]) => [slot, r.input.value.trim()])) }),
+    () => (preset.input.value === 'rules'
+      ? { rules: Object.fromEntries(rules.map(([slot, r]) => [slot, r.input.value.trim()])) }
+      : { preset: preset.input.value }),
     `${d.domain}: its own rate limits saved`);
 
   const p = d.protections || { profiles: [], wp_admin_gate: true, wp_login_posts: 30, wp_xmlrpc_posts: 60 };
