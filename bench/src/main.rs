@@ -175,6 +175,10 @@ struct Args {
     /// (the largest is also used for haproxy -c / start, the renewals and the daemon's memory).
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     cert_sizes: Vec<usize>,
+    /// certs: handshakes/s offered by the open-loop load during the daemon's renewals (below
+    /// what the closed loop reaches on the machine: about 1,000/s on 2 cores).
+    #[arg(long, default_value_t = 300)]
+    handshake_rate: u32,
     /// cutovers: consecutive proven cutovers (deliver / rollback alternating).
     #[arg(long, default_value_t = 1000)]
     count: usize,
@@ -207,6 +211,7 @@ pub struct Ctx {
     pub changes: usize,
     pub with_changes: bool,
     pub cert_sizes: Vec<usize>,
+    pub handshake_rate: u32,
     hapctl: Option<PathBuf>,
     demo_app: Option<PathBuf>,
     jobs: u32,
@@ -416,8 +421,8 @@ fn run(args: Args) -> anyhow::Result<bool> {
     if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
         bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
     }
-    if args.deliveries == 0 || args.count == 0 || args.changes == 0 {
-        bail!("--deliveries, --count and --changes need a positive number");
+    if args.deliveries == 0 || args.count == 0 || args.changes == 0 || args.handshake_rate == 0 {
+        bail!("--deliveries, --count, --changes and --handshake-rate need a positive number");
     }
     let ctx = Ctx {
         sizes: args.sizes.clone(),
@@ -428,6 +433,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
         changes: args.changes,
         with_changes: args.with_changes,
         cert_sizes: args.cert_sizes.clone(),
+        handshake_rate: args.handshake_rate,
         hapctl: args.hapctl.clone(),
         demo_app: args.demo_app.clone(),
         jobs: args.jobs,

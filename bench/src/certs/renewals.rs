@@ -7,17 +7,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hapctl::tls::probe;
-use hapctl::tls::x509::CertInfo;
 use serde_json::{json, Value};
 
-use super::edge::{TlsEdge, HANDSHAKE_TIMEOUT};
+use super::edge::TlsEdge;
 use super::install::{modes, Install};
+use super::load::{self, Handshake, Load};
 use super::pki::{Leaf, TestCa};
-use super::{elapsed_ms, pct, site, RENEWALS};
+use super::{elapsed_ms, pct, site, MEDIAN_SHARE, MIN_BUCKET_SHARE, RENEWALS};
 use crate::daemon::Daemon;
 use crate::stats::ms;
-use crate::Table;
+use crate::{Table, Target};
 
 /// The renewals come in rounds with a pause after each but the last: the pauses measure the
 /// handshake rate under the same background load as the renewals around them.
@@ -91,10 +90,11 @@ pub(super) struct Renewals {
     pub(super) ops: Vec<Install>,
     pub(super) windows: Vec<Window>,
     /// Per handshake: completion offset (ms), its duration (ms) and the error, if it failed.
-    pub(super) handshakes: Vec<(f64, f64, Option<String>)>,
+    pub(super) handshakes: Vec<Handshake>,
     pub(super) certificates: usize,
     pub(super) names: usize,
     pub(super) how: Renewer,
+    pub(super) load: Load,
 }
 
 /// CPU time counters, to tell what ran during each phase.
@@ -195,11 +195,35 @@ pub(super) struct RenewStats {
     pub(super) min_ratio_pauses: f64,
 }
 
+impl RenewStats {
+    /// The section's no-dip reading of these renewals as a target (0 failures included).
+    pub(super) fn no_dip(&self, goal: String) -> Target {
+        Target {
+            goal,
+            met: Some(
+                self.failures == 0
+                    && self.median_ratio >= MEDIAN_SHARE
+                    && self.min_ratio >= MIN_BUCKET_SHARE,
+            ),
+            detail: format!(
+                "median during / before {:.2}, smallest {:.2}; against the pauses {:.2} and {:.2}; {} failed of {} handshakes",
+                self.median_ratio,
+                self.min_ratio,
+                self.median_ratio_pauses,
+                self.min_ratio_pauses,
+                self.failures,
+                self.total
+            ),
+        }
+    }
+}
+
 pub(super) fn renewals_under_load(
     a: &mut TlsEdge,
     ca: &TestCa,
     names: usize,
     how: Renewer,
+    load: Load,
 ) -> anyhow::Result<Renewals> {
     let certificates = a.serials.len();
     let names: Vec<String> = (0..names).map(site).collect();
@@ -215,31 +239,7 @@ pub(super) fn renewals_under_load(
     let t0 = Instant::now();
     let hard_bound =
         LOAD_BEFORE + RENEWALS_BOUND + PAUSE * ROUNDS as u32 + LOAD_AFTER + Duration::from_secs(10);
-    let load = {
-        let (stop, addr, names) = (stop.clone(), a.https, names.clone());
-        thread::spawn(move || {
-            let mut out = Vec::new();
-            let mut k = 0;
-            while !stop.load(Ordering::SeqCst) && t0.elapsed() < hard_bound {
-                let sni = &names[k % names.len()];
-                k += 1;
-                let started = Instant::now();
-                let result = probe::handshake(addr, sni, HANDSHAKE_TIMEOUT)
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| {
-                        let leaf = s.chain.first().ok_or("no certificate presented")?;
-                        let info = CertInfo::from_der(leaf).map_err(|e| e.to_string())?;
-                        if info.names.iter().any(|n| n == sni) {
-                            Ok(())
-                        } else {
-                            Err(format!("SNI {sni} got a certificate for {:?}", info.names))
-                        }
-                    });
-                out.push((elapsed_ms(t0), elapsed_ms(started), result.err()));
-            }
-            out
-        })
-    };
+    let handshake_load = load::spawn(load, a.https, names.clone(), t0, stop.clone(), hard_bound);
     // From here on the load thread must be stopped and joined on every path.
     let mut windows = Vec::new();
     let mut ops = Vec::with_capacity(RENEWALS);
@@ -291,7 +291,7 @@ pub(super) fn renewals_under_load(
     };
     let renewed = renew();
     stop.store(true, Ordering::SeqCst);
-    let handshakes = load
+    let handshakes = handshake_load
         .join()
         .map_err(|_| anyhow::anyhow!("the handshake load thread panicked"))?;
     renewed?;
@@ -302,6 +302,7 @@ pub(super) fn renewals_under_load(
         certificates,
         names: names.len(),
         how,
+        load,
     })
 }
 
@@ -329,7 +330,7 @@ impl Renewals {
     }
 
     /// The handshakes that completed in windows of `kind`.
-    pub(super) fn handshakes_in(&self, kind: Kind) -> Vec<&(f64, f64, Option<String>)> {
+    pub(super) fn handshakes_in(&self, kind: Kind) -> Vec<&Handshake> {
         let spans: Vec<(f64, f64)> = self.of(kind).map(|w| (w.from.at_ms, w.to.at_ms)).collect();
         self.handshakes
             .iter()
@@ -367,7 +368,8 @@ impl Renewals {
         let stats = self.stats();
         let mut load = Table::new(
             format!(
-                "certs: full TLS handshakes through the HTTPS bind (one client thread, SNI over the {} renewed names) per {BUCKET_MS} ms bucket, {} certificates installed; {RENEWALS} renewals by {} in {ROUNDS} rounds with {} ms pauses",
+                "certs: full TLS handshakes through the HTTPS bind ({}, SNI over the {} renewed names) per {BUCKET_MS} ms bucket, {} certificates installed; {RENEWALS} renewals by {} in {ROUNDS} rounds with {} ms pauses",
+                self.load.label(),
                 self.names,
                 self.certificates,
                 self.how.label(),
@@ -447,6 +449,7 @@ impl Renewals {
         let stats = self.stats();
         json!({
             "renewer": self.how.label(),
+            "load": self.load.label(),
             "certificates": self.certificates,
             "renewed_names": self.names,
             "bucket_ms": BUCKET_MS,
