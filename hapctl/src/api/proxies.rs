@@ -8,7 +8,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::error::{ApiError, Body, PathParam};
+use super::error::{ApiError, PathParam, ValuesBody};
 use super::limits::run_apply;
 use super::AppState;
 use crate::model::{Invalid, ProxyNet, ProxyPreset};
@@ -44,7 +44,7 @@ fn parse_preset(text: &str) -> Result<ProxyPreset, ApiError> {
 
 pub async fn post(
     State(app): State<AppState>,
-    Body(req): Body<TrustRequest>,
+    ValuesBody(req): ValuesBody<TrustRequest>,
 ) -> Result<Response, ApiError> {
     match (req.net, req.preset) {
         (Some(net), None) if req.nets.is_none() => {

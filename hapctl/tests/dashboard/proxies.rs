@@ -1,7 +1,9 @@
 //! Trusted proxies from the Protections page: a hostile network refused at its field with
 //! nothing changed; a proxy added from the page has its X-Forwarded-For believed through the
 //! edge (a block of the forwarded address answers 403 to requests through it, and only through
-//! it); removed from the page, the header is not believed any more.
+//! it); removed from the page, the header is not believed any more. Cloudflare's preset: a
+//! pasted list with a bad line names the line and changes nothing; the shipped list trusted
+//! and removed whole.
 
 use std::net::Ipv4Addr;
 
@@ -85,4 +87,34 @@ fn a_trusted_proxy_is_added_and_removed_from_the_page_and_believed_through_the_e
     wait_toast(&b, &format!("{PROXY} no longer trusted"));
     b.wait_text("main tbody", "No trusted proxy");
     assert_eq!(via(&edge, PROXY), 200);
+
+    // A preset: a newer list with a bad line is refused at its line, nothing trusted; the
+    // shipped list is trusted and removed as one.
+    let preset = "form[aria-labelledby=tpp-title] button[type=submit]";
+    b.fill(
+        "#tpp-nets",
+        "# cloudflare.com/ips\n173.245.48.0/20\n0.0.0.0/0",
+    );
+    b.click(preset);
+    b.wait_text("#tpp-nets-error", "line 3: ");
+    assert_eq!(api.get("/v1/trusted-proxies").json, json!({"proxies": []}));
+    b.fill("#tpp-nets", "");
+    b.click(preset);
+    wait_toast(&b, "cloudflare trusted");
+    b.wait_text("main tbody th", "2c0f:f248::/32");
+    let listed = api.get("/v1/trusted-proxies").json;
+    let from = |p: &str| {
+        listed["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["preset"] == p)
+            .count()
+    };
+    assert_eq!(from("cloudflare"), 22, "{listed}");
+    let remove = "button[aria-label='Remove the cloudflare preset']";
+    b.click(remove);
+    b.click(remove);
+    wait_toast(&b, "cloudflare no longer trusted");
+    b.wait_text("main tbody", "No trusted proxy");
 }

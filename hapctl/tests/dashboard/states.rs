@@ -1,7 +1,10 @@
 //! Smaller parts of the pages: a domain's rate-limit preset chosen in its editor (off, then
 //! standard) is what the API then holds; "Renew all due" on the Certificates page says what it
-//! did (nothing is due on this edge); the Deliveries page shows an error state for each list
-//! it cannot read (the daemon gone).
+//! did (nothing is due on this edge); the blocked maps rebuilt from the Blocks page, the block
+//! still enforced; the Deliveries page shows an error state for each list it cannot read (the
+//! daemon gone).
+
+use std::net::Ipv4Addr;
 
 use hapctl::model::LimitPolicy;
 use serde_json::json;
@@ -9,8 +12,8 @@ use serde_json::json;
 use super::{open, shop_on_page, wait_toast, SHOP};
 
 #[test]
-fn a_limits_preset_a_renewal_of_what_is_due_and_the_deliveries_error_states() {
-    let (_edge, _app, mut api, b) = shop_on_page("protections", "Protections");
+fn a_limits_preset_renewals_a_block_sync_and_the_deliveries_error_states() {
+    let (edge, _app, mut api, b) = shop_on_page("protections", "Protections");
     b.click(&format!(
         "button[aria-label='Edit the protections of {SHOP}']"
     ));
@@ -33,6 +36,15 @@ fn a_limits_preset_a_renewal_of_what_is_due_and_the_deliveries_error_states() {
     assert_eq!(
         api.call("POST", "/v1/renewals", None).json,
         json!({"renewals": []})
+    );
+
+    edge.ok(&["block", "add", "127.0.0.8"]);
+    open(&b, &api, "blocks", "Blocks");
+    b.click("#b-sync");
+    b.wait_text("#b-sync-outcome", "Rebuilt: ");
+    assert_eq!(
+        edge.get_from(Ipv4Addr::new(127, 0, 0, 8), SHOP, "/").status,
+        403
     );
 
     open(&b, &api, "deliveries", "Deliveries");

@@ -1,5 +1,5 @@
 // Blocks: the API's pages (limit/after) filtered by prefix, reason and expiry; add one with a
-// reason and an expiry, paste many, remove.
+// reason and an expiry, paste many, remove; rebuild the maps from the database (a repair).
 
 import { call } from '../api.js';
 import { h, fill, rows, table, state, field, clearErrors, showError, toast, confirmButton } from '../dom.js';
@@ -135,13 +135,31 @@ export default {
       } finally { bulkGo.disabled = false; }
     });
 
+    // `hapctl block sync`: the map files and the worker's maps rebuilt from the database.
+    const syncOutcome = h('p', { id: 'b-sync-outcome', class: 'summary', role: 'status' });
+    const sync = h('button', { type: 'button', id: 'b-sync', class: 'quiet' }, 'Rebuild the blocked maps');
+    sync.addEventListener('click', async () => {
+      sync.disabled = true;
+      try {
+        await call('POST', '/v1/blocked-ips/sync');
+        syncOutcome.className = 'summary ok';
+        syncOutcome.textContent = 'Rebuilt: the map files and HAProxy\'s maps hold exactly the blocks listed.';
+      } catch (e) {
+        syncOutcome.className = 'summary bad';
+        syncOutcome.textContent = `Not rebuilt: ${e.message}`;
+      } finally { sync.disabled = false; p.now(); }
+    });
+
     fill(main, h('h1', null, 'Blocks'),
       h('div', { class: 'toolbar' },
         field('b-prefix', 'Inside network', prefix),
         field('b-reason-q', 'Reason contains', reasonQ),
         field('b-expiring', 'Expiring', expiring),
         h('div', { class: 'pager' }, prev, next)),
-      filterError, status, t.el, h('div', { class: 'forms' }, one, many));
+      filterError, status, t.el, h('div', { class: 'forms' }, one, many),
+      h('section', { class: 'panel', 'aria-labelledby': 'b-repair' }, h('h2', { id: 'b-repair' }, 'Repair'),
+        h('p', { class: 'hint' }, 'When HAProxy may not hold what is listed here (after a restore by hand): rebuild its maps from the database, atomically.'),
+        h('div', { class: 'actions' }, sync), syncOutcome));
     return () => p.stop();
   },
 };
