@@ -336,3 +336,62 @@ fn a_change_during_the_background_check_goes_first_and_the_next_check_covers_it(
         .to_string();
     assert!(line.contains("weight 6"), "{line}");
 }
+
+/// Someone changed the worker by hand (a server s3 added on the admin socket): the runtime
+/// change's first add goes in, its second is refused by HAProxy. The apply falls back to a
+/// check and a reload, recorded as such, and the new worker is exactly the files: what the
+/// half-done push and the hand-made server had changed is gone.
+#[test]
+fn a_runtime_change_that_fails_part_way_falls_back_and_the_worker_is_the_files_again() {
+    let edge = Edge::started();
+    let (a, b, c, hand) = (
+        App::start("a"),
+        App::start("b"),
+        App::start("c"),
+        App::start("by-hand"),
+    );
+    edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
+    let servers = RuntimeServers::new(CliSocket::new(
+        edge.path("run/admin.sock"),
+        Duration::from_secs(5),
+    ));
+    servers.add(BACKEND, "s3", &hand.addr(), "", false).unwrap();
+    assert!(versions_served(&edge, 30).contains(&"by-hand".to_string()));
+    let reloads = edge.show_proc().master.reloads;
+
+    let report = apply_json(
+        &edge,
+        &[
+            "domain",
+            "add",
+            HOST,
+            "--server",
+            &a.addr(),
+            "--server",
+            &b.addr(),
+            "--server",
+            &c.addr(),
+        ],
+    );
+    assert_eq!(report["outcome"], "applied", "{report}");
+    assert_eq!(
+        (report["checks"].as_u64(), report["reloads"].as_u64()),
+        (Some(1), Some(1)),
+        "{report}"
+    );
+    let reason = &report["reload_reasons"][0];
+    assert_eq!(reason["kind"], "runtime-failed", "{report}");
+    assert!(
+        reason["detail"].as_str().unwrap_or_default().contains("s3"),
+        "the refused command is named: {report}"
+    );
+    assert_eq!(edge.show_proc().master.reloads, reloads + 1);
+    let worker = worker_servers(&edge);
+    assert_eq!(worker.keys().collect::<Vec<_>>(), ["s1", "s2", "s3"]);
+    assert_eq!(
+        format!("{}:{}", worker["s3"].addr, worker["s3"].port),
+        c.addr(),
+        "the files' s3, not the hand-made one"
+    );
+    assert_eq!(versions_served(&edge, 30), ["a", "b", "c"]);
+}

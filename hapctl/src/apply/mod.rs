@@ -327,6 +327,19 @@ impl<'a> Applier<'a> {
             Some(target) => target,
             None => self.rollback_target(&live, &mut p)?,
         };
+        // A runtime change that failed may have changed the worker part way (a server added,
+        // a route moved): if its fallback is refused, the known-good set is reloaded, so the
+        // worker serves what the files say again instead of keeping those parts.
+        let reload_back = runtime_failure.is_some() && self.master.show_proc().is_ok();
+        let refused = |p: &mut Progress| {
+            if reload_back {
+                p.reload(ReloadReason::new(
+                    ReloadKind::Rollback,
+                    "the runtime change failed and its fallback was refused: the known-good set is reloaded so the worker drops what the runtime change had done",
+                ));
+            }
+            reload_back
+        };
         self.write_marker(Phase::Writing)?;
         let written = new.write_live(paths, &live, |n| {
             if n > 0 {
@@ -334,7 +347,7 @@ impl<'a> Applier<'a> {
             }
         });
         if let Err(e) = written {
-            let (outcome, restored) = self.restore(&target, false, Outcome::Rejected);
+            let (outcome, restored) = self.restore(&target, refused(&mut p), Outcome::Rejected);
             let message = format!("writing the new files failed ({e}); {restored}");
             return Ok((p.report(outcome, message, vec![]), None));
         }
@@ -368,7 +381,7 @@ impl<'a> Applier<'a> {
             ),
         };
         if let Some((outcome, what)) = failure {
-            let (outcome, restored) = self.restore(&target, false, outcome);
+            let (outcome, restored) = self.restore(&target, refused(&mut p), outcome);
             return Ok((
                 p.report(outcome, format!("{what}; {restored}"), messages),
                 None,
