@@ -46,37 +46,50 @@ pub async fn post(
     State(app): State<AppState>,
     ValuesBody(req): ValuesBody<TrustRequest>,
 ) -> Result<Response, ApiError> {
-    match (req.net, req.preset) {
-        (Some(net), None) if req.nets.is_none() => {
-            let net = parse_net("net", &net)?;
+    // Each field given is parsed first, so a refusal names the field that is wrong.
+    let net = req
+        .net
+        .as_deref()
+        .map(|n| parse_net("net", n))
+        .transpose()?;
+    let preset = req.preset.as_deref().map(parse_preset).transpose()?;
+    let nets = match req.nets {
+        Some(list) if list.is_empty() => {
+            return Err(ApiError::invalid(
+                "nets",
+                "nets is empty; a preset needs at least one range (leave nets out for the list shipped with hapctl)",
+            ))
+        }
+        Some(list) => Some(
+            list.iter()
+                .enumerate()
+                .map(|(i, n)| parse_net(&format!("nets[{i}]"), n))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
+    match (net, preset, nets) {
+        (Some(net), None, None) => {
             run_apply(app, move |edge| {
                 edge.trust_proxy(&net).map(|(report, _)| Ok(report))
             })
             .await
         }
-        (None, Some(preset)) => {
-            let preset = parse_preset(&preset)?;
-            let nets = match req.nets {
-                Some(list) if list.is_empty() => {
-                    return Err(ApiError::invalid(
-                        "nets",
-                        "nets is empty; a preset needs at least one range (leave nets out for the list shipped with hapctl)",
-                    ))
-                }
-                Some(list) => Some(
-                    list.iter()
-                        .enumerate()
-                        .map(|(i, n)| parse_net(&format!("nets[{i}]"), n))
-                        .collect::<Result<Vec<_>, _>>()?,
-                ),
-                None => None,
-            };
+        (None, Some(preset), nets) => {
             run_apply(app, move |edge| {
                 edge.trust_preset(preset, nets).map(|(report, _)| Ok(report))
             })
             .await
         }
-        _ => Err(ApiError::invalid(
+        (Some(_), Some(_), _) => Err(ApiError::invalid(
+            "preset",
+            "give net or preset, not both",
+        )),
+        (Some(_), None, Some(_)) => Err(ApiError::invalid(
+            "nets",
+            "nets is the list of a preset: give it with preset, or net alone",
+        )),
+        (None, None, _) => Err(ApiError::invalid(
             "net",
             "give net (an IP or CIDR), or preset (with nets, or without for the list shipped with hapctl)",
         )),
