@@ -3,12 +3,15 @@
 //! hostile name refused at its field with nothing changed; an edit that keeps every option the
 //! domain had, and a removal; a block enforced through the edge (403) and lifted, and one made
 //! elsewhere shown live; suspension and the HTTPS redirect through the edge; the other pages;
-//! a phone-sized window; sign out, after which no page and no API call works. A delivery and a
-//! rollback show their steps as they run. Protections (a domain's and the edge-wide limits)
-//! and an imported certificate, refusals at their fields. `acme.rs`: a certificate ordered and
-//! renewed from the page through a real ACME CA; `scale.rs`: 10,000 domains paged and
-//! searched; `waf.rs`: a domain's WAF policy set from the page and enforced by the real agent.
-//! Every page is saved to target/dashboard-screenshots/.
+//! every page at a phone's width; sign out, after which no page and no API call works. In
+//! `dashboard/`: `deliveries.rs` a delivery, a rollback and a proof with their steps as they
+//! run; `protections.rs` a domain's and the edge-wide protections and an imported
+//! certificate, refusals at their fields; `acme.rs` a certificate ordered and renewed through
+//! a real ACME CA; `scale.rs` 10,000 domains paged and searched; `waf.rs` a domain's WAF
+//! policy enforced by the real agent; `recovery.rs` apply now and HAProxy reload / stop /
+//! start from the Overview; `proxies.rs` trusted proxies believed through the edge; `logs.rs`
+//! a request through the edge on the Logs page; `states.rs` a limits preset, renew all due,
+//! a block rebuild, error states. Every page is saved to target/dashboard-screenshots/.
 
 mod common;
 #[path = "dashboard/webdriver.rs"]
@@ -16,8 +19,12 @@ mod webdriver;
 // More scenarios (a crate root finds its modules next to it, hence the paths).
 #[path = "dashboard/acme.rs"]
 mod acme;
+#[path = "dashboard/deliveries.rs"]
+mod deliveries;
 #[path = "dashboard/logs.rs"]
 mod logs;
+#[path = "dashboard/protections.rs"]
+mod protections;
 #[path = "dashboard/proxies.rs"]
 mod proxies;
 #[path = "dashboard/recovery.rs"]
@@ -36,10 +43,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::daemon::{http_request, Daemon};
-use common::pki::TestCa;
-use common::{demo_app_edge, Backend, Edge};
+use common::{Backend, Edge};
 use hapctl::tls::probe;
-use hapctl::tls::x509::{serial_matches, CertInfo};
+use hapctl::tls::x509::CertInfo;
 use webdriver::Browser;
 
 const SHOP: &str = "shop.example.com";
@@ -444,140 +450,6 @@ fn an_operator_runs_the_edge_from_the_dashboard() {
     );
 }
 
-#[test]
-fn a_delivery_and_a_rollback_show_their_steps_as_they_run() {
-    let host = "app.example.com";
-    let edge = demo_app_edge(host, "v1");
-    // Versions named *slow* take 800 ms to become ready: time to see the steps come.
-    let script = edge.path("run-app.sh");
-    let text = std::fs::read_to_string(&script).unwrap();
-    let slow = text.replace(
-        "*never*) delay=600000;;",
-        "*never*) delay=600000;; *slow*) delay=800;;",
-    );
-    assert_ne!(slow, text, "the demo app's script changed: {text}");
-    std::fs::write(&script, slow).unwrap();
-    let (api, b) = serve(&edge);
-    sign_in(&b, &api);
-    open(&b, &api, "deliveries", "Deliveries");
-    b.wait_text("main tbody th", "v1");
-
-    b.fill("#v-version", "v2-slow\u{E007}");
-    // While it runs, the steps appear one by one (the readiness poll takes a while).
-    b.wait_js(
-        "a step while the delivery runs",
-        "return document.querySelector('.progress .state.loading') && document.querySelectorAll('.progress .steps li').length > 0",
-        vec![],
-    );
-    b.wait_text(".progress .state", "delivered");
-    edge.wait_for_body(host, "v2-slow\n");
-    let steps = b.js(
-        "return document.querySelectorAll('.progress .steps li').length",
-        vec![],
-    );
-    assert!(steps.as_u64().unwrap() >= 3, "steps shown: {steps}");
-    b.screenshot("deliveries-delivered");
-
-    b.click(".cutover button.quiet");
-    b.wait_text(".progress .state", "rollback shop → v1: delivered");
-    edge.wait_for_body(host, "v1\n");
-    b.screenshot("deliveries-rolled-back");
-    let generations = api.get("/v1/status").json["generations"].clone();
-    assert!(
-        generations
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|g| g["version"] == "v1" && g["role"] == "current"),
-        "{generations}"
-    );
-
-    // A delivery proved from outside, from the page (POST /v1/proofs: hapctl prove of
-    // hapctl deliver): prove's lines while it runs, then its checks and its journal.
-    b.wait_text("main tbody", "No proof yet");
-    b.click("#v-prove");
-    b.fill("#v-version", "v3\u{E007}");
-    b.wait_js(
-        "prove's lines while it runs",
-        "return document.querySelector('.progress .state.loading') && document.querySelectorAll('.progress .steps li').length > 0",
-        vec![],
-    );
-    // Measured either way (a failed check on a loaded machine is shown the same).
-    let line = b.wait_text(
-        ".progress .state.ok, .progress .state.bad",
-        "prove shop → v3: ",
-    );
-    let passed = line.contains(": proved");
-    assert!(passed || line.contains(": failed"), "{line}");
-    edge.wait_for_body(host, "v3\n");
-    for check in [
-        "master",
-        "new-worker",
-        "probe",
-        "streams",
-        "version",
-        "command",
-    ] {
-        b.wait_text(".progress .checks li", &format!("{check}: "));
-    }
-    b.screenshot("deliveries-proved");
-    let listed = &api.get("/v1/proofs").json[0];
-    let verdict = if passed { "PASSED" } else { "FAILED" };
-    let title = format!("Proof of a cutover: {verdict}");
-    assert_eq!(listed["title"], title.as_str(), "{listed}");
-    b.wait_text("main tbody th", &title);
-    let name = listed["name"].as_str().unwrap().to_string();
-    assert!(line.contains(&name), "{line} names the journal");
-    b.click(&format!("summary[aria-label='Journal {name}']"));
-    let journal = b.wait_text("pre.journal", "deliver v3 --app shop");
-    assert_eq!(
-        journal,
-        api.get(&format!("/v1/proofs/{name}")).json["markdown"]
-    );
-    for check in ["master", "new-worker", "probe", "streams", "version"] {
-        assert!(
-            journal.contains(&format!("| {check} |")),
-            "{check}: {journal}"
-        );
-    }
-    b.js(
-        "document.querySelector('pre.journal').scrollIntoView()",
-        vec![],
-    );
-    b.screenshot("deliveries-proof");
-    let refused = api
-        .try_call("GET", "/v1/proofs/..%2Fhapctl.toml", None)
-        .unwrap();
-    assert_eq!(
-        (refused.status, refused.json["error"]["field"].as_str()),
-        (400, Some("name"))
-    );
-}
-
-/// The `Strict-Transport-Security` header `SHOP` answers with on the HTTPS bind.
-fn hsts(edge: &Edge) -> Option<String> {
-    let mut curl = std::process::Command::new("curl");
-    curl.args([
-        "-sSk",
-        "-o",
-        "/dev/null",
-        "-D",
-        "-",
-        "--max-time",
-        "5",
-        "--resolve",
-    ])
-    .arg(format!("{SHOP}:{}:127.0.0.1", edge.https_port))
-    .arg(format!("https://{SHOP}:{}/", edge.https_port));
-    let out = common::run_bounded(curl, Duration::from_secs(10));
-    assert!(out.status.success(), "curl: {}", common::describe(&out));
-    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("strict-transport-security")
-            .then(|| v.trim().to_string())
-    })
-}
-
 /// Waits for the page's passing message (a fixed element: not seen by `wait_text`).
 fn wait_toast(b: &Browser, text: &str) {
     let shown = "return document.getElementById('toast').textContent";
@@ -609,213 +481,6 @@ fn submit(b: &Browser, title: &str, fields: &[(&str, &str)]) {
     b.click(&format!(
         "form[aria-labelledby={title}] button[type=submit]"
     ));
-}
-
-#[test]
-fn protections_and_certificates_are_changed_from_the_page_with_refusals_at_their_fields() {
-    let edge = Edge::started();
-    let app = Backend::start("shop");
-    edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
-    // The browser suite's clients are local: not exempt here, so limits apply to them.
-    edge.ok(&["limits", "set", "--local-exempt", "off"]);
-    let (api, b) = serve(&edge);
-    sign_in(&b, &api);
-    open(&b, &api, "protections", "Protections");
-    b.click(&format!(
-        "button[aria-label='Edit the protections of {SHOP}']"
-    ));
-    b.wait_text("#pe-title", SHOP);
-    let unnamed = b.js(UNNAMED, vec![]);
-    assert_eq!(unnamed, json!([]), "the editor's controls without a name");
-
-    // HSTS: a max-age of 0 refused at its field, nothing changed; then a year with
-    // includeSubDomains, sent by the HTTPS bind.
-    let before = api.get("/v1/domains?limit=1").json;
-    submit(&b, "pe-https-title", &[("#pe-hsts_max_age", "0")]);
-    b.wait_text("#pe-hsts_max_age-error", "hsts_max_age 0: must be 1 to");
-    let invalid = "return document.getElementById(arguments[0]).getAttribute('aria-invalid')";
-    assert_eq!(b.js(invalid, vec![json!("pe-hsts_max_age")]), "true");
-    assert_eq!(
-        api.get("/v1/domains?limit=1").json,
-        before,
-        "nothing changed"
-    );
-    assert_eq!(hsts(&edge), None);
-    // This edge has no [waf]: any mode but off is refused at the mode, nothing changed.
-    b.click("#pw-mode option[value='block']");
-    submit(&b, "pe-waf-title", &[]);
-    b.wait_text("#pw-mode-error", "needs the [waf] section in hapctl.toml");
-    assert_eq!(b.js(invalid, vec![json!("pw-mode")]), "true");
-    assert_eq!(
-        api.get("/v1/domains?limit=1").json,
-        before,
-        "nothing changed"
-    );
-    b.click("#pw-mode option[value='off']");
-    b.click("#pe-hsts_include_subdomains");
-    submit(&b, "pe-https-title", &[("#pe-hsts_max_age", "31536000")]);
-    wait_toast(&b, "HTTPS policy saved");
-    let year = "max-age=31536000; includeSubDomains";
-    assert_eq!(hsts(&edge).as_deref(), Some(year));
-    b.wait_text("main tbody td", "HSTS 31536000 s");
-
-    // Its own rate limit: a bad rule named at its field; a low one answers 429 through the edge.
-    submit(&b, "pe-limits-title", &[("#pe-req_rate", "many:deny")]);
-    b.wait_text("#pe-req_rate-error", "many");
-    assert_eq!(
-        api.get("/v1/limits").json["domains"],
-        json!({}),
-        "nothing changed"
-    );
-    submit(&b, "pe-limits-title", &[("#pe-req_rate", "3:deny-429")]);
-    // The policy is checked whole: the soft tier must stay below the hard one.
-    b.wait_text("#pe-req_rate_soft-error", "must be below req_rate (3)");
-    submit(&b, "pe-limits-title", &[("#pe-req_rate_soft", "off")]);
-    wait_toast(&b, "its own rate limits saved");
-    let client = Ipv4Addr::new(127, 0, 0, 5);
-    let got: Vec<u16> = (0..4)
-        .map(|_| edge.get_from(client, SHOP, "/").status)
-        .collect();
-    assert_eq!(got, vec![200, 200, 200, 429]);
-    assert_eq!(
-        edge.get(SHOP, "/").status,
-        200,
-        "another client has its own counters"
-    );
-    // The security top lists that client; forgetting its counters serves it again.
-    let forget = format!("button[aria-label='Forget the counters of {client}']");
-    b.wait_text("main tbody th", &client.to_string());
-    b.click(&forget);
-    b.wait_js(
-        "the client gone from the security top",
-        "return document.querySelector(arguments[0]) === null",
-        vec![json!(forget)],
-    );
-    assert_eq!(
-        edge.get_from(client, SHOP, "/").status,
-        200,
-        "counters forgotten"
-    );
-    b.wait_text("main tbody td", "own · use default");
-
-    // WordPress thresholds: 0 refused at its field; 5 kept.
-    b.click("#pe-profiles");
-    submit(&b, "pe-wp-title", &[("#pe-wp_login_posts", "0")]);
-    b.wait_text("#pe-wp_login_posts-error", "wp_login_posts");
-    submit(&b, "pe-wp-title", &[("#pe-wp_login_posts", "5")]);
-    wait_toast(&b, "wordpress profile saved");
-    let shown = api.get("/v1/domains?limit=1").json["domains"][0]["protections"].clone();
-    assert_eq!(
-        (shown["profiles"].clone(), shown["wp_login_posts"].clone()),
-        (json!(["wordpress"]), json!(5)),
-        "{shown}"
-    );
-    b.wait_text("main tbody td", "wordpress");
-    b.screenshot("protections-edit");
-    // The row's switch turns the profile off and keeps the thresholds.
-    b.click(&format!(
-        "button[aria-label='Remove the wordpress profile on {SHOP}']"
-    ));
-    wait_toast(&b, "wordpress off");
-    let kept = api.get("/v1/domains?limit=1").json["domains"][0]["protections"].clone();
-    assert_eq!(
-        (kept["profiles"].clone(), kept["wp_login_posts"].clone()),
-        (json!([]), json!(5)),
-        "{kept}"
-    );
-
-    // The edge-wide limits: a bad default rule and a window of 0 refused at their fields,
-    // nothing changed; then a default of 2 requests, which SHOP follows again from its row.
-    let limits_before = api.get("/v1/limits").json;
-    submit(&b, "pl-edit-title", &[("#pl-req_rate", "lots:deny")]);
-    b.wait_text("#pl-req_rate-error", "lots");
-    submit(
-        &b,
-        "pl-edit-title",
-        &[
-            ("#pl-req_rate", "2:deny-429"),
-            ("#pl-req_rate_soft", "off"),
-            ("#pl-req_window", "0"),
-        ],
-    );
-    b.wait_text("#pl-req_window-error", "req_window");
-    assert_eq!(b.js(invalid, vec![json!("pl-req_window")]), "true");
-    assert_eq!(api.get("/v1/limits").json, limits_before, "nothing changed");
-    submit(&b, "pl-edit-title", &[("#pl-req_window", "10")]);
-    wait_toast(&b, "edge-wide limits saved");
-    let now = api.get("/v1/limits").json;
-    assert_eq!(
-        (
-            &now["default"]["req_rate"],
-            &now["windows"]["req"],
-            &now["local_exempt"]
-        ),
-        (&json!("2:deny-429"), &json!(10), &json!(false)),
-        "{now}"
-    );
-    b.click(&format!(
-        "button[aria-label='{SHOP}: follow the default rate limits']"
-    ));
-    wait_toast(&b, "follows the default limits");
-    let client = Ipv4Addr::new(127, 0, 0, 6);
-    let got: Vec<u16> = (0..3)
-        .map(|_| edge.get_from(client, SHOP, "/").status)
-        .collect();
-    assert_eq!(
-        got,
-        vec![200, 200, 429],
-        "the default policy through the edge"
-    );
-    b.screenshot("protections-edge-limits");
-
-    // A certificate imported through the page: a bundle without its key refused at the PEM
-    // field, nothing changed; the whole bundle listed and served on the HTTPS bind.
-    let ca = TestCa::new("dashboard");
-    let leaf = ca.leaf(&[SHOP]);
-    let bundle = ca.bundle(&leaf);
-    open(&b, &api, "certificates", "Certificates");
-    let paste = "const e = document.getElementById('c-pem'); e.value = arguments[0]; e.dispatchEvent(new Event('input'))";
-    let import = |pem: &str| {
-        b.js(paste, vec![json!(pem)]);
-        submit(&b, "cert-form-title", &[("#c-name", SHOP)]);
-    };
-    let without_key = bundle.replace(&leaf.key_pem, "");
-    assert_ne!(without_key, bundle);
-    import(&without_key);
-    let refusal = b.wait_js(
-        "the refusal at the PEM field",
-        "const e = document.getElementById('c-pem-error'); return document.getElementById('c-pem').getAttribute('aria-invalid') === 'true' && e.textContent",
-        vec![],
-    );
-    assert!(refusal.as_str().unwrap().contains("key"), "{refusal}");
-    let listed = || {
-        api.get("/v1/certificates").json["certificates"]
-            .as_array()
-            .unwrap()
-            .len()
-    };
-    assert_eq!(listed(), 1, "only the default");
-    import(&bundle);
-    wait_toast(&b, &format!("{SHOP} served"));
-    b.wait_text("main tbody th", SHOP);
-    b.wait_text("main tbody", "upload");
-    assert_eq!(listed(), 2);
-    let serial = served_serial(&edge, SHOP);
-    assert!(serial_matches(&serial, &leaf.serial), "{serial}");
-    // The key does not stay in the page once it is served.
-    let left = b.js("return document.getElementById('c-pem').value", vec![]);
-    assert_eq!(left, "", "the PEM field keeps the key");
-    b.screenshot("certificates-imported");
-    // Deleted from the page (asked twice): the default certificate answers again.
-    let delete = format!("button[aria-label='Delete {SHOP}']");
-    b.click(&delete);
-    b.click(&delete);
-    wait_toast(&b, &format!("{SHOP} deleted"));
-    assert_eq!(listed(), 1);
-    assert!(
-        !serial_matches(&served_serial(&edge, SHOP), &leaf.serial),
-        "still served"
-    );
 }
 
 #[test]
