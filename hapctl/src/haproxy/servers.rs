@@ -113,10 +113,11 @@ impl RuntimeServers {
         Ok(true)
     }
 
-    /// Connections the server serves now (`show stat`'s `scur`).
+    /// Connections the server serves now (`show stat`'s `scur`), of the one backend's
+    /// servers (type 4, every id): at 10,000 domains the whole `show stat` is megabytes.
     fn connections(&self, backend: &str, name: &str) -> Result<u64, RuntimeError> {
-        let command = "show stat";
-        let answer = self.socket.command(command)?;
+        let command = format!("show stat {backend} 4 -1");
+        let answer = self.socket.command(&command)?;
         let mut lines = answer.lines();
         let header: Vec<&str> = lines
             .next()
@@ -128,7 +129,7 @@ impl RuntimeServers {
         let (Some(px), Some(sv), Some(scur)) = (column("pxname"), column("svname"), column("scur"))
         else {
             return Err(RuntimeError::Refused {
-                command: command.into(),
+                command,
                 answer: answer.lines().next().unwrap_or_default().into(),
             });
         };
