@@ -16,6 +16,9 @@ use crate::model::bounded;
 
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 500;
+/// The bytes of log one request examines past its cursor: a filter that matches little
+/// answers a partial page (and a `next` to search on) rather than read 600 MiB of files.
+pub const SCAN_BUDGET: u64 = 16 << 20;
 
 /// The query, parsed: a bad or unknown parameter is a 400 naming it.
 struct LogQuery {
@@ -65,8 +68,9 @@ impl LogQuery {
     }
 }
 
-/// `{records: [...], next}`: each record as HAProxy wrote it (parsed), newest first; `next` is
-/// the `before` of the older page, null on the last one. 409 when the log does not go to a
+/// `{records: [...], next, partial}`: each record as HAProxy wrote it (parsed), newest first;
+/// `next` is the `before` of the older page, null on the last one; `partial`: the search
+/// stopped at `SCAN_BUDGET` before the page was full. 409 when the log does not go to a
 /// file (syslog, journald), with where to read it.
 pub async fn list(
     State(app): State<AppState>,
@@ -76,7 +80,14 @@ pub async fn list(
     let logs = app.settings().logs;
     let page = tokio::task::spawn_blocking(move || {
         let file = access_log_file(&logs)?;
-        read_page(file, logs.keep, &q.filter, q.limit, q.before.as_ref())
+        read_page(
+            file,
+            logs.keep,
+            &q.filter,
+            q.limit,
+            q.before.as_ref(),
+            SCAN_BUDGET,
+        )
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
@@ -85,5 +96,8 @@ pub async fn list(
         _ => ApiError::internal(e.to_string()),
     })?;
     let records: Vec<_> = page.records.into_iter().map(|(_, r)| r).collect();
-    Ok(Json(json!({"records": records, "next": page.next})).into_response())
+    Ok(
+        Json(json!({"records": records, "next": page.next, "partial": page.partial}))
+            .into_response(),
+    )
 }

@@ -64,7 +64,7 @@ fn blocks_list_doc() -> RouteDoc {
 
 /// The filters and paging of `GET /v1/logs` (those of `hapctl logs`).
 fn logs_doc() -> RouteDoc {
-    doc("get", "/v1/logs", "The access log (hapctl logs; [logs] target = \"file\"), newest first: {records: [{ts, id, client, peer, host, method, path, status, bytes, tq, tw, tc, tr, ta, term, backend, tls, sni, denied_by}], next}; next is the `before` of the older page, null on the last one; 409 when the log goes to syslog or journald; a bad parameter is a 400 naming it", None)
+    doc("get", "/v1/logs", "The access log (hapctl logs; [logs] target = \"file\"), newest first: {records: [{ts, id, client, peer, host, method, path, status, bytes, tq, tw, tc, tr, ta, term, backend, tls, sni, denied_by}], next, partial}; next is the `before` of the older page, null on the last one; partial: at most 16 MiB of lines past `before` are searched, so a filter that matches little may answer fewer records, and next searches on; 409 when the log goes to syslog or journald; a bad parameter is a 400 naming it", None)
         .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::logs::MAX_LIMIT, "default": super::logs::DEFAULT_LIMIT}), "records per page")
         .with_query("before", json!({"type": "string", "example": "1c0e6e1a-52b3-4f41-9d0c-52a4c1b2a0f3"}), "the `next` of the page before (a request id): the records written before it")
         .with_query("domain", json!({"type": "string", "example": "*.example.com"}), "only this host, or every name below *.domain")

@@ -161,11 +161,13 @@ impl Filter {
 }
 
 /// One page of the log, newest first; `next` is the `before` of the page after it (older),
-/// `None` on the last one.
+/// `None` on the last one. `partial`: the search stopped at its budget before the page was
+/// full; `next` goes on searching from there.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
     pub records: Vec<(String, AccessRecord)>,
     pub next: Option<RequestId>,
+    pub partial: bool,
 }
 
 /// The last `lines` matching records (raw line, parsed), oldest first: the current file, then
@@ -177,7 +179,7 @@ pub fn read_tail(
     filter: &Filter,
     lines: usize,
 ) -> Result<Vec<(String, AccessRecord)>, LogError> {
-    let mut page = read_page(file, keep, filter, lines, None)?;
+    let mut page = read_page(file, keep, filter, lines, None, u64::MAX)?;
     page.records.reverse();
     Ok(page.records)
 }
@@ -185,46 +187,128 @@ pub fn read_tail(
 /// At most `limit` matching records, newest first (in the order they were written: a long
 /// request is written when it ends), from the record `before` on (exclusive), else from the
 /// newest. A `before` no longer in the files (rotated away) gives an empty page: every record
-/// older than it went first.
+/// older than it went first. At most `budget` bytes of lines past `before` are examined: a
+/// filter that matches little stops there (`partial`), and `next` goes on from the last line
+/// examined. The files are read backwards a block at a time, so a page of recent records costs
+/// a few blocks, not the 100 MiB of a full file.
 pub fn read_page(
     file: &Path,
     keep: u32,
     filter: &Filter,
     limit: usize,
     before: Option<&RequestId>,
+    budget: u64,
 ) -> Result<Page, LogError> {
     let mut page = Page::default();
-    let mut skipping = before.is_some();
+    let mut skipping = before;
+    let mut examined = 0u64;
     for n in 0..=keep {
         let path = if n == 0 {
             file.to_path_buf()
         } else {
             rotated_path(file, n)
         };
-        let text = match std::fs::read(&path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(LogError::Read { path, source }),
+        let read_err = |source| LogError::Read {
+            path: path.clone(),
+            source,
         };
-        for line in text.lines().rev() {
-            let Some(record) = AccessRecord::parse(line) else {
-                continue;
-            };
-            if skipping {
-                skipping = before.is_some_and(|id| !record.id.eq_ignore_ascii_case(&id.0));
+        let Some(mut lines) = Backwards::open(&path).map_err(read_err)? else {
+            continue;
+        };
+        while let Some(line) = lines.next_line().map_err(read_err)? {
+            if let Some(id) = skipping {
+                // Cheap until the cursor's line: a substring, not a JSON parse.
+                if line.contains(id.0.as_str())
+                    && AccessRecord::parse(&line).is_some_and(|r| r.id.eq_ignore_ascii_case(&id.0))
+                {
+                    skipping = None;
+                }
                 continue;
             }
+            let Some(record) = AccessRecord::parse(&line) else {
+                continue;
+            };
+            examined += line.len() as u64 + 1;
             if !filter.matches(&record) {
+                if examined >= budget {
+                    page.partial = true;
+                    page.next = record.id.parse().ok();
+                    return Ok(page);
+                }
                 continue;
             }
             if page.records.len() == limit {
                 page.next = page.records.last().and_then(|(_, r)| r.id.parse().ok());
                 return Ok(page);
             }
-            page.records.push((line.to_string(), record));
+            page.records.push((line, record));
         }
     }
     Ok(page)
+}
+
+/// The size of one backward read.
+const BLOCK: u64 = 64 * 1024;
+
+/// The lines of a file from its end back to its start, a block at a time.
+struct Backwards {
+    file: File,
+    /// Where the part not read yet ends.
+    pos: u64,
+    /// The beginning of the earliest line read so far: it may go on in the block before.
+    carry: Vec<u8>,
+    /// The whole lines of the last block read, in file order, handed out from the end.
+    ready: Vec<String>,
+}
+
+impl Backwards {
+    /// `None` when the file does not exist (a rotated file not made yet).
+    fn open(path: &Path) -> io::Result<Option<Backwards>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let pos = file.metadata()?.len();
+        Ok(Some(Backwards {
+            file,
+            pos,
+            carry: Vec::new(),
+            ready: Vec::new(),
+        }))
+    }
+
+    fn next_line(&mut self) -> io::Result<Option<String>> {
+        loop {
+            if let Some(line) = self.ready.pop() {
+                return Ok(Some(line));
+            }
+            if self.pos == 0 {
+                if self.carry.is_empty() {
+                    return Ok(None);
+                }
+                let first = std::mem::take(&mut self.carry);
+                return Ok(Some(String::from_utf8_lossy(&first).into_owned()));
+            }
+            let start = self.pos.saturating_sub(BLOCK);
+            let mut block = vec![0; (self.pos - start) as usize];
+            self.file.seek(SeekFrom::Start(start))?;
+            self.file.read_exact(&mut block)?;
+            self.pos = start;
+            block.extend_from_slice(&self.carry);
+            match block.iter().position(|b| *b == b'\n') {
+                Some(first) => {
+                    self.ready = block[first + 1..]
+                        .split(|b| *b == b'\n')
+                        .map(|l| String::from_utf8_lossy(l).into_owned())
+                        .collect();
+                    block.truncate(first);
+                    self.carry = block;
+                }
+                None => self.carry = block,
+            }
+        }
+    }
 }
 
 /// Reads what is appended to the access log, across rotations: when the path names a new file,
@@ -346,7 +430,7 @@ mod tests {
         .unwrap();
         let all = Filter::default();
         let page = |before: Option<&RequestId>, filter: &Filter| {
-            let p = read_page(&path, 1, filter, 2, before).unwrap();
+            let p = read_page(&path, 1, filter, 2, before, u64::MAX).unwrap();
             let hosts: Vec<String> = p.records.iter().map(|(_, r)| r.host.clone()).collect();
             (hosts, p.next)
         };
@@ -388,6 +472,71 @@ mod tests {
         ] {
             assert!(bad.parse::<RequestId>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn lines_read_backwards_cross_blocks_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        // Lines across block boundaries, one longer than a block, no newline at the end.
+        let lines: Vec<String> = (0..300)
+            .map(|i| {
+                let n = if i == 150 {
+                    BLOCK as usize + 10
+                } else {
+                    100 + i * 7 % 900
+                };
+                format!("{i}:{}", "x".repeat(n))
+            })
+            .collect();
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let mut back = Backwards::open(&path).unwrap().unwrap();
+        let mut seen = Vec::new();
+        while let Some(l) = back.next_line().unwrap() {
+            seen.push(l);
+        }
+        seen.reverse();
+        assert_eq!(seen, lines);
+        assert!(Backwards::open(&dir.path().join("none")).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_filter_that_matches_little_stops_at_its_budget_and_goes_on_from_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let id = |n: u32| format!("{n:08x}-0000-4000-8000-000000000000");
+        let text: String = (0..100)
+            .map(|n| {
+                let status = if n == 0 { 404 } else { 200 };
+                format!(
+                    "{{\"id\":\"{}\",\"host\":\"h{n}\",\"status\":{status}}}\n",
+                    id(n)
+                )
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let filter = Filter {
+            status: Some(StatusFilter::Exact(404)),
+            ..Filter::default()
+        };
+        // A budget of about ten lines: ten pages of nothing, each going on from the last.
+        let budget = 10 * 70;
+        let mut before: Option<RequestId> = None;
+        let mut pages = 0;
+        let found = loop {
+            let page = read_page(&path, 0, &filter, 5, before.as_ref(), budget).unwrap();
+            pages += 1;
+            if !page.records.is_empty() {
+                break page;
+            }
+            assert!(page.partial && page.next.is_some(), "{page:?}");
+            before = page.next;
+        };
+        assert_eq!(found.records[0].1.host, "h0");
+        assert!((9..=11).contains(&pages), "{pages} pages");
+        // Without a budget the one record comes at once.
+        let all = read_page(&path, 0, &filter, 5, None, u64::MAX).unwrap();
+        assert_eq!((all.records.len(), all.partial, all.next), (1, false, None));
     }
 
     #[test]

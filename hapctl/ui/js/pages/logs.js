@@ -44,7 +44,8 @@ export default {
       next = r.next;
       older.disabled = !next;
       newest.disabled = pages.length === 1;
-      summary.textContent = pages.length === 1 ? `${r.records.length} newest request(s), live` : `page ${pages.length}, ${r.records.length} request(s)`;
+      const where = pages.length === 1 ? `${r.records.length} newest request(s), live` : `page ${pages.length}, ${r.records.length} request(s)`;
+      summary.textContent = r.partial ? `${where}, in the last 16 MiB of the log searched: Older searches further back` : where;
       rows(t.tbody, r.records, (x) => x.id, (x) => h('tr', null,
         h('td', null, logTime(x.ts)),
         h('td', { class: x.status >= 500 ? 'bad' : x.status >= 400 ? 'warn' : null }, String(x.status)),
