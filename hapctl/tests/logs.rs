@@ -163,6 +163,20 @@ fn every_request_leaves_one_line_with_the_id_the_backend_and_the_client_saw() {
         2
     );
     assert_eq!(edge.ok(&["logs"]).lines().count(), 4);
+    // By client: the blocked one's request alone.
+    let out = edge.ok(&["logs", "--client", "127.0.0.2", "--json"]);
+    let ids: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, [denied[0].0.clone()], "{out}");
+    let bad = edge.expect_code(2, &["logs", "--client", "127.0.0"]);
+    assert!(bad.contains("127.0.0"), "{bad}");
     let bad = edge.expect_code(2, &["logs", "--status", "4x"]);
     assert!(bad.contains("4x"), "{bad}");
     assert_eq!(dropped_logs(&edge), 0);

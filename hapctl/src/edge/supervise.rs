@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{io_err, Edge, EdgeError, STOP_TIMEOUT};
-use crate::apply::ApplyReport;
-use crate::apply::{ApplyError, KnownGood, Snapshot};
+use crate::apply::{ApplyError, ApplyReport, KnownGood, Snapshot};
 use crate::clock::{unix_millis, unix_now};
 use crate::fsutil::{self, LockFile};
 use crate::haproxy::{
