@@ -1161,6 +1161,8 @@ fn base_body(method: &str, path: &str) -> Option<Value> {
         }
         ("POST", "/v1/limits/exempt") => json!({"net": "198.51.100.0/24"}),
         ("POST", "/v1/trusted-proxies") => json!({"net": "198.51.100.0/24"}),
+        // Evaluates without sending; the control edge has no [waf]: a valid body is a 409.
+        ("POST", "/v1/waf/test") => json!({"url": "/search?q=1", "method": "GET"}),
         ("POST", "/v1/security/clear") => json!({"ip": "198.51.100.9"}),
         ("POST", "/api/ssl") => json!({"domain": OK_NAME}),
         ("POST", "/api/ssl/bundle") => {

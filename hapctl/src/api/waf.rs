@@ -97,9 +97,6 @@ pub async fn post_test(
     State(app): State<AppState>,
     Body(req): Body<TestRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    if app.settings().waf.is_none() {
-        return Err(not_configured("rules to test against"));
-    }
     let headers: Vec<(String, String)> =
         req.headers.into_iter().map(|h| (h.name, h.value)).collect();
     let trial = Trial::parse(&req.url, &req.method, &headers, req.body.as_deref())?;
@@ -108,6 +105,10 @@ pub async fn post_test(
         .map(WafPolicy::checked)
         .transpose()
         .map_err(|e| e.in_field("policy"))?;
+    // Bad input is named first, even without an agent to test against.
+    if app.settings().waf.is_none() {
+        return Err(not_configured("rules to test against"));
+    }
     let stored = app.read(|edge| Ok(edge.state()?.waf)).await?;
     let (policy, from) = trial.policy(given, req.domain.as_ref(), &stored);
     let mut args = vec!["test".to_string(), "--json".into()];
