@@ -1060,7 +1060,15 @@ fn acme_dns01_issues_a_wildcard_through_the_hook() {
     // wildcard keeps serving, the error is shown.
     edge.set_setting_keys("acme", &[("dns_hook", "/bin/true".to_string())]);
     let out = edge.run(&["cert", "renew", "wildcard.example.test", "--force"]);
-    assert_eq!(out.status.code(), Some(1), "{}", common::describe(&out));
+    // Once in CI (HAProxy 3.0 pass, 2026-12-03) this renewal succeeded; not reproduced in 8
+    // runs. Pebble's log says whether it reused an authorization or validated a record.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}\n{}",
+        common::describe(&out),
+        pebble.log_tail()
+    );
     let served = probe::verified_handshake(edge.https_addr(), "a.example.test", roots, TIMEOUT)
         .expect("still served after a refused challenge");
     assert_serial(
