@@ -24,13 +24,25 @@ fn versions_served(edge: &Edge, n: usize) -> Vec<String> {
     seen
 }
 
-fn worker_servers(edge: &Edge) -> std::collections::BTreeMap<String, hapctl::haproxy::ServerState> {
+/// The worker's servers, through its admin socket.
+fn worker(edge: &Edge) -> RuntimeServers {
     RuntimeServers::new(CliSocket::new(
         edge.path("run/admin.sock"),
         Duration::from_secs(5),
     ))
-    .state(BACKEND)
-    .unwrap()
+}
+
+fn worker_servers(edge: &Edge) -> std::collections::BTreeMap<String, hapctl::haproxy::ServerState> {
+    worker(edge).state(BACKEND).unwrap()
+}
+
+/// The apply's `haproxy -c` runs and reloads.
+fn assert_checks_and_reloads(report: &Value, checks: u64, reloads: u64) {
+    assert_eq!(
+        (report["checks"].as_u64(), report["reloads"].as_u64()),
+        (Some(checks), Some(reloads)),
+        "{report}"
+    );
 }
 
 #[test]
@@ -54,11 +66,7 @@ fn servers_change_at_runtime_and_the_files_say_the_same() {
         ],
     );
     assert_eq!(report["outcome"], "applied", "{report}");
-    assert_eq!(
-        (report["checks"].as_u64(), report["reloads"].as_u64()),
-        (Some(0), Some(0)),
-        "{report}"
-    );
+    assert_checks_and_reloads(&report, 0, 0);
     assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
     assert_eq!(versions_served(&edge, 20), ["a", "b"]);
     let config = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap();
@@ -351,11 +359,9 @@ fn a_runtime_change_that_fails_part_way_falls_back_and_the_worker_is_the_files_a
         App::start("by-hand"),
     );
     edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
-    let servers = RuntimeServers::new(CliSocket::new(
-        edge.path("run/admin.sock"),
-        Duration::from_secs(5),
-    ));
-    servers.add(BACKEND, "s3", &hand.addr(), "", false).unwrap();
+    worker(&edge)
+        .add(BACKEND, "s3", &hand.addr(), "", false)
+        .unwrap();
     assert!(versions_served(&edge, 30).contains(&"by-hand".to_string()));
     let reloads = edge.show_proc().master.reloads;
 
@@ -374,11 +380,7 @@ fn a_runtime_change_that_fails_part_way_falls_back_and_the_worker_is_the_files_a
         ],
     );
     assert_eq!(report["outcome"], "applied", "{report}");
-    assert_eq!(
-        (report["checks"].as_u64(), report["reloads"].as_u64()),
-        (Some(1), Some(1)),
-        "{report}"
-    );
+    assert_checks_and_reloads(&report, 1, 1);
     let reason = &report["reload_reasons"][0];
     assert_eq!(reason["kind"], "runtime-failed", "{report}");
     assert!(
