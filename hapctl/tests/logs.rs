@@ -18,10 +18,13 @@ const SHOP: &str = "shop.example.com";
 const HALTED: &str = "halted.example.com";
 const BLOCKED_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
-/// The edge's access log, parsed: request id → record.
+/// The edge's access log, parsed: request id → record. A read racing the receiver's write can
+/// end inside a line, so only lines with their newline count.
 fn log_records(edge: &Edge) -> BTreeMap<String, Value> {
     let text = std::fs::read_to_string(edge.path("logs/access.log")).unwrap_or_default();
-    text.lines()
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
         .map(|v| (v["id"].as_str().unwrap().to_string(), v))
         .collect()

@@ -50,6 +50,10 @@ impl RotatingFile {
         if self.size > 0 && self.size + len > self.max_size {
             self.rotate()?;
         }
+        // Flushing before a line that would not fit keeps every write(2) to whole lines.
+        if self.out.buffer().len() + line.len() + 1 > self.out.capacity() {
+            self.out.flush()?;
+        }
         self.out.write_all(line)?;
         self.out.write_all(b"\n")?;
         self.size += len;
