@@ -39,12 +39,13 @@ use hapctl::store::{ApplyRecord, Store};
 use common::daemon::{blocked_map_file_keys, runtime_blocked_keys, BLOCKED_MAPS};
 use common::{describe, http_get, run_bounded, Backend, Edge, Response};
 
-/// Every crash point on the apply path, in the order an apply reaches them: the runtime path
-/// (domains and servers through the runtime API) stops after its two own points.
-const POINTS: [&str; 11] = [
+/// Every crash point on the apply path, in the order an apply reaches them: the runtime paths
+/// (domains and servers, or maps alone, through the runtime API) stop after their own points.
+const POINTS: [&str; 12] = [
     "before-snapshot",
     "runtime-servers:after-write",
     "runtime-servers:after-push",
+    "runtime-maps:after-write",
     "write:1",
     "write:2",
     "write:3",
@@ -54,11 +55,17 @@ const POINTS: [&str; 11] = [
     "before-commit",
     "after-commit",
 ];
-/// The points the runtime path reaches.
+/// The points the runtime path of servers and routes reaches.
 const RUNTIME_PATH: [&str; 4] = [
     "before-snapshot",
     "runtime-servers:after-write",
     "runtime-servers:after-push",
+    "after-commit",
+];
+/// The points the runtime path of maps alone reaches.
+const MAPS_PATH: [&str; 3] = [
+    "before-snapshot",
+    "runtime-maps:after-write",
     "after-commit",
 ];
 const ROUNDS_PER_POINT: usize = 3;
@@ -94,6 +101,8 @@ enum Change {
     Block,
     /// `domain add *.w.example.com --profile websocket`: haproxy.cfg, wildcards.map.
     AddWildcard,
+    /// `domain suspend a.example.com`: suspended.map, through the runtime path of maps.
+    Suspend,
     /// Template overrides (settings `templates_dir`) + `hapctl apply`: generation.cfg and both
     /// pages.
     Templates3,
@@ -101,12 +110,13 @@ enum Change {
     Templates4,
 }
 
-const ALL_CHANGES: [Change; 7] = [
+const ALL_CHANGES: [Change; 8] = [
     Change::AddDomain,
     Change::RemoveDomain,
     Change::TrustProxy,
     Change::Block,
     Change::AddWildcard,
+    Change::Suspend,
     Change::Templates3,
     Change::Templates4,
 ];
@@ -114,7 +124,7 @@ const ALL_CHANGES: [Change; 7] = [
 impl Change {
     fn files_changed(self) -> usize {
         match self {
-            Change::TrustProxy => 1,
+            Change::TrustProxy | Change::Suspend => 1,
             Change::Block => 0,
             Change::AddDomain | Change::RemoveDomain | Change::AddWildcard => 2,
             Change::Templates3 => 3,
@@ -145,6 +155,9 @@ impl Change {
         }
         if self.via_runtime() {
             return RUNTIME_PATH.contains(&point);
+        }
+        if self == Change::Suspend {
+            return MAPS_PATH.contains(&point);
         }
         !point.starts_with("runtime-") && self.reload_path_reaches(point)
     }
@@ -181,6 +194,8 @@ struct Snapshot {
     /// The keys the blocked map files hold.
     blocked: BTreeSet<String>,
     domains: String,
+    /// The suspended domains the database holds (`domain ls` does not show them).
+    suspended: String,
     blocks: BTreeSet<String>,
     proxies: String,
 }
@@ -203,6 +218,7 @@ impl Fixture {
                 files: vec![],
                 blocked: BTreeSet::new(),
                 domains: String::new(),
+                suspended: String::new(),
                 blocks: BTreeSet::new(),
                 proxies: String::new(),
             },
@@ -221,6 +237,7 @@ impl Fixture {
             files,
             blocked: blocked_map_file_keys(&self.edge),
             domains: self.edge.ok(&["domain", "ls", "--json"]),
+            suspended: format!("{:?}", self.store().load_state().unwrap().suspended),
             blocks: block_keys(&self.edge.ok(&["block", "ls", "--json"])),
             proxies: self.edge.ok(&["proxy", "ls"]),
         }
@@ -277,6 +294,7 @@ impl Fixture {
             Change::AddDomain => vec!["domain", "add", DOMAIN_B, "--server", &b],
             Change::RemoveDomain => vec!["domain", "rm", DOMAIN_A],
             Change::TrustProxy => vec!["proxy", "add", "127.0.0.3"],
+            Change::Suspend => vec!["domain", "suspend", DOMAIN_A],
             Change::Block => vec![
                 "block",
                 "add",
@@ -319,6 +337,9 @@ impl Fixture {
             Change::Block => {
                 self.edge.ok(&["block", "rm", "127.0.0.3"]);
             }
+            Change::Suspend => {
+                self.edge.ok(&["domain", "resume", DOMAIN_A]);
+            }
             Change::AddWildcard => {
                 self.edge.ok(&["domain", "rm", WILDCARD]);
             }
@@ -335,6 +356,7 @@ impl Fixture {
         assert_files_eq(&now.files, &self.base.files, &format!("base set {when}"));
         assert_eq!(now.blocked, self.base.blocked, "blocked map files {when}");
         assert_eq!(now.domains, self.base.domains, "domains {when}");
+        assert_eq!(now.suspended, self.base.suspended, "suspended {when}");
         assert_eq!(now.blocks, self.base.blocks, "blocks {when}");
         assert_eq!(now.proxies, self.base.proxies, "trusted proxies {when}");
     }
@@ -342,10 +364,12 @@ impl Fixture {
     /// Waits until HAProxy serves the old (`new == false`) or new state of `change`.
     fn expect_routing(&self, change: Change, new: bool, variant: usize, ctx: &str) {
         let edge = &self.edge;
-        let a_routed = !(change == Change::RemoveDomain && new);
+        let a_routed = !(matches!(change, Change::RemoveDomain | Change::Suspend) && new);
+        // Removed: unknown host; suspended: the suspended page.
+        let not_routed = if change == Change::Suspend { 503 } else { 404 };
         eventually(&format!("{DOMAIN_A} routed: {a_routed} ({ctx})"), || {
             let r = edge.get(DOMAIN_A, "/");
-            a_routed == (r.status == 200 && r.body == "A") && (a_routed || r.status == 404)
+            a_routed == (r.status == 200 && r.body == "A") && (a_routed || r.status == not_routed)
         });
         match change {
             Change::AddDomain => eventually(&format!("{DOMAIN_B} routed: {new} ({ctx})"), || {
@@ -381,7 +405,7 @@ impl Fixture {
                     },
                 )
             }
-            Change::RemoveDomain => {}
+            Change::RemoveDomain | Change::Suspend => {}
         }
     }
 
@@ -393,11 +417,12 @@ impl Fixture {
     /// The apply history, newest first, read from the database (`status` shows only the
     /// last few).
     fn applies(&self) -> Vec<ApplyRecord> {
+        self.store().applies(10_000).unwrap()
+    }
+
+    fn store(&self) -> Store {
         let paths = Settings::load(self.edge.state_dir()).unwrap().paths;
-        Store::open(&paths.database, &paths.blocks_database)
-            .unwrap()
-            .applies(10_000)
-            .unwrap()
+        Store::open(&paths.database, &paths.blocks_database).unwrap()
     }
 }
 
@@ -637,6 +662,10 @@ fn check_consistent(
     assert_eq!(
         now.domains, want.domains,
         "database domains ({which} state) {what}"
+    );
+    assert_eq!(
+        now.suspended, want.suspended,
+        "database suspensions ({which} state) {what}"
     );
     assert_eq!(
         now.blocks, want.blocks,
@@ -926,6 +955,7 @@ fn a_kill_at_any_instant_recovers_to_the_old_or_the_new_set() {
                         let db = fx.snapshot();
                         let committed = !change.in_database()
                             || (db.domains == new.domains
+                                && db.suspended == new.suspended
                                 && db.blocks == new.blocks
                                 && db.proxies == new.proxies);
                         let which = check_consistent(&fx, change, variant, &new, committed, &what);

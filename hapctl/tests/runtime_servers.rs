@@ -45,14 +45,12 @@ fn assert_checks_and_reloads(report: &Value, checks: u64, reloads: u64) {
     );
 }
 
-#[test]
-fn servers_change_at_runtime_and_the_files_say_the_same() {
+/// An edge routing HOST to `a`, then `b` added through the runtime path (no check, no
+/// reload); returns the master's reload count.
+fn edge_with_a_runtime_added_server(a: &App, b: &App) -> (Edge, u32) {
     let edge = Edge::started();
-    let (a, b) = (App::start("a"), App::start("b"));
     edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
     let reloads = edge.show_proc().master.reloads;
-
-    // Add a second server: the worker takes it, no check, no reload.
     let report = apply_json(
         &edge,
         &[
@@ -68,6 +66,14 @@ fn servers_change_at_runtime_and_the_files_say_the_same() {
     assert_eq!(report["outcome"], "applied", "{report}");
     assert_checks_and_reloads(&report, 0, 0);
     assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+    (edge, reloads)
+}
+
+#[test]
+fn servers_change_at_runtime_and_the_files_say_the_same() {
+    let (a, b) = (App::start("a"), App::start("b"));
+    // Add a second server: the worker takes it, no check, no reload.
+    let (edge, reloads) = edge_with_a_runtime_added_server(&a, &b);
     assert_eq!(versions_served(&edge, 20), ["a", "b"]);
     let config = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap();
     assert!(
@@ -262,6 +268,42 @@ fn a_runtime_changed_set_haproxy_refuses_is_a_defect_alarm_never_promoted() {
     edge.ok(&["apply"]);
     assert_eq!(api.get("/v1/health").status, 200);
     assert!(!edge.ok(&["status"]).contains("DEFECT"));
+}
+
+/// A map change (an HTTPS policy) on top of a runtime server change still waiting for its
+/// check: it waits for no check and reads no rollback target (HAProxy's ~0.2-0.5 s per
+/// change), and the set it leaves is promoted with the pending one's check, carrying both.
+#[test]
+fn a_map_change_over_an_unchecked_runtime_change_waits_for_no_check() {
+    let (a, b) = (App::start("a"), App::start("b"));
+    let (edge, reloads) = edge_with_a_runtime_added_server(&a, &b);
+    // What the daemon leaves between a runtime change and its background check.
+    std::fs::write(edge.path("run/unchecked"), "").unwrap();
+
+    let report = apply_json(&edge, &["domain", "https", HOST, "--redirect", "301"]);
+    assert_eq!(report["outcome"], "applied", "{report}");
+    assert_checks_and_reloads(&report, 0, 0);
+    let steps: Vec<&str> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert!(
+        steps.contains(&"runtime") && !steps.contains(&"snapshot"),
+        "{report}"
+    );
+    assert_eq!(edge.get(HOST, "/").status, 301);
+    assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+
+    // The CLI's check after the change promoted the set with both changes.
+    assert!(!edge.path("run/unchecked").exists());
+    let status: Value = serde_json::from_str(&edge.ok(&["status", "--json"])).unwrap();
+    assert_eq!(status["live_is_known_good"], true, "{status}");
+    let known_good = std::fs::read_to_string(edge.path("known-good/haproxy.cfg")).unwrap();
+    assert!(known_good.contains(&format!("server s2 {}", b.addr())));
+    let https = std::fs::read_to_string(edge.path("known-good/maps/https.map")).unwrap();
+    assert!(https.contains(HOST), "{https}");
 }
 
 /// Enough domains that HAProxy's check of the set takes a while (0.2-2 s here, with load).

@@ -11,6 +11,7 @@ mod diff;
 mod layout;
 mod pending;
 mod report;
+mod runtime_maps;
 mod runtime_plan;
 mod runtime_push;
 mod snapshot;
@@ -24,8 +25,7 @@ use crate::clock::unix_now;
 use crate::fault;
 use crate::fsutil::{self, LockFile};
 use crate::haproxy::{
-    CliSocket, Master, ReloadError, ReloadKind, ReloadReason, RuntimeMap, Supervisor, Validator,
-    Verdict,
+    CliSocket, Master, ReloadError, ReloadKind, ReloadReason, Supervisor, Validator, Verdict,
 };
 use crate::model::{EdgeState, Placement};
 use crate::render::{self, FileId, RenderError, Templates};
@@ -232,21 +232,40 @@ impl<'a> Applier<'a> {
         }
 
         fault::point("before-snapshot");
-        // A runtime-only change since the last apply is checked and promoted before anything
-        // can roll back to the known-good set, so that set carries it. A runtime change of its
-        // own needs no rollback target: its check waits, and back-to-back runtime changes do
-        // not each wait for the previous one's `haproxy -c`.
-        let runtime_plan = plan.is_ok() && !stale_worker;
+        // Maps alone (policies, suspensions, limits, profiles, WAF) reach the worker through
+        // the runtime API; so do the servers and routes of a runtime plan. Neither needs a
+        // rollback target unless it falls back to a reload, nor the check of a runtime change
+        // before it: back-to-back runtime changes do not each wait for the previous one's
+        // `haproxy -c`, which the background check covers.
+        let maps_only = !stale_worker
+            && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
+            && self.master.show_proc().is_ok();
+        let runtime_path = !stale_worker && (plan.is_ok() || maps_only);
         // Nor is its rollback target read (1.5 MB at 10,000 domains) before a fallback needs it.
         let mut target = None;
-        if !runtime_plan {
-            self.validate_pending_locked()?;
-            target = Some(self.rollback_target(&live, &mut p)?);
-            p.step("snapshot");
+        if !runtime_path {
+            target = Some(self.reload_path_target(&live, false, &mut p)?);
         }
 
         let (mut runtime_failure, mut why_not) = (None, None);
-        if !stale_worker {
+        if maps_only {
+            match self.runtime_maps(&new, &live, &mut p)? {
+                Ok(message) => {
+                    // Valid by construction; with an unchecked runtime change under it, the
+                    // set becomes known-good with that change's check.
+                    let loaded = if self.runtime_check_pending() {
+                        Loaded::Unchecked
+                    } else {
+                        Loaded::Checked(new)
+                    };
+                    return Ok((p.report(Outcome::Applied, message, vec![]), Some(loaded)));
+                }
+                Err(failure) => {
+                    target = Some(self.reload_path_target(&live, true, &mut p)?);
+                    runtime_failure = Some(failure);
+                }
+            }
+        } else if !stale_worker {
             if plan.is_ok() {
                 tx.save_placement(&state.placement)?;
             }
@@ -258,50 +277,10 @@ impl<'a> Applier<'a> {
                     ))
                 }
                 RuntimeOutcome::Reload { why, failure } => {
-                    if failure.is_some() {
-                        // The attempt wrote its files: the previous ones go back first, so
-                        // that the pending check below checks the set the database holds.
-                        let written = Snapshot::read_live(paths)
-                            .map_err(io_context("cannot read the live files"))?;
-                        live.write_live(paths, &written, |_| {})
-                            .map_err(io_context("cannot put the previous files back"))?;
-                    }
-                    if runtime_plan {
-                        self.validate_pending_locked()?;
-                        target = Some(self.rollback_target(&live, &mut p)?);
-                        p.step("snapshot");
+                    if runtime_path {
+                        target = Some(self.reload_path_target(&live, failure.is_some(), &mut p)?);
                     }
                     (runtime_failure, why_not) = (failure, why);
-                }
-            }
-        }
-        if !stale_worker
-            && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
-            && self.master.show_proc().is_ok()
-        {
-            // Recovery reloads after a crash here, so the worker cannot keep maps the files lost.
-            self.write_marker(Phase::Reloading)?;
-            new.write_live(paths, &live, |_| {})
-                .map_err(io_context("cannot write the changed maps"))?;
-            fault::point("runtime-maps:after-write");
-            match self.push_maps(&new, &p.changed) {
-                Ok(()) => {
-                    p.step("runtime");
-                    let names: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
-                    let message = format!(
-                        "{} changed through the runtime API (read back), no reload",
-                        names.join(", ")
-                    );
-                    return Ok((
-                        p.report(Outcome::Applied, message, vec![]),
-                        Some(Loaded::Checked(new)),
-                    ));
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "runtime map change failed ({e}); checking and reloading instead"
-                    );
-                    runtime_failure = Some(e.to_string());
                 }
             }
         }
@@ -325,7 +304,7 @@ impl<'a> Applier<'a> {
 
         let target = match target {
             Some(target) => target,
-            None => self.rollback_target(&live, &mut p)?,
+            None => self.reload_path_target(&live, false, &mut p)?,
         };
         // A runtime change that failed may have changed the worker part way (a server added,
         // a route moved): if its fallback is refused, the known-good set is reloaded, so the
@@ -447,39 +426,26 @@ impl<'a> Applier<'a> {
         )
     }
 
-    /// Replaces each changed map in the running worker and reads it back. The maps are
-    /// rendered from typed values, so they are valid by construction.
-    fn push_maps(
+    /// Readies the reload path after a runtime path was not taken or failed: the files that
+    /// path `wrote` go back first, then a runtime-changed set that waits for its check is
+    /// checked and promoted, so that the rollback target (read last) carries it.
+    fn reload_path_target(
         &self,
-        new: &Snapshot,
-        changed: &[FileId],
-    ) -> Result<(), crate::haproxy::RuntimeError> {
-        for id in changed {
-            let text = String::from_utf8_lossy(new.get(*id).unwrap_or_default()).into_owned();
-            let entries: Vec<(&str, &str)> = text
-                .lines()
-                .filter(|l| !l.starts_with('#'))
-                .filter_map(|l| l.split_once(' '))
-                .collect();
-            // The apply lock is held: the worker's own socket, without the master's hop.
-            let map = RuntimeMap::on_worker(
-                CliSocket::new(&self.settings.paths.admin_socket, Duration::from_secs(5)),
-                id.path(&self.settings.paths).display().to_string(),
-            );
-            map.replace_all(entries.iter().copied())?;
-            let back = map.entries()?;
-            let want: Vec<(String, String)> = entries
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            if back != want {
-                return Err(crate::haproxy::RuntimeError::Refused {
-                    command: format!("show map {}", id.name()),
-                    answer: format!("{} entries read back, {} written", back.len(), want.len()),
-                });
-            }
+        live: &Snapshot,
+        wrote: bool,
+        p: &mut Progress,
+    ) -> Result<Snapshot, ApplyError> {
+        let paths = &self.settings.paths;
+        if wrote {
+            let written =
+                Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
+            live.write_live(paths, &written, |_| {})
+                .map_err(io_context("cannot put the previous files back"))?;
         }
-        Ok(())
+        self.validate_pending_locked()?;
+        let target = self.rollback_target(live, p)?;
+        p.step("snapshot");
+        Ok(target)
     }
 
     /// The set to put back if this apply fails: the known-good snapshot; on a host without

@@ -137,7 +137,7 @@ impl Applier<'_> {
     }
 }
 
-fn unchecked_marker(paths: &crate::settings::Paths) -> std::path::PathBuf {
+pub(super) fn unchecked_marker(paths: &crate::settings::Paths) -> std::path::PathBuf {
     paths.run_dir.join("unchecked")
 }
 

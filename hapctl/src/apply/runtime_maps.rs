@@ -1,0 +1,79 @@
+//! The runtime path of an apply that changes maps alone (HTTPS policies, suspensions, limits,
+//! profiles, WAF policies): the files first, then each map replaced in the running worker and
+//! read back. The maps are rendered from typed values, so they are valid by construction.
+
+use std::time::Duration;
+
+use crate::fault;
+use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap};
+use crate::render::FileId;
+
+use super::report::Progress;
+use super::{io_context, pending, Applier, ApplyError, Phase, Snapshot};
+
+impl Applier<'_> {
+    /// Writes `new`'s changed maps and pushes them into the worker. The inner error is the
+    /// runtime failure that sends the apply to the reload path (the files stay written).
+    pub(super) fn runtime_maps(
+        &self,
+        new: &Snapshot,
+        live: &Snapshot,
+        p: &mut Progress,
+    ) -> Result<Result<String, String>, ApplyError> {
+        let paths = &self.settings.paths;
+        // Recovery reloads after a crash here, so the worker cannot keep maps the files lost.
+        self.write_marker(Phase::Reloading)?;
+        new.write_live(paths, live, |_| {})
+            .map_err(io_context("cannot write the changed maps"))?;
+        fault::point("runtime-maps:after-write");
+        match self.push_maps(new, &p.changed) {
+            Ok(()) => {
+                p.step("runtime");
+                let names: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
+                Ok(Ok(format!(
+                    "{} changed through the runtime API (read back), no reload",
+                    names.join(", ")
+                )))
+            }
+            Err(e) => {
+                tracing::warn!("runtime map change failed ({e}); checking and reloading instead");
+                Ok(Err(e.to_string()))
+            }
+        }
+    }
+
+    /// Whether a set changed at runtime still waits for its `haproxy -c`.
+    pub(super) fn runtime_check_pending(&self) -> bool {
+        pending::unchecked_marker(&self.settings.paths).exists()
+    }
+
+    /// Replaces each changed map in the running worker and reads it back.
+    fn push_maps(&self, new: &Snapshot, changed: &[FileId]) -> Result<(), RuntimeError> {
+        for id in changed {
+            let text = String::from_utf8_lossy(new.get(*id).unwrap_or_default()).into_owned();
+            let entries: Vec<(&str, &str)> = text
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| l.split_once(' '))
+                .collect();
+            // The apply lock is held: the worker's own socket, without the master's hop.
+            let map = RuntimeMap::on_worker(
+                CliSocket::new(&self.settings.paths.admin_socket, Duration::from_secs(5)),
+                id.path(&self.settings.paths).display().to_string(),
+            );
+            map.replace_all(entries.iter().copied())?;
+            let back = map.entries()?;
+            let want: Vec<(String, String)> = entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            if back != want {
+                return Err(RuntimeError::Refused {
+                    command: format!("show map {}", id.name()),
+                    answer: format!("{} entries read back, {} written", back.len(), want.len()),
+                });
+            }
+        }
+        Ok(())
+    }
+}
