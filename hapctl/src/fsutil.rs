@@ -55,6 +55,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<()> 
     result
 }
 
+/// Writes a file that must not exist yet and syncs it; its folder is not synced. For files
+/// of a folder nothing refers to until it is complete (the caller syncs the folder then).
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    // The umask may have narrowed the mode given to open().
+    f.set_permissions(fs::Permissions::from_mode(mode))?;
+    f.sync_all()
+}
+
 /// Creates `dir` (and its parents) and makes it 0700: it holds secrets.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir)?;

@@ -1,5 +1,5 @@
 //! Per-domain policies that are runtime map changes (no reload): the HTTPS policy and
-//! suspension.
+//! suspension, queued for the apply worker like domain changes (coalesced with them).
 
 use axum::extract::State;
 use axum::response::Response;
@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::error::{ApiError, Body, PathParam};
 use super::AppState;
+use crate::edge::DomainChange;
 use crate::model::{Domain, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
 
 #[derive(Deserialize)]
@@ -68,20 +69,16 @@ pub async fn put_https(
 ) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
     let policy = req.policy()?;
-    let report = app
-        .with_new_edge(move |edge| edge.set_https_policy(&domain, policy))
-        .await?;
-    app.0.metrics.apply(&report);
+    let change = DomainChange::Https(domain.clone(), policy);
+    let (report, _) = super::v1::change_existing(&app, &domain, change).await?;
     super::v1::applied(report, None)
 }
 
 /// `POST /v1/domains/{name}/suspend` and `/resume`: the 503 page on or off, at runtime.
 async fn suspension(app: AppState, name: String, suspended: bool) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
-    let report = app
-        .with_new_edge(move |edge| edge.set_suspended(&domain, suspended))
-        .await?;
-    app.0.metrics.apply(&report);
+    let change = DomainChange::Suspend(domain.clone(), suspended);
+    let (report, _) = super::v1::change_existing(&app, &domain, change).await?;
     super::v1::applied(report, None)
 }
 

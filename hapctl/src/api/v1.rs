@@ -332,25 +332,28 @@ pub async fn delete_domain(
 
 /// Removes a domain; an absent one is a 404 that neither queues an apply nor leaves history.
 pub async fn remove_domain(app: &AppState, domain: Domain) -> Result<Response, ApiError> {
+    let (report, result) =
+        change_existing(app, &domain, DomainChange::Remove(domain.clone())).await?;
+    applied(report, Some(result))
+}
+
+/// Applies `change` of `domain`, which must exist: else a 404 that neither queues an apply
+/// nor leaves history (or, removed meanwhile, a 404 after the apply).
+pub async fn change_existing(
+    app: &AppState,
+    domain: &Domain,
+    change: DomainChange,
+) -> Result<(ApplyReport, DomainResult), ApiError> {
     let probe = domain.clone();
-    let exists = app
-        .read(move |edge| {
-            edge.with_state(|state| {
-                state.domains.contains_key(&probe) || state.app_domains.contains_key(&probe)
-            })
-        })
-        .await?;
+    let exists = app.read(move |edge| edge.has_domain(&probe)).await?;
     let absent = || ApiError::not_found(format!("domain {domain} does not exist"));
     if !exists {
         return Err(absent());
     }
-    let (report, result) = app
-        .domain_job(Some(DomainChange::Remove(domain.clone())))
-        .await?;
-    if result == Some(DomainResult::NotFound) {
-        return Err(absent());
+    match app.domain_job(Some(change)).await? {
+        (_, Some(DomainResult::NotFound)) => Err(absent()),
+        (report, result) => Ok((report, result.unwrap_or(DomainResult::Replaced))),
     }
-    applied(report, result)
 }
 
 /// `GET /v1/blocked-ips`: one page of the blocks in force, in key order, filtered; `next` is

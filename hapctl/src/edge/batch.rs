@@ -1,7 +1,7 @@
 //! Several changes of the desired state in one apply (one `haproxy -c`, one reload at most):
 //! either all of them are committed, once HAProxy took them, or none is.
 
-use super::certs::require_domain;
+use super::policies::require_domain;
 use super::{DomainChange, Edge, EdgeError};
 use crate::apply::ApplyReport;
 use crate::clock::unix_now;

@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{Edge, EdgeError};
-use crate::apply::ApplyReport;
 use crate::clock::unix_now;
-use crate::model::{CertName, CertSource, Domain, HttpsPolicy};
+use crate::model::{CertName, CertSource, Domain};
 use crate::store::CertRecord;
 use crate::tls::acme::{Acme, Method, PendingOrder};
 use crate::tls::certs::new_record;
@@ -341,51 +340,6 @@ impl Edge {
             .certificate(name)?
             .ok_or_else(|| not_found(name))?;
         Ok(self.certs().key_pem(name)?)
-    }
-
-    /// Suspends a domain (503 page, ACME still answered) or resumes it: a map change, applied
-    /// at runtime with no reload.
-    pub fn set_suspended(
-        &mut self,
-        domain: &Domain,
-        suspended: bool,
-    ) -> Result<ApplyReport, EdgeError> {
-        let d = domain.clone();
-        let verb = if suspended { "suspend" } else { "resume" };
-        let (report, _) = self.applier_run(&format!("domain {verb} {domain}"), move |tx| {
-            require_domain(tx, &d)?;
-            Ok(tx.set_suspended(&d, suspended, unix_now())?)
-        })?;
-        Ok(report)
-    }
-
-    /// Sets a domain's HTTPS policy: a map change, applied at runtime with no reload.
-    pub fn set_https_policy(
-        &mut self,
-        domain: &Domain,
-        policy: HttpsPolicy,
-    ) -> Result<ApplyReport, EdgeError> {
-        let d = domain.clone();
-        let (report, _) = self.applier_run(&format!("domain https {domain}"), move |tx| {
-            require_domain(tx, &d)?;
-            Ok(tx.set_https_policy(&d, &policy)?)
-        })?;
-        Ok(report)
-    }
-}
-
-/// Policies apply to domains that exist.
-pub(super) fn require_domain(
-    tx: &crate::store::Tx<'_>,
-    d: &Domain,
-) -> Result<(), crate::apply::ApplyError> {
-    let state = tx.load_state()?;
-    if state.domains.contains_key(d) || state.app_domains.contains_key(d) {
-        Ok(())
-    } else {
-        Err(crate::apply::ApplyError::NotFound(format!(
-            "domain {d} does not exist; `hapctl domain ls` lists them"
-        )))
     }
 }
 

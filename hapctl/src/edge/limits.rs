@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::certs::require_domain;
+use super::policies::require_domain;
 use super::{Edge, EdgeError};
 use crate::apply::{ApplyError, ApplyReport};
 use crate::model::{BlockKey, Domain, LimitPolicy, Limits};

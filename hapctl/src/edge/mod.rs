@@ -54,15 +54,18 @@ mod adopt;
 mod batch;
 mod blocks;
 mod certs;
+mod domain_change;
 mod ids;
 mod init;
 mod limits;
+mod policies;
 mod profiles;
 mod supervise;
 mod waf;
 
 pub use adopt::Adoption;
 pub use batch::StateChange;
+pub use domain_change::{DomainChange, DomainResult};
 pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
 pub use supervise::{Look, Reloaded, Restart, Supervision, SupervisorState, Watched};
@@ -72,68 +75,6 @@ pub use certs::{CertView, RenewOutcome};
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EdgeError {
     let context = context.into();
     move |source| EdgeError::Io { context, source }
-}
-
-/// One change to the domains.
-#[derive(Debug, Clone)]
-pub enum DomainChange {
-    Put(Domain, Backend),
-    PutApp(Domain, AppName),
-    Remove(Domain),
-    /// A put and the domain's WAF policy, in the same apply (`PUT /v1/domains` with `waf`).
-    WithWaf(Box<DomainChange>, crate::model::WafPolicy),
-}
-
-/// What a domain change did to the desired state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DomainResult {
-    Created,
-    Replaced,
-    Removed,
-    NotFound,
-}
-
-impl DomainChange {
-    fn describe(&self) -> String {
-        match self {
-            DomainChange::Put(d, _) => format!("domain put {d}"),
-            DomainChange::PutApp(d, app) => format!("domain put {d} -> app {app}"),
-            DomainChange::Remove(d) => format!("domain rm {d}"),
-            DomainChange::WithWaf(c, p) => format!("{} waf {}", c.describe(), p.mode),
-        }
-    }
-
-    fn apply(&self, tx: &crate::store::Tx) -> Result<DomainResult, ApplyError> {
-        let created = |new| {
-            if new {
-                DomainResult::Created
-            } else {
-                DomainResult::Replaced
-            }
-        };
-        Ok(match self {
-            DomainChange::Put(d, backend) => created(tx.put_domain(d, backend, unix_now())?),
-            DomainChange::PutApp(d, app) => created(tx.put_app_domain(d, app, unix_now())?),
-            // A removed domain takes its policies with it: re-adding it starts from defaults.
-            DomainChange::Remove(d) if tx.remove_domain(d)? => {
-                tx.set_https_policy(d, &crate::model::HttpsPolicy::default())?;
-                tx.set_suspended(d, false, unix_now())?;
-                tx.set_domain_limits(d, None)?;
-                tx.set_protections(d, &crate::model::DomainProtections::default())?;
-                tx.set_waf_policy(d, &crate::model::WafPolicy::default())?;
-                DomainResult::Removed
-            }
-            DomainChange::Remove(_) => DomainResult::NotFound,
-            DomainChange::WithWaf(c, policy) => {
-                let result = c.apply(tx)?;
-                if let DomainChange::Put(d, _) | DomainChange::PutApp(d, _) = &**c {
-                    tx.set_waf_policy(d, policy)?;
-                }
-                result
-            }
-        })
-    }
 }
 
 /// What `apply --dry-run` found.
@@ -494,6 +435,11 @@ impl Edge {
     /// [`Edge::state`] lent to `f` instead of copied (see [`Store::with_state`]).
     pub fn with_state<T>(&self, f: impl FnOnce(&EdgeState) -> T) -> Result<T, EdgeError> {
         Ok(self.store.with_state(f)?)
+    }
+
+    /// Whether the domain exists (servers or an app), without reading the state.
+    pub fn has_domain(&self, domain: &Domain) -> Result<bool, EdgeError> {
+        Ok(self.store.has_domain(domain)?)
     }
 
     /// Drops the copy of the state this connection keeps between reads.

@@ -1,6 +1,6 @@
 //! Path-protection profiles per domain and their thresholds: a runtime map change, no reload.
 
-use super::certs::require_domain;
+use super::policies::require_domain;
 use super::{Edge, EdgeError};
 use crate::apply::ApplyReport;
 use crate::model::{Domain, DomainProtections, PostLimit, ProtectProfile};

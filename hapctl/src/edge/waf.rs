@@ -1,6 +1,6 @@
 //! A domain's web application firewall policy: a runtime map change, no reload.
 
-use super::certs::require_domain;
+use super::policies::require_domain;
 use super::{Edge, EdgeError};
 use crate::apply::ApplyReport;
 use crate::model::{Domain, Invalid, WafPolicy};

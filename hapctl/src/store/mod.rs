@@ -176,6 +176,12 @@ impl Store {
         self.with_state(EdgeState::clone)
     }
 
+    /// Whether the domain exists (one lookup: no state read, which after a change parses
+    /// every row).
+    pub fn has_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        domain_exists(&self.conn, domain)
+    }
+
     /// Drops the copy of the state kept between reads (the next read parses the rows).
     pub fn forget_state(&self) {
         *self.cache.borrow_mut() = Default::default();
@@ -368,6 +374,11 @@ impl Tx<'_> {
         })
     }
 
+    /// Whether the domain exists, routed to servers or to an app (one lookup, no state read).
+    pub fn has_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        domain_exists(&self.tx, domain)
+    }
+
     /// The domain's row and (cascading) its servers.
     fn delete_domain_row(&self, domain: &Domain) -> Result<bool, StoreError> {
         Ok(self
@@ -461,6 +472,12 @@ fn app_state(conn: &Connection, app: &AppName) -> Result<AppState, StoreError> {
         current: parse(current)?,
         previous: parse(previous)?,
     })
+}
+
+fn domain_exists(conn: &Connection, domain: &Domain) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM domains WHERE name = ?1")?
+        .exists([domain.to_string()])?)
 }
 
 #[cfg(test)]

@@ -33,17 +33,27 @@ impl Tx<'_> {
         domain: &Domain,
         policy: &HttpsPolicy,
     ) -> Result<(), StoreError> {
-        self.tx.execute(
-            "DELETE FROM https_policies WHERE domain = ?1",
-            [domain.to_string()],
-        )?;
-        if !policy.is_default() {
+        let write = || {
             self.tx.execute(
-                "INSERT INTO https_policies (domain, policy) VALUES (?1, ?2)",
-                params![domain.to_string(), policy.map_value()],
+                "DELETE FROM https_policies WHERE domain = ?1",
+                [domain.to_string()],
             )?;
-        }
-        Ok(())
+            if !policy.is_default() {
+                self.tx.execute(
+                    "INSERT INTO https_policies (domain, policy) VALUES (?1, ?2)",
+                    params![domain.to_string(), policy.map_value()],
+                )?;
+            }
+            Ok(())
+        };
+        // Followed by the transaction's copy: the apply's next read needs no parse of every row.
+        self.mirror.follow(&self.tx, write, |state| {
+            if policy.is_default() {
+                state.https.remove(domain);
+            } else {
+                state.https.insert(domain.clone(), *policy);
+            }
+        })
     }
 
     /// Suspends or resumes a domain; returns false when it already was in that state.
@@ -53,18 +63,27 @@ impl Tx<'_> {
         suspended: bool,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let changed = if suspended {
-            self.tx.execute(
-                "INSERT OR IGNORE INTO suspended_domains (domain, since) VALUES (?1, ?2)",
-                params![domain.to_string(), now],
-            )?
-        } else {
-            self.tx.execute(
-                "DELETE FROM suspended_domains WHERE domain = ?1",
-                [domain.to_string()],
-            )?
+        let write = || {
+            let changed = if suspended {
+                self.tx.execute(
+                    "INSERT OR IGNORE INTO suspended_domains (domain, since) VALUES (?1, ?2)",
+                    params![domain.to_string(), now],
+                )?
+            } else {
+                self.tx.execute(
+                    "DELETE FROM suspended_domains WHERE domain = ?1",
+                    [domain.to_string()],
+                )?
+            };
+            Ok(changed > 0)
         };
-        Ok(changed > 0)
+        self.mirror.follow(&self.tx, write, |state| {
+            if suspended {
+                state.suspended.insert(domain.clone());
+            } else {
+                state.suspended.remove(domain);
+            }
+        })
     }
 
     /// Makes the networks tagged with `preset` exactly `nets` (a network already trusted by
