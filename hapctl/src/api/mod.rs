@@ -343,17 +343,46 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
                 addr: listen,
                 source,
             })?;
-        tracing::info!("hapctl API listening on {listen}");
+        // The same routes for the CLI of this host (`cli/forward.rs`); bound after the TCP
+        // port, which a second daemon of the state dir cannot take, so a socket in the way is
+        // a dead daemon's.
+        let socket = app.settings().paths.api_socket();
+        let local = bind_socket(&socket).map_err(ServeError::Server)?;
+        tracing::info!("hapctl API listening on {listen} and {}", socket.display());
         eprintln!("hapctl API listening on http://{listen}");
         notify::announce_ready(&notifier, &app, listen);
-        axum::serve(listener, routes::router(app))
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let router = routes::router(app);
+        let cli = tokio::spawn(std::future::IntoFuture::into_future(
+            axum::serve(local, router.clone())
+                .with_graceful_shutdown(until_stopped(stopped.clone())),
+        ));
+        let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown_signal().await;
                 notifier.stopping();
+                let _ = stop.send(true);
             })
-            .await
-            .map_err(ServeError::Server)
+            .await;
+        let _ = cli.await;
+        let _ = std::fs::remove_file(&socket);
+        served.map_err(ServeError::Server)
     })
+}
+
+/// Listens on `path` (0600: the CLI of the daemon's user), replacing a stale socket.
+fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }
 
 /// Returns the heap's free pages to the system (after the large transient work of an apply).

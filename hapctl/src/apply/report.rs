@@ -12,7 +12,7 @@ use crate::store::ApplyRecord;
 use super::runtime_plan::NotRuntime;
 
 /// What an apply did. Only `Applied` and `Unchanged` leave the desired-state change committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     /// The new set validated, loaded, and is the known-good set now.

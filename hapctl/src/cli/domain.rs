@@ -10,8 +10,10 @@ use hapctl::model::{
     Redirect, Server, ServerName,
 };
 
+use serde_json::{json, Value};
+
 use super::limits::RuleArgs;
-use super::{open, output, Failure, JsonFlag, JsonOut};
+use super::{forward, open, output, Failure, JsonFlag, JsonOut};
 
 #[derive(Subcommand)]
 pub enum DomainCommand {
@@ -132,8 +134,18 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             ..
         } => {
             let (name, app): (Domain, AppName) = (name.parse()?, app.parse()?);
-            let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
-            Ok(output::print_report(&report, out.json))
+            let body = json!({ "app": app });
+            forwarded_or(
+                dir,
+                "PUT",
+                &format!("/v1/domains/{name}"),
+                body,
+                out.json,
+                || {
+                    let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
+                    Ok(output::print_report(&report, out.json))
+                },
+            )
         }
         DomainCommand::Add {
             name,
@@ -150,12 +162,27 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                 .map(|(i, spec)| Server::parse_spec(spec, ServerName::nth(i + 1)))
                 .collect::<Result<Vec<_>, _>>()?;
             let backend = Backend::new(servers, profile)?.with_sse_routing(sse_routing);
-            let (report, created) = open(dir)?.put_domain(&name, &backend)?;
-            if let Some(created) = created {
+            let announce = |created: bool| {
                 eprintln!(
                     "domain {name} {}",
                     if created { "added" } else { "replaced" }
-                );
+                )
+            };
+            let body = json!({
+                "servers": backend.servers().iter().map(server_json).collect::<Vec<_>>(),
+                "profile": backend.profile(),
+                "sse_routing": sse_routing,
+            });
+            if let Some(answer) = forward::send(dir, "PUT", &format!("/v1/domains/{name}"), &body)?
+            {
+                if let Some(result @ ("created" | "replaced")) = answer.result() {
+                    announce(result == "created");
+                }
+                return answer.print_report(out.json);
+            }
+            let (report, created) = open(dir)?.put_domain(&name, &backend)?;
+            if let Some(created) = created {
+                announce(created);
             }
             Ok(output::print_report(&report, out.json))
         }
@@ -185,8 +212,12 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             Ok(output::print_report(&report, out.json))
         }
         DomainCommand::Rm { name, out } => {
-            let report = open(dir)?.remove_domain(&name.parse()?)?;
-            Ok(output::print_report(&report, out.json))
+            let name: Domain = name.parse()?;
+            let path = format!("/v1/domains/{name}");
+            forwarded_or(dir, "DELETE", &path, Value::Null, out.json, || {
+                let report = open(dir)?.remove_domain(&name)?;
+                Ok(output::print_report(&report, out.json))
+            })
         }
         DomainCommand::Https {
             name,
@@ -196,7 +227,7 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             no_hsts: _,
             out,
         } => {
-            let redirect = match redirect.as_str() {
+            let parsed = match redirect.as_str() {
                 "off" => Redirect::Off,
                 "301" => Redirect::Permanent301,
                 "308" => Redirect::Permanent308,
@@ -207,9 +238,21 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             let hsts = hsts
                 .map(|age| Hsts::new(age, hsts_subdomains))
                 .transpose()?;
-            let report =
-                open(dir)?.set_https_policy(&name.parse()?, HttpsPolicy { redirect, hsts })?;
-            Ok(output::print_report(&report, out.json))
+            let domain: Domain = name.parse()?;
+            let body = json!({
+                "redirect": redirect.as_str(),
+                "hsts_max_age": hsts.map(|h| h.max_age()),
+                "hsts_include_subdomains": hsts.is_some_and(|h| h.include_subdomains),
+            });
+            let path = format!("/v1/domains/{domain}/https");
+            forwarded_or(dir, "PUT", &path, body, out.json, || {
+                let policy = HttpsPolicy {
+                    redirect: parsed,
+                    hsts,
+                };
+                let report = open(dir)?.set_https_policy(&domain, policy)?;
+                Ok(output::print_report(&report, out.json))
+            })
         }
         DomainCommand::Limits {
             name,
@@ -275,17 +318,46 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             );
             Ok(output::print_report(&report, out.json))
         }
-        DomainCommand::Suspend { name, out } => {
-            let report = open(dir)?.set_suspended(&name.parse()?, true)?;
-            Ok(output::print_report(&report, out.json))
-        }
-        DomainCommand::Resume { name, out } => {
-            let report = open(dir)?.set_suspended(&name.parse()?, false)?;
-            Ok(output::print_report(&report, out.json))
-        }
+        DomainCommand::Suspend { name, out } => suspension(dir, &name, true, out.json),
+        DomainCommand::Resume { name, out } => suspension(dir, &name, false, out.json),
         DomainCommand::Ls(out) => {
             output::print_domains(&open(dir)?.state()?, out.json);
             Ok(0)
         }
     }
+}
+
+/// Suspends or resumes a domain, through the daemon when one runs.
+fn suspension(dir: &Path, name: &str, suspended: bool, json: bool) -> Result<u8, Failure> {
+    let domain: Domain = name.parse()?;
+    let verb = if suspended { "suspend" } else { "resume" };
+    let path = format!("/v1/domains/{domain}/{verb}");
+    forwarded_or(dir, "POST", &path, Value::Null, json, || {
+        let report = open(dir)?.set_suspended(&domain, suspended)?;
+        Ok(output::print_report(&report, json))
+    })
+}
+
+/// Sends the change to the running daemon (`forward.rs`) and prints its report, or, with no
+/// daemon, runs `local`.
+fn forwarded_or(
+    dir: &Path,
+    method: &str,
+    path: &str,
+    body: Value,
+    json: bool,
+    local: impl FnOnce() -> Result<u8, Failure>,
+) -> Result<u8, Failure> {
+    match forward::send(dir, method, path, &body)? {
+        Some(answer) => answer.print_report(json),
+        None => local(),
+    }
+}
+
+/// A server as the API's domain route takes it: its options, its address and its name.
+fn server_json(server: &Server) -> Value {
+    let mut value = serde_json::to_value(&server.options).expect("options serialise");
+    value["address"] = json!(server.addr.to_string());
+    value["name"] = json!(server.name.to_string());
+    value
 }

@@ -13,6 +13,7 @@ mod block;
 mod cert;
 mod deliver;
 mod domain;
+mod forward;
 mod haproxy;
 mod import_legacy;
 mod init;

@@ -1,6 +1,6 @@
 //! Everything the CLI prints: tables for people, JSON for machines.
 
-use hapctl::apply::ApplyReport;
+use hapctl::apply::{ApplyReport, Outcome};
 use hapctl::blocks::{BlockReport, Enforcement};
 use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
 use hapctl::edge::{DryRun, Edge, EdgeError, Supervision};
@@ -30,27 +30,55 @@ pub fn print_json<T: serde::Serialize>(value: &T) {
 
 /// Prints an apply report and returns the exit code of its outcome.
 pub fn print_report(report: &ApplyReport, json: bool) -> u8 {
+    let value = serde_json::to_value(report).expect("a report serialises");
+    print_report_json(&value, json).unwrap_or(1)
+}
+
+/// What the text form of a report shows, read from its JSON (a local apply's, or the one
+/// `hapctl serve` answered with: `forward.rs`).
+#[derive(serde::Deserialize)]
+struct ReportText {
+    outcome: Outcome,
+    message: String,
+    haproxy_messages: Vec<String>,
+    /// Milliseconds.
+    duration: f64,
+    steps: Vec<StepText>,
+    checks: u32,
+    reloads: u32,
+}
+
+#[derive(serde::Deserialize)]
+struct StepText {
+    name: String,
+    duration: f64,
+}
+
+/// [`print_report`] of a report as JSON.
+pub fn print_report_json(report: &serde_json::Value, json: bool) -> Result<u8, super::Failure> {
+    let text: ReportText = serde_json::from_value(report.clone())
+        .map_err(|e| anyhow::anyhow!("an apply report hapctl cannot read ({e}): {report}"))?;
     if json {
         print_json(report);
     } else {
-        println!("{}: {}", report.outcome.as_str(), report.message);
-        for line in &report.haproxy_messages {
+        println!("{}: {}", text.outcome.as_str(), text.message);
+        for line in &text.haproxy_messages {
             println!("  haproxy: {line}");
         }
-        let steps: Vec<String> = report
+        let steps: Vec<String> = text
             .steps
             .iter()
-            .map(|s| format!("{} {:.1} ms", s.name, s.duration.as_secs_f64() * 1000.0))
+            .map(|s| format!("{} {:.1} ms", s.name, s.duration))
             .collect();
         println!(
             "  {:.1} ms ({}); haproxy -c runs: {}, reloads: {}",
-            report.duration.as_secs_f64() * 1000.0,
+            text.duration,
             steps.join(", "),
-            report.checks,
-            report.reloads
+            text.checks,
+            text.reloads
         );
     }
-    report.outcome.exit_code() as u8
+    Ok(text.outcome.exit_code() as u8)
 }
 
 pub fn print_dry_run(dry: &DryRun, json: bool) {

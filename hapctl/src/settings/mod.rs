@@ -174,6 +174,11 @@ impl Paths {
     pub fn apply_marker(&self) -> PathBuf {
         self.run_dir.join("apply.pending")
     }
+
+    /// `hapctl serve`'s API on a unix socket (0600), where the CLI sends its changes.
+    pub fn api_socket(&self) -> PathBuf {
+        self.run_dir.join("api.sock")
+    }
 }
 
 // ---- raw file format -------------------------------------------------------------------------
