@@ -145,6 +145,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut results = Vec::new();
     let mut counted = Vec::new();
     let mut cli_at_target = None;
+    let mut forwarded_at_target = None;
     let mut api_largest = None;
 
     for &n in &ctx.sizes {
@@ -154,21 +155,24 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         );
         let m = measure(&hapctl, n, k, backend_addr)?;
         let (cli, api) = (Stats::of(&m.cli), Stats::of(&m.api));
-        tables.add(n, &m, &cli, &api);
+        let forwarded = Stats::of(&m.forwarded);
+        tables.add(n, &m, &cli, &api, &forwarded);
         if n == TARGET_DOMAINS {
             cli_at_target = Some(cli.clone());
+            forwarded_at_target = Some(forwarded.clone());
         }
         if n >= api_largest.as_ref().map_or(0, |(size, _)| *size) {
             api_largest = Some((n, api.clone()));
         }
-        results.push(report::size_json(n, &m, &cli, &api));
-        counted.push((n, m.cli, m.api));
+        results.push(report::size_json(n, &m, &cli, &api, &forwarded));
+        counted.push((n, vec![m.cli, m.api, m.forwarded]));
     }
 
     Ok(Report {
         tables: tables.into_vec(),
         targets: vec![
-            report::cli_target(cli_at_target.as_ref()),
+            report::cli_target(cli_at_target.as_ref(), false),
+            report::cli_target(forwarded_at_target.as_ref(), true),
             report::api_target(api_largest.as_ref()),
             report::count_target(&counted),
         ],
@@ -192,6 +196,8 @@ struct Measured {
     daemon_start_ms: f64,
     cli: Vec<Op>,
     api: Vec<Op>,
+    /// The CLI's adds with the daemon running (handed to it over its socket).
+    forwarded: Vec<Op>,
 }
 
 fn measure(
@@ -242,7 +248,7 @@ fn measure(
         raw_reload.push(t.elapsed().as_secs_f64() * 1000.0);
     }
 
-    let (daemon_start_ms, api) = api::series(&edge, k, backend)?;
+    let (daemon_start_ms, api, forwarded) = api::series(&edge, k, backend)?;
     Ok(Measured {
         servers,
         raw_check: Summary::of(&raw_check).expect("RAW_RUNS > 0"),
@@ -254,6 +260,7 @@ fn measure(
         daemon_start_ms,
         cli,
         api,
+        forwarded,
     })
     // `edge` drops here: HAProxy stopped, temp dir removed.
 }

@@ -1,5 +1,7 @@
 //! The API series of domain-add: `hapctl serve` on the edge the CLI series used, and
-//! `PUT /v1/domains/new-api-I.example.com` timed from sending it to the first 200 through HAProxy.
+//! `PUT /v1/domains/new-api-I.example.com` timed from sending it to the first 200 through HAProxy;
+//! then, the daemon still running, `hapctl domain add new-fwd-I.example.com`, which the CLI hands
+//! to the daemon (its `run/api.sock`), timed from spawning it.
 
 use std::time::Duration;
 
@@ -17,9 +19,13 @@ const DAEMON_START: Duration = Duration::from_secs(300);
 /// Bound on waiting, before and after each PUT, for old workers and the daemon's coalesced check.
 const SETTLE: Duration = Duration::from_secs(15);
 
-/// Starts the daemon, makes `k` adds through it, stops it. Returns the daemon's start time (ms)
-/// and the adds.
-pub(super) fn series(edge: &Edge, k: usize, backend: &str) -> anyhow::Result<(f64, Vec<Op>)> {
+/// Starts the daemon, makes `k` adds through it and `k` through the CLI beside it, stops it.
+/// Returns the daemon's start time (ms), the API's adds and the CLI's.
+pub(super) fn series(
+    edge: &Edge,
+    k: usize,
+    backend: &str,
+) -> anyhow::Result<(f64, Vec<Op>, Vec<Op>)> {
     let daemon = Daemon::start(edge, DAEMON_START)?;
     let daemon_ms = daemon.startup.as_secs_f64() * 1000.0;
     // The servers of the CLI series: one, health-checked (the default of both).
@@ -54,6 +60,13 @@ pub(super) fn series(edge: &Edge, k: usize, backend: &str) -> anyhow::Result<(f6
         op.log("API");
         ops.push(op);
     }
-    Ok((daemon_ms, ops))
+    let mut forwarded = Vec::with_capacity(k);
+    for i in 0..k {
+        edge.settle(SETTLE)?;
+        let op = super::add_once(edge, &format!("new-fwd-{i}.example.com"), backend)?;
+        op.log("CLI, daemon running");
+        forwarded.push(op);
+    }
+    Ok((daemon_ms, ops, forwarded))
     // `daemon` drops here (before the edge): HAProxy keeps running.
 }

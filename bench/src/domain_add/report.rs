@@ -145,7 +145,13 @@ fn op_json(o: &Op, ended_key: &str) -> Value {
 
 /// The CLI's fields stay at the top level of a size (as before the API series); the API's
 /// are under `api`.
-pub(super) fn size_json(n: usize, m: &Measured, cli: &Stats, api: &Stats) -> Value {
+pub(super) fn size_json(
+    n: usize,
+    m: &Measured,
+    cli: &Stats,
+    api: &Stats,
+    forwarded: &Stats,
+) -> Value {
     let mut size = Map::new();
     size.insert("domains".into(), json!(n));
     size.insert("servers".into(), json!(m.servers));
@@ -161,6 +167,10 @@ pub(super) fn size_json(n: usize, m: &Measured, cli: &Stats, api: &Stats) -> Val
     let mut api_json = api.json(&m.api, "answer_ms");
     api_json.insert("daemon_start_ms".into(), json!(m.daemon_start_ms));
     size.insert("api".into(), api_json.into());
+    size.insert(
+        "cli_daemon_running".into(),
+        forwarded.json(&m.forwarded, "exit_ms").into(),
+    );
     size.into()
 }
 
@@ -230,7 +240,14 @@ impl Tables {
         }
     }
 
-    pub(super) fn add(&mut self, n: usize, m: &Measured, cli: &Stats, api: &Stats) {
+    pub(super) fn add(
+        &mut self,
+        n: usize,
+        m: &Measured,
+        cli: &Stats,
+        api: &Stats,
+        forwarded: &Stats,
+    ) {
         self.setup.row(vec![
             n.to_string(),
             m.servers.to_string(),
@@ -240,7 +257,11 @@ impl Tables {
             ms(m.load_state.median),
             format!("{:.0}", m.daemon_start_ms),
         ]);
-        for (via, s, ops) in [("CLI", cli, &m.cli), ("API", api, &m.api)] {
+        for (via, s, ops) in [
+            ("CLI", cli, &m.cli),
+            ("API", api, &m.api),
+            ("CLI, daemon running", forwarded, &m.forwarded),
+        ] {
             self.latency.row(vec![
                 n.to_string(),
                 via.into(),
@@ -310,10 +331,15 @@ fn detail(s: &Stats, ended: &str) -> String {
     )
 }
 
-/// The CLI at 10,000 domains (not measured without that size).
-pub(super) fn cli_target(at_target: Option<&Stats>) -> Target {
+/// The CLI at 10,000 domains (not measured without that size), alone or beside the daemon.
+pub(super) fn cli_target(at_target: Option<&Stats>, daemon_running: bool) -> Target {
+    let how = if daemon_running {
+        "with `hapctl serve` running (the CLI hands the change to it)"
+    } else {
+        "with no daemon"
+    };
     Target {
-        goal: format!("domain add at {TARGET_DOMAINS} domains under {TARGET_MS} ms (median, spawn → first 200)"),
+        goal: format!("domain add at {TARGET_DOMAINS} domains under {TARGET_MS} ms (median, spawn → first 200), {how}"),
         met: at_target.map(|s| s.first.median < TARGET_MS),
         detail: at_target.map_or(format!("{TARGET_DOMAINS} not among --sizes"), |s| {
             detail(s, "command exit")
@@ -336,11 +362,11 @@ pub(super) fn api_target(largest: Option<&(usize, Stats)>) -> Target {
 }
 
 /// Every add of both series, every size: reloads only with a recorded reason.
-pub(super) fn count_target(sizes: &[(usize, Vec<Op>, Vec<Op>)]) -> Target {
+pub(super) fn count_target(sizes: &[(usize, Vec<Vec<Op>>)]) -> Target {
     let mut faults = Vec::new();
     let mut reloads = 0;
-    for (n, cli, api) in sizes {
-        for (via, ops) in [("CLI", cli), ("API", api)] {
+    for (n, series) in sizes {
+        for (via, ops) in ["CLI", "API", "CLI, daemon running"].iter().zip(series) {
             for o in ops {
                 reloads += o.reloads;
                 if o.count_fault() {
@@ -373,7 +399,9 @@ pub(super) fn notes(backend: &str) -> Vec<String> {
              default), no daemon running. Then the HAProxy-alone runs, then the API series on the same edge: \
              `hapctl serve --listen 127.0.0.1:<free>` started (daemon start ms), and as many \
              `PUT /v1/domains/new-api-I.example.com` with {{\"servers\": [{{\"address\": \"{backend}\"}}]}} \
-             (checks on, the API default), each on its own thread and connection; the daemon is stopped after it.",
+             (checks on, the API default), each on its own thread and connection; then, the daemon still \
+             running, as many `hapctl domain add new-fwd-I.example.com` (CLI, daemon running: the CLI sends \
+             the change to the daemon over its unix socket); the daemon is stopped after them.",
             fixture::BLOCKS
         ),
         "probe: a fresh connection with the new Host every ~2 ms from the request (spawn / send) until a 200 with \
