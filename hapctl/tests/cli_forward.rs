@@ -97,6 +97,16 @@ fn domain_changes_go_through_the_running_daemon_and_are_applied_here_without_one
     assert!(!socket.exists(), "the socket goes with the daemon");
     edge.ok(&["domain", "rm", SHOP]);
     assert_eq!(edge.get(SHOP, "/").status, 404);
+    // A policy of an absent domain, applied here: refused, and no apply in the history.
+    let last_apply = || {
+        let status: serde_json::Value =
+            serde_json::from_str(&edge.ok(&["status", "--json"])).unwrap();
+        status["applies"][0]["id"].clone()
+    };
+    let before = last_apply();
+    let out = edge.expect_code(7, &["domain", "https", SHOP, "--redirect", "301"]);
+    assert!(out.contains("does not exist"), "{out}");
+    assert_eq!(last_apply(), before);
 
     // A dead daemon's socket (SIGKILL leaves it): nobody answers, so the CLI applies here.
     let stale = std::os::unix::net::UnixListener::bind(&socket).unwrap();

@@ -25,12 +25,16 @@ impl Edge {
         self.domain_policy(domain, DomainChange::Https(domain.clone(), policy))
     }
 
-    /// `change`, a policy of `domain`, which must exist.
+    /// `change`, a policy of `domain`, which must exist: an absent one runs no apply and
+    /// leaves no history (or, removed meanwhile, is refused after the apply).
     fn domain_policy(
         &mut self,
         domain: &Domain,
         change: DomainChange,
     ) -> Result<ApplyReport, EdgeError> {
+        if !self.has_domain(domain)? {
+            return Err(not_found(domain).into());
+        }
         let mut results = self.apply_domain_changes(std::slice::from_ref(&change))?;
         let (report, result) = results.pop().expect("one result per change");
         if result == Some(DomainResult::NotFound) {
