@@ -20,39 +20,111 @@ pub const DEFAULT_MODE: u32 = 0o644;
 /// Replaces `path` with `bytes` atomically, creating parent folders. The file keeps its mode
 /// if it existed; otherwise it gets `new_mode`.
 pub fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<()> {
-    let dir = parent(path);
-    fs::create_dir_all(dir)?;
-    let mode = match fs::metadata(path) {
-        Ok(m) => m.permissions().mode() & 0o7777,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => new_mode,
-        Err(e) => return Err(e),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}{TEMP_INFIX}{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
+    Staged::write(path, bytes, new_mode)?.put()?;
+    sync_parent(path)
+}
+
+/// One file of [`write_atomic_stages`]: what to write where, and the mode of a new file.
+pub struct FileWrite<'a> {
+    pub path: &'a Path,
+    pub bytes: &'a [u8],
+    pub new_mode: u32,
+}
+
+/// Replaces several files atomically, as [`write_atomic`] does each, in one durable step that
+/// costs about three disk flushes instead of two per file: every temp file is written and
+/// synced at once (in parallel), then stage by stage the stage's files are renamed and their
+/// folders synced. A file of a later stage is never in place, even after a power cut, while
+/// one of an earlier stage is not (a marker that must precede the files it describes goes in
+/// the first stage). On an error, the temp files not renamed yet are removed.
+pub fn write_atomic_stages(stages: &[&[FileWrite]]) -> io::Result<()> {
+    let all: Vec<&FileWrite> = stages.iter().flat_map(|s| s.iter()).collect();
+    let written: Vec<io::Result<Staged>> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = all
+            .iter()
+            .map(|f| scope.spawn(move || Staged::write(f.path, f.bytes, f.new_mode)))
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    // Any failure drops (and so removes) every temp file before one is renamed.
+    let mut staged = written
+        .into_iter()
+        .collect::<io::Result<Vec<Staged>>>()?
+        .into_iter();
+    for stage in stages {
+        let mut folders: Vec<&Path> = vec![];
+        for f in stage.iter() {
+            staged.next().expect("one staged file per write").put()?;
+            let folder = parent(f.path);
+            if !folders.contains(&folder) {
+                folders.push(folder);
+            }
+        }
+        sync_dirs(&folders)?;
+    }
+    Ok(())
+}
+
+/// A temp file written and synced beside its target, not in place yet; dropped before
+/// [`Staged::put`], it is removed.
+pub struct Staged {
+    tmp: PathBuf,
+    target: PathBuf,
+}
+
+impl Staged {
+    /// Writes and syncs the temp file of `path` (creating parent folders). It gets the mode of
+    /// the file it replaces, or `new_mode`.
+    pub fn write(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<Staged> {
+        let dir = parent(path);
+        fs::create_dir_all(dir)?;
+        let mode = match fs::metadata(path) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => new_mode,
+            Err(e) => return Err(e),
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+        let staged = Staged {
+            tmp: dir.join(format!(
+                ".{}{TEMP_INFIX}{}",
+                name.to_string_lossy(),
+                std::process::id()
+            )),
+            target: path.to_path_buf(),
+        };
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(mode)
-            .open(&tmp)?;
+            .open(&staged.tmp)?;
         f.write_all(bytes)?;
         // The umask may have narrowed the mode given to open().
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        Ok(staged)
     }
-    result
+
+    /// Renames the temp file over its target: every reader sees the new bytes from now on;
+    /// after a power cut too once the folder is synced ([`sync_parent`]).
+    pub fn put(mut self) -> io::Result<()> {
+        fs::rename(&self.tmp, &self.target)?;
+        // Nothing left for the drop to remove.
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// Writes a file that must not exist yet and syncs it; its folder is not synced. For files
@@ -90,7 +162,7 @@ pub fn write_secret(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Removes a file and makes the removal durable; absent is fine.
 pub fn remove_durable(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
-        Ok(()) => sync_dir(parent(path)),
+        Ok(()) => sync_parent(path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
@@ -139,6 +211,31 @@ pub fn sweep_temp_files(dir: &Path) -> io::Result<usize> {
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Syncs the folder of `path`: a rename or removal there is durable once this returns.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    sync_dir(parent(path))
+}
+
+/// Syncs the folders at once (one thread each beyond the first).
+fn sync_dirs(dirs: &[&Path]) -> io::Result<()> {
+    match dirs {
+        [] => Ok(()),
+        [one] => sync_dir(one),
+        [first, rest @ ..] => std::thread::scope(|scope| {
+            let others: Vec<_> = rest
+                .iter()
+                .map(|d| scope.spawn(move || sync_dir(d)))
+                .collect();
+            let mut result = sync_dir(first);
+            for o in others {
+                let r = o.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                result = result.and(r);
+            }
+            result
+        }),
+    }
 }
 
 fn parent(path: &Path) -> &Path {
@@ -224,6 +321,51 @@ mod tests {
         );
         let names: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn staged_writes_go_in_place_together_or_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (marker, a, b) = (
+            dir.path().join("run/marker"),
+            dir.path().join("a.cfg"),
+            dir.path().join("maps/b.map"),
+        );
+        fs::write(&a, b"old a").unwrap();
+        fs::set_permissions(&a, fs::Permissions::from_mode(0o640)).unwrap();
+        let write = |path, bytes| FileWrite {
+            path,
+            bytes,
+            new_mode: 0o644,
+        };
+        write_atomic_stages(&[
+            &[write(&marker, b"reloading\n")],
+            &[write(&a, b"new a"), write(&b, b"new b")],
+        ])
+        .unwrap();
+        assert_eq!(fs::read(&marker).unwrap(), b"reloading\n");
+        assert_eq!(fs::read(&a).unwrap(), b"new a");
+        assert_eq!(fs::read(&b).unwrap(), b"new b");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&a), mode(&b)), (0o640, 0o644), "a keeps its mode");
+
+        // One file that cannot be written (its folder is a file): nothing moves, no temp stays.
+        let blocked = dir.path().join("a.cfg/c.map");
+        let err = write_atomic_stages(&[
+            &[write(&marker, b"writing\n")],
+            &[write(&a, b"newer a"), write(&blocked, b"c")],
+        ]);
+        assert!(err.is_err());
+        assert_eq!(fs::read(&marker).unwrap(), b"reloading\n");
+        assert_eq!(fs::read(&a).unwrap(), b"new a");
+        for folder in [dir.path().to_path_buf(), dir.path().join("run")] {
+            let temps: Vec<_> = fs::read_dir(&folder)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(TEMP_INFIX))
+                .collect();
+            assert!(temps.is_empty(), "{temps:?} left in {}", folder.display());
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap};
 use crate::render::FileId;
 
 use super::report::Progress;
-use super::{io_context, pending, Applier, ApplyError, Phase, Snapshot};
+use super::{pending, Applier, ApplyError, Snapshot};
 
 impl Applier<'_> {
     /// Writes `new`'s changed maps and pushes them into the worker. The inner error is the
@@ -20,11 +20,7 @@ impl Applier<'_> {
         live: &Snapshot,
         p: &mut Progress,
     ) -> Result<Result<String, String>, ApplyError> {
-        let paths = &self.settings.paths;
-        // Recovery reloads after a crash here, so the worker cannot keep maps the files lost.
-        self.write_marker(Phase::Reloading)?;
-        new.write_live(paths, live, |_| {})
-            .map_err(io_context("cannot write the changed maps"))?;
+        self.write_runtime_files(new, live, "cannot write the changed maps")?;
         fault::point("runtime-maps:after-write");
         match self.push_maps(new, &p.changed) {
             Ok(()) => {

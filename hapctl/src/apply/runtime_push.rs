@@ -257,11 +257,7 @@ impl super::Applier<'_> {
                 failure: None,
             });
         }
-        // Recovery reloads after a crash from here on, so the worker cannot keep servers or
-        // routes the files lost.
-        self.write_marker(super::Phase::Reloading)?;
-        new.write_live(&self.settings.paths, live, |_| {})
-            .map_err(super::io_context("cannot write the changed files"))?;
+        self.write_runtime_files(new, live, "cannot write the changed files")?;
         crate::fault::point("runtime-servers:after-write");
         p.step("write");
         match push(self.settings, &plan, state) {
