@@ -143,8 +143,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     }
 
     let mut lat = Table::new(
-        format!("blocks-scale: single-entry POST /v1/blocked-ips, send → first 403 from that address (ms), {OPS} per row"),
-        &["hapctl", "entries", "enforced p50", "p95", "p99", "max", "API answer p50", "worker p50", "403 on 1st probe"],
+        format!("blocks-scale: single-entry POST /v1/blocked-ips, send → first 403 from that address, probed while the request is in flight (ms), {OPS} per row"),
+        &["hapctl", "entries", "enforced p50", "p95", "p99", "max", "API answer p50", "worker p50", "403 before the answer"],
     );
     let mut lat_json = Vec::new();
     for s in &series {
@@ -154,7 +154,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             .context("no samples")?;
         let w = Summary::of(&s.samples.iter().map(|l| l.server_ms).collect::<Vec<_>>())
             .context("no samples")?;
-        let first = s.samples.iter().filter(|l| l.first_probe_403).count();
+        let first = s.samples.iter().filter(|l| l.before_answer).count();
         lat.row(vec![
             s.label.to_string(),
             s.entries.to_string(),
@@ -168,7 +168,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         ]);
         lat_json.push(json!({
             "hapctl": s.label, "entries": s.entries, "enforced_ms": e.to_json(), "enforced_p99_ms": p99(&enforced),
-            "api_ms": a.to_json(), "worker_ms": w.to_json(), "first_probe_403": first,
+            "api_ms": a.to_json(), "worker_ms": w.to_json(), "enforced_before_answer": first,
             "enforcement": s.samples.iter().map(|l| l.enforcement.as_str()).collect::<Vec<_>>(),
             "samples_enforced_ms": enforced,
         }));
@@ -217,7 +217,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         format!(
             "edges: `hapctl init`, `hapctl haproxy start`, `hapctl domain add {HOST}`, `hapctl serve`; filled with lists of {LIST} \
              (127.{FILL_SET}.x.y…); before each series 1.5 s idle. A probe is GET / from the blocked 127.20S.x.y on a fresh \
-             connection, polled until 403. Baseline: {}.",
+             connection, polled every 0.1 ms from the moment the block is sent until 403; the API answer comes after the \
+             map's folder sync, so it can trail the 403. Baseline: {}.",
             baseline.as_ref().map_or("none (set HAPCTL_BENCH_BASELINE)".into(), |b| b.display().to_string())
         ),
     ];

@@ -115,3 +115,76 @@ fn domain_changes_go_through_the_running_daemon_and_are_applied_here_without_one
     edge.ok(&["domain", "add", SHOP, "--server", &server]);
     assert_eq!(edge.get(SHOP, "/").body, "shop");
 }
+
+#[test]
+fn blocks_go_through_the_running_daemon_and_are_applied_here_without_one() {
+    let edge = Edge::started();
+    let app = Backend::start("shop");
+    edge.ok(&[
+        "domain",
+        "add",
+        SHOP,
+        "--server",
+        &format!("{},nocheck", app.addr()),
+    ]);
+    let api = Daemon::start(&edge);
+    let client: std::net::Ipv4Addr = "127.0.0.7".parse().unwrap();
+    assert_eq!(edge.get_from(client, SHOP, "/").status, 200);
+
+    // Blocked through the daemon: enforced at once, the daemon's report printed.
+    let out = edge.ok(&[
+        "block",
+        "add",
+        "127.0.0.0/29",
+        "--reason",
+        "scan",
+        "--ttl",
+        "1d",
+    ]);
+    assert!(out.contains("127.0.0.0/29: created"), "{out}");
+    assert!(out.contains("enforced: runtime"), "{out}");
+    assert_eq!(requests(&api, "POST", "/v1/blocked-ips", 201), 1);
+    assert_eq!(edge.get_from(client, SHOP, "/").status, 403);
+    let listed: serde_json::Value =
+        serde_json::from_str(&edge.ok(&["block", "ls", "--json"])).unwrap();
+    let block = &listed[0];
+    assert_eq!(
+        (block["key"].as_str(), block["reason"].as_str()),
+        (Some("127.0.0.0/29"), Some("scan")),
+        "{listed}"
+    );
+    let lasts = block["expires_at"].as_i64().unwrap() - block["created_at"].as_i64().unwrap();
+    assert!((86_399..=86_401).contains(&lasts), "a day: {lasts} s");
+
+    // The report in JSON, as the local path prints it.
+    let json = edge.ok(&["block", "rm", "127.0.0.0/29", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (
+            report["results"][0].as_str(),
+            report["enforcement"].as_str()
+        ),
+        (Some("removed"), Some("runtime")),
+        "{report}"
+    );
+    assert!(report["expired"].is_array(), "{report}");
+    assert_eq!(requests(&api, "DELETE", "/v1/blocked-ips/{key}", 200), 1);
+    assert_eq!(edge.get_from(client, SHOP, "/").status, 200);
+    // Not blocked: exit 7, as without a daemon.
+    let out = edge.expect_code(7, &["block", "rm", "127.0.0.0/29"]);
+    assert!(out.contains("127.0.0.0/29: not-found"), "{out}");
+    assert_eq!(requests(&api, "DELETE", "/v1/blocked-ips/{key}", 404), 1);
+    // Bad input never reaches the daemon.
+    let out = edge.expect_code(2, &["block", "add", "127.0.0.300"]);
+    assert!(out.contains("127.0.0.300"), "{out}");
+    assert!(!api.get("/metrics").text.contains("status=\"400\""));
+
+    // With the daemon gone, the CLI blocks on its own.
+    let mut api = api;
+    api.signal(libc::SIGTERM);
+    api.wait_exit(Duration::from_secs(20))
+        .expect("the daemon stops on SIGTERM");
+    let out = edge.ok(&["block", "add", "127.0.0.7"]);
+    assert!(out.contains("127.0.0.7: created"), "{out}");
+    assert_eq!(edge.get_from(client, SHOP, "/").status, 403);
+}

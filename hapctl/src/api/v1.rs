@@ -403,7 +403,7 @@ impl BlockRequest {
 
 /// The answer to a block change: which results, and how HAProxy enforces it.
 pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCode) -> Response {
-    (status, Json(json!({"results": results, "enforcement": report.enforcement, "runtime_error": report.runtime_error, "duration_ms": report.duration_ms}))).into_response()
+    (status, Json(json!({"results": results, "expired": report.expired, "enforcement": report.enforcement, "runtime_error": report.runtime_error, "duration_ms": report.duration_ms}))).into_response()
 }
 
 pub async fn post_blocks(

@@ -95,6 +95,37 @@ impl BlockFiles {
         Ok(bytes)
     }
 
+    /// The delta map with `keys` written and synced beside the live one, to be put in place
+    /// ([`fsutil::Staged::put`], then [`BlockFiles::sync_delta_folder`]); `None` when the map
+    /// holds exactly that already. Also returns its bytes.
+    pub fn stage_delta(
+        &self,
+        keys: &BTreeSet<BlockKey>,
+        now: &[u8],
+    ) -> Result<(Vec<u8>, Option<fsutil::Staged>), BlockError> {
+        let bytes = render::blocked_delta_map(keys);
+        if bytes == now {
+            return Ok((bytes, None));
+        }
+        let staged = fsutil::Staged::write(&self.delta, &bytes, DEFAULT_MODE)
+            .map_err(Self::write_err(&self.delta))?;
+        Ok((bytes, Some(staged)))
+    }
+
+    /// Removes the temp files a killed block change left beside the maps.
+    pub fn sweep_temp_files(&self) -> Result<(), BlockError> {
+        for map in [&self.base, &self.delta] {
+            let folder = map.parent().unwrap_or(std::path::Path::new("."));
+            fsutil::sweep_temp_files(folder).map_err(Self::write_err(map))?;
+        }
+        Ok(())
+    }
+
+    /// Makes a delta map put in place durable.
+    pub fn sync_delta_folder(&self) -> Result<(), BlockError> {
+        fsutil::sync_parent(&self.delta).map_err(Self::write_err(&self.delta))
+    }
+
     /// A digest of both files' bytes (to tell, after a reload, whether a block raced with it).
     /// Read in chunks: at 100,000 blocks the base map is 2.7 MB, which an apply held whole
     /// across its reload, and then read whole again beside it (BENCHMARKS.md, daemon memory).

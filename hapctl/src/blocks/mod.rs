@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::unix_now;
 use crate::fault;
@@ -77,7 +77,7 @@ pub enum BlockChange {
 }
 
 /// What a change did to the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ChangeResult {
     Created,
@@ -88,7 +88,7 @@ pub enum ChangeResult {
 }
 
 /// How the running HAProxy was made to enforce the new maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Enforcement {
     /// Runtime API change, read back and confirmed: no reload.
@@ -105,7 +105,9 @@ pub enum Enforcement {
     Unchanged,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// What a block change did; also the daemon's answer to one (`POST /v1/blocked-ips`), which
+/// the CLI reads back when it hands the change over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BlockReport {
     /// One per requested change, in order.
     pub results: Vec<ChangeResult>,
@@ -115,6 +117,17 @@ pub struct BlockReport {
     /// Why the runtime path was not enough, when `enforcement` is `reload`.
     pub runtime_error: Option<String>,
     pub duration_ms: f64,
+}
+
+impl BlockReport {
+    /// The report of an unblock of a key that was not blocked: nothing changed.
+    pub fn not_found() -> BlockReport {
+        report(
+            vec![ChangeResult::NotFound],
+            vec![],
+            (Enforcement::Unchanged, None),
+        )
+    }
 }
 
 /// Where the running worker stands after [`Blocks::reconcile`].
@@ -189,9 +202,13 @@ impl<'a> Blocks<'a> {
             settings: self.settings,
             files: &files,
         };
-        // A change killed between its file write and its runtime update left this marker: the
-        // runtime maps may lack what the database and the files say, so they are rebuilt.
+        // A change killed between its file write and its runtime update left this marker (and
+        // perhaps a temp file): the runtime maps may lack what the database and the files say,
+        // so they are rebuilt.
         let interrupted = self.pending_marker().exists();
+        if interrupted {
+            files.sweep_temp_files()?;
+        }
         let in_line = cache.refresh(store, &files)?;
         self.set_pending()?;
         let tx = store.begin_blocks()?;
@@ -211,35 +228,54 @@ impl<'a> Blocks<'a> {
             self.clear_pending()?;
             return Ok(report(results, expired, (Enforcement::Unchanged, None)));
         }
-        // Seen before the files change: a reload that starts later reads the new files.
-        let before = runtime.procs();
         let old_delta = std::mem::take(&mut cache.delta);
-        let steps = if plan == Plan::Delta {
+        // The master's processes are seen before the files change: a reload that starts later
+        // reads the new files.
+        let (before, steps, unsynced) = if plan == Plan::Delta {
             cache.delta = &(&old_delta | &touched.new) - &touched.gone;
             let old = cache.delta_bytes().to_vec();
-            // The commit and the delta map's write do not depend on each other: they run at
-            // once, and both end before the worker is touched.
-            let bytes =
-                commit_while(tx, || files.write_delta(&cache.delta, &old)).inspect_err(|_| {
-                    // Not committed: the delta map gets its bytes back (best effort; the marker
-                    // left behind makes the next change rebuild from the database anyway).
-                    let _ = files.write_delta(&old_delta, b"");
-                })?;
-            cache.wrote(None, bytes);
+            // The commit, the new delta map's temp file and the master's process list do not
+            // depend on each other: they run at once. The map goes in place once the commit
+            // is durable, and the worker changes right after, while the folder sync that makes
+            // the rename durable runs; both end before the answer.
+            let (before, (bytes, staged)) = commit_while(
+                tx,
+                || runtime.procs(),
+                || files.stage_delta(&cache.delta, &old),
+            )?;
             fault::point("block-after-commit");
+            let unsynced = staged.is_some();
+            if let Some(staged) = staged {
+                staged.put().map_err(|source| BlockError::Write {
+                    path: files.delta.display().to_string(),
+                    source,
+                })?;
+            }
+            cache.wrote(None, bytes);
             fault::point("block-after-files");
-            delta_steps(cache, &touched)
+            (before, delta_steps(cache, &touched), unsynced)
         } else {
+            let before = runtime.procs();
             tx.commit()?;
             fault::point("block-after-commit");
             self.write_folded(cache, &files)?;
             fault::point("block-after-files");
-            match plan {
+            let steps = match plan {
                 Plan::Fold => fold_steps(cache, &old_delta, &touched),
                 _ => whole_steps(cache),
-            }
+            };
+            (before, steps, false)
         };
-        let enforced = self.enforce(&runtime, cache, &files, &steps, &touched, before)?;
+        let enforced = std::thread::scope(|s| {
+            let synced = unsynced.then(|| s.spawn(|| files.sync_delta_folder()));
+            let enforced = self.enforce(&runtime, cache, &files, &steps, &touched, before);
+            if let Some(synced) = synced {
+                synced
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+            }
+            enforced
+        })?;
         fault::point("block-after-runtime");
         self.clear_pending()?;
         Ok(report(results, expired, enforced))
@@ -459,19 +495,25 @@ fn stage(
     Ok((results, expired))
 }
 
-/// Commits `tx` while `write` runs on another thread; both have ended when this returns.
-fn commit_while<T: Send>(
+/// Commits `tx` while `other` and `write` run on other threads; all have ended when this
+/// returns.
+fn commit_while<A: Send, T: Send>(
     tx: BlockTx,
+    other: impl FnOnce() -> A + Send,
     write: impl FnOnce() -> Result<T, BlockError> + Send,
-) -> Result<T, BlockError> {
+) -> Result<(A, T), BlockError> {
     std::thread::scope(|s| {
         let written = s.spawn(write);
+        let other = s.spawn(other);
         let committed = tx.commit();
+        let other = other
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
         let written = written
             .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
         committed?;
-        written
+        Ok((other, written?))
     })
 }
 

@@ -1,14 +1,17 @@
-//! `hapctl block add|rm|ls`: blocked IP addresses and networks (the block fast path).
+//! `hapctl block add|rm|ls`: blocked IP addresses and networks (the block fast path). A block
+//! or unblock goes to the running daemon when there is one (`forward.rs`), which keeps the key
+//! set in memory.
 
 use std::path::Path;
 
 use clap::Subcommand;
+use serde_json::{json, Value};
 
-use hapctl::blocks::{BlockChange, ChangeResult};
+use hapctl::blocks::{BlockChange, BlockReport, ChangeResult};
 use hapctl::edge::Edge;
 use hapctl::model::{BlockKey, BlockQuery, Note, Ttl};
 
-use super::{open, output, Failure, JsonFlag, JsonOut};
+use super::{forward, open, output, Failure, JsonFlag, JsonOut};
 
 #[derive(Subcommand)]
 pub enum BlockCommand {
@@ -74,14 +77,33 @@ pub fn run(dir: &Path, cmd: BlockCommand) -> Result<u8, Failure> {
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "hapctl".into());
             let author = Note::parse("author", &author)?;
-            let block = Edge::new_block(key, reason, author, ttl);
-            let report = open(dir)?.change_blocks(&[BlockChange::Put(block)])?;
+            let body = json!({
+                "ip": key.to_string(),
+                "reason": reason.as_str(),
+                "author": author.as_str(),
+                // Whole seconds: a ttl's display ("1day 2h") is not one word the route takes.
+                "ttl": ttl.map(|t| format!("{}s", t.duration().as_secs())),
+            });
+            let report = match forward::send(dir, "POST", "/v1/blocked-ips", &body)? {
+                Some(answer) => answer.block_report()?,
+                None => {
+                    let block = Edge::new_block(key, reason, author, ttl);
+                    open(dir)?.change_blocks(&[BlockChange::Put(block)])?
+                }
+            };
             output::print_block_report(&[key], &report, out.json);
             Ok(0)
         }
         BlockCommand::Rm { key, out } => {
             let key: BlockKey = key.parse()?;
-            let report = open(dir)?.change_blocks(&[BlockChange::Remove(key)])?;
+            // The route's key is one path segment: a network's '/' goes encoded.
+            let path = format!("/v1/blocked-ips/{}", key.to_string().replace('/', "%2F"));
+            let report = match forward::send(dir, "DELETE", &path, &Value::Null)? {
+                // The daemon answers an unblock of a key not blocked with a 404.
+                Some(answer) if answer.status == 404 => BlockReport::not_found(),
+                Some(answer) => answer.block_report()?,
+                None => open(dir)?.change_blocks(&[BlockChange::Remove(key)])?,
+            };
             output::print_block_report(&[key], &report, out.json);
             Ok(if report.results == [ChangeResult::NotFound] {
                 7

@@ -13,6 +13,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
+use hapctl::blocks::BlockReport;
 use hapctl::settings::Settings;
 
 use super::{output, Failure};
@@ -33,6 +34,19 @@ impl Answer {
         match self.body.get("apply") {
             Some(report) => output::print_report_json(report, json),
             None => Err(self.failure()),
+        }
+    }
+
+    /// The report of a block change; an answer without one is the error it names.
+    pub fn block_report(&self) -> Result<BlockReport, Failure> {
+        match self.status {
+            200 | 201 => serde_json::from_value(self.body.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "`hapctl serve` answered the block change with an unknown shape ({e})"
+                )
+                .into()
+            }),
+            _ => Err(self.failure()),
         }
     }
 
