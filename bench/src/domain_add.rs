@@ -31,10 +31,11 @@ const OP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Runs of `haproxy -c` and of a bare master reload, per size, for the HAProxy-alone table.
 const RAW_RUNS: usize = 3;
 /// The apply steps a report may have (`--json`, the PUT's `apply`), in the apply's order.
-const STEPS: [&str; 8] = [
+const STEPS: [&str; 9] = [
     "render",
     "diff",
     "snapshot",
+    "prepare",
     "write",
     "runtime",
     "placement",

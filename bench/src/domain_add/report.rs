@@ -421,7 +421,7 @@ pub(super) fn notes(backend: &str) -> Vec<String> {
         "before apply = request → the apply's start (the report's started_at_ms, 1 ms resolution): for the CLI, \
          process start, settings, templates, database open, lock, recovery sweep, the change; for the API, the \
          request, the daemon's domain job and the change. render = load the state from SQLite + render (load_state \
-         alone, in-process on the same database: see the first table); diff = the live files against the new ones; \
+         alone, in-process on the same database: see the first table); diff = the live files against the new ones; prepare (runtime path) = the master asked, the state before the change rendered (kept by the daemon) and compared with the live files; \
          write = the changed files and their fsyncs; runtime = the change through the runtime API, read back; \
          reload = `reload` on the master socket until `show proc` shows the new worker (polled every 10 ms). \
          after apply = exit/answer − before − apply: commit, history row, known-good promotion (CLI: its check and \

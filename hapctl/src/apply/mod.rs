@@ -9,6 +9,7 @@
 
 mod diff;
 mod layout;
+mod memo;
 mod pending;
 mod recovery;
 mod report;
@@ -19,6 +20,7 @@ mod snapshot;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::blocks::{Blocks, WorkerMap};
@@ -36,6 +38,7 @@ use crate::tls::Certs;
 
 pub use diff::unified as diff_files;
 pub use layout::LayoutMismatch;
+pub use memo::RenderMemo;
 pub use pending::{PendingCheck, RuntimeCheck};
 use recovery::Phase;
 use report::{reason_for_files, record, Progress};
@@ -84,14 +87,14 @@ pub struct Applier<'a> {
     templates: &'a Templates,
     validator: Validator,
     master: Master,
-    /// Backend sections kept from earlier applies by a long-lived caller (the daemon).
-    sections: Option<&'a RefCell<render::Sections>>,
+    /// Renders kept from earlier applies by a long-lived caller (the daemon).
+    memo: Option<&'a RefCell<RenderMemo>>,
 }
 
 /// The set a successful apply left live.
 enum Loaded {
     /// Checked by `haproxy -c` (or maps valid by construction): known-good now.
-    Checked(Snapshot),
+    Checked(Arc<Snapshot>),
     /// Changed through the runtime API without a check: known-good once a background check
     /// passed ([`Applier::validate_pending`]).
     Unchecked,
@@ -111,23 +114,44 @@ impl<'a> Applier<'a> {
                 Duration::from_secs(5),
             ))
             .with_log_file(settings.paths.haproxy_log.clone()),
-            sections: None,
+            memo: None,
         }
     }
 
-    /// Renders with `sections` kept between applies: at 10,000 domains most of a render is
-    /// backend sections no change touched.
-    pub fn with_sections(self, sections: &'a RefCell<render::Sections>) -> Applier<'a> {
+    /// Renders with `memo` kept between applies: at 10,000 domains most of a render is
+    /// backend sections no change touched, and the state before a change was rendered by the
+    /// apply before.
+    pub fn with_memo(self, memo: &'a RefCell<RenderMemo>) -> Applier<'a> {
         Applier {
-            sections: Some(sections),
+            memo: Some(memo),
             ..self
         }
     }
 
-    fn render(&self, state: &EdgeState) -> Result<Snapshot, RenderError> {
-        let mut memo = self.sections.map(RefCell::borrow_mut);
-        let set = render::render_with(state, self.settings, self.templates, memo.as_deref_mut())?;
-        Ok(Snapshot::from_set(set))
+    /// The files of an apply's new state.
+    fn render(&self, state: &EdgeState) -> Result<Arc<Snapshot>, RenderError> {
+        match self.memo {
+            Some(memo) => memo
+                .borrow_mut()
+                .render_new(state, self.settings, self.templates),
+            None => self.render_fresh(state),
+        }
+    }
+
+    /// The files of the state before a change (the runtime path compares them with the live
+    /// ones).
+    fn render_before(&self, state: &EdgeState) -> Result<Arc<Snapshot>, RenderError> {
+        match self.memo {
+            Some(memo) => memo
+                .borrow_mut()
+                .render_before(state, self.settings, self.templates),
+            None => self.render_fresh(state),
+        }
+    }
+
+    fn render_fresh(&self, state: &EdgeState) -> Result<Arc<Snapshot>, RenderError> {
+        render::render_with(state, self.settings, self.templates, None)
+            .map(|set| Arc::new(Snapshot::from_set(set)))
     }
 
     /// Applies `change` to the desired state and makes the edge match it, all or nothing.

@@ -95,8 +95,8 @@ pub struct Edge {
     store: Store,
     /// Runtime-only changes are checked by the caller later ([`Edge::defer_checks`]).
     defer_checks: bool,
-    /// The backend sections of the last apply's renders, reused by the next one.
-    sections: std::cell::RefCell<render::Sections>,
+    /// What the last applies rendered, reused by the next one.
+    renders: std::cell::RefCell<crate::apply::RenderMemo>,
 }
 
 impl Edge {
@@ -122,7 +122,7 @@ impl Edge {
             templates,
             store,
             defer_checks: false,
-            sections: Default::default(),
+            renders: Default::default(),
         })
     }
 
@@ -403,7 +403,7 @@ impl Edge {
         trigger: &str,
         change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), EdgeError> {
-        let applier = Applier::new(&self.settings, &self.templates).with_sections(&self.sections);
+        let applier = Applier::new(&self.settings, &self.templates).with_memo(&self.renders);
         let result = applier.apply(&mut self.store, trigger, change)?;
         // A runtime-only change is checked right after it is in effect, unless the daemon
         // coalesces those checks in the background.
