@@ -16,24 +16,25 @@ mod checks;
 mod command;
 mod http;
 pub mod journal;
+mod options;
 mod probe;
 mod report;
 mod stream;
+mod summary;
 mod watch;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
-
-use serde::Serialize;
 
 use crate::haproxy::{CliSocket, Master, ProcList, Supervisor};
 use crate::model::{AppName, EdgeState};
 use crate::settings::{Mode, Settings};
 
 pub use http::Cause;
+pub use options::{Options, ProveError, Subject};
 pub use report::{
     After, Before, Check, CommandRun, Event, Latency, NotRun, ProbeFailure, ProbeSummary,
     Processes, Proof, Report, Status, Switch, VersionSeen,
@@ -41,6 +42,7 @@ pub use report::{
 pub use stream::StreamLog;
 
 use report::event;
+use summary::{probe_events, probe_failures, summarize_probe};
 
 /// Exit code of `hapctl prove` when the measurement ran and a check failed.
 pub const EXIT_CHECK_FAILED: u8 = 9;
@@ -53,132 +55,6 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(25);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Short requests asked for the version after the cutover.
 const VERSION_REQUESTS: usize = 5;
-/// Failures kept with their details (the counts are always complete).
-const MAX_FAILURES_KEPT: usize = 1000;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProveError {
-    #[error("cannot measure, nothing was run: {0}")]
-    Before(String),
-    #[error("invalid prove options: {0}")]
-    Options(String),
-}
-
-/// What `hapctl prove` was asked to measure, and how.
-#[derive(Debug, Clone, Serialize)]
-pub struct Options {
-    /// Long streams opened before the command.
-    pub streams: usize,
-    /// Short requests per second.
-    pub rate: f64,
-    pub stream_lines: u32,
-    pub stream_interval_ms: u32,
-    /// Held streams: closed by the client this long after the command ended instead of at
-    /// their announced end, so that they outlast a command of any duration.
-    #[serde(serialize_with = "ser_opt_ms", rename = "stream_hold_ms")]
-    pub stream_hold: Option<Duration>,
-    #[serde(serialize_with = "ser_ms", rename = "settle_ms")]
-    pub settle: Duration,
-    /// Probe failures tolerated.
-    pub max_failures: u64,
-    pub expect_version: Option<String>,
-    /// `Host` header of every request.
-    pub host: String,
-    /// Path of the short requests.
-    pub path: String,
-    /// Bound on the command.
-    #[serde(serialize_with = "ser_ms", rename = "timeout_ms")]
-    pub timeout: Duration,
-    /// Bound on one short request (connect, write, every read).
-    #[serde(serialize_with = "ser_ms", rename = "request_timeout_ms")]
-    pub request_timeout: Duration,
-}
-
-fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_millis() as u64)
-}
-
-fn ser_opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => ser_ms(d, s),
-        None => s.serialize_none(),
-    }
-}
-
-impl Options {
-    pub fn check(&self) -> Result<(), ProveError> {
-        let bad = |m: String| Err(ProveError::Options(m));
-        if !(self.rate > 0.0 && self.rate <= 1000.0) {
-            return bad(format!(
-                "--rate {} must be above 0 and at most 1000 requests/s",
-                self.rate
-            ));
-        }
-        if self.streams > 64 {
-            return bad(format!("--streams {} must be at most 64", self.streams));
-        }
-        if self.stream_lines == 0 || self.stream_lines > 100_000 {
-            return bad(format!(
-                "--stream-lines {} must be 1 to 100000",
-                self.stream_lines
-            ));
-        }
-        if self.stream_interval_ms > 60_000 {
-            return bad(format!(
-                "--stream-interval-ms {} must be at most 60000",
-                self.stream_interval_ms
-            ));
-        }
-        if let Some(hold) = self.stream_hold {
-            let length = Duration::from_millis(
-                u64::from(self.stream_lines) * u64::from(self.stream_interval_ms),
-            );
-            if length < self.timeout + hold + Duration::from_secs(10) {
-                return bad(format!(
-                    "held streams of {} lines every {} ms end on their own before the command's \
-                     timeout ({:?}) plus the hold ({hold:?}) and 10 s",
-                    self.stream_lines, self.stream_interval_ms, self.timeout
-                ));
-            }
-        }
-        if !self.path.starts_with('/') || self.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return bad(format!(
-                "--path {:?} must start with / and hold no space or control character",
-                self.path
-            ));
-        }
-        if self.host.is_empty() || self.host.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return bad(format!(
-                "--host {:?} must be a host name without spaces",
-                self.host
-            ));
-        }
-        if let Some(v) = &self.expect_version {
-            if !http::is_version(v) {
-                return bad(format!(
-                    "--expect-version {v:?} must be 1-64 characters of [A-Za-z0-9._-]"
-                ));
-            }
-        }
-        if self.request_timeout.is_zero() || self.timeout.is_zero() {
-            return bad("--timeout and --request-timeout must be above 0".into());
-        }
-        Ok(())
-    }
-}
-
-/// The cutovers to prove.
-#[derive(Debug, Clone)]
-pub enum Subject {
-    /// Any command (`hapctl prove -- COMMAND ARGS…`).
-    Command(Vec<String>),
-    /// `deliver VERSION` then `rollback`, run by this hapctl binary on the same state dir.
-    Cycle {
-        version: String,
-        app: Option<AppName>,
-        hapctl: PathBuf,
-    },
-}
 
 /// Where the edge is and what drives its master.
 struct Edge {
@@ -740,160 +616,6 @@ fn describe_end(run: &CommandRun, timeout: Duration) -> String {
         (None, true, ..) => format!("killed after the {timeout:?} timeout"),
         (None, false, Some(code), _) => format!("exited {code} after {:.0} ms", run.duration_ms),
         (None, false, None, sig) => format!("ended by signal {}", sig.unwrap_or(0)),
-    }
-}
-
-fn probe_failures(log: &probe::ProbeLog, run: &CommandRun) -> Vec<ProbeFailure> {
-    log.outcomes
-        .iter()
-        .filter_map(|o| {
-            o.result.as_ref().err().map(|e| ProbeFailure {
-                t_ms: o.t_ms,
-                duration_ms: o.duration_ms,
-                cause: e.cause,
-                detail: e.detail.clone(),
-                phase: phase(o.t_ms, run),
-            })
-        })
-        .take(MAX_FAILURES_KEPT)
-        .collect()
-}
-
-/// The probe's part of the timeline: each switch of version, and the failures — those in a
-/// row (no success between them) with the same cause make one event.
-fn probe_events(log: &probe::ProbeLog, summary: &ProbeSummary, timeline: &mut Vec<Event>) {
-    for s in &summary.switches {
-        timeline.push(event(
-            s.t_ms,
-            "probe",
-            format!("first request served by {} (before: {})", s.to, s.from),
-        ));
-    }
-    struct Streak {
-        first: f64,
-        last: f64,
-        cause: Cause,
-        detail: String,
-        n: u64,
-    }
-    let flush = |streak: Option<Streak>, timeline: &mut Vec<Event>| {
-        if let Some(s) = streak {
-            let what = if s.n == 1 {
-                format!("request FAILED ({}): {}", s.cause.as_str(), s.detail)
-            } else {
-                format!(
-                    "{} requests in a row FAILED ({}) from {:.0} to {:.0} ms; first: {}",
-                    s.n,
-                    s.cause.as_str(),
-                    s.first,
-                    s.last,
-                    s.detail
-                )
-            };
-            timeline.push(event(s.first, "probe", what));
-        }
-    };
-    let mut streak: Option<Streak> = None;
-    for o in &log.outcomes {
-        match (&o.result, &mut streak) {
-            (Err(e), Some(s)) if s.cause == e.cause => {
-                s.last = o.t_ms;
-                s.n += 1;
-            }
-            (Err(e), _) => {
-                flush(streak.take(), timeline);
-                streak = Some(Streak {
-                    first: o.t_ms,
-                    last: o.t_ms,
-                    cause: e.cause,
-                    detail: e.detail.clone(),
-                    n: 1,
-                });
-            }
-            (Ok(_), _) => flush(streak.take(), timeline),
-        }
-    }
-    flush(streak, timeline);
-}
-
-fn phase(t_ms: f64, run: &CommandRun) -> &'static str {
-    if t_ms < run.started_ms {
-        "before"
-    } else if t_ms <= run.ended_ms {
-        "during"
-    } else {
-        "after"
-    }
-}
-
-fn summarize_probe(log: &probe::ProbeLog, rate: f64, run: &CommandRun) -> ProbeSummary {
-    let mut by_cause = BTreeMap::new();
-    let mut versions: Vec<VersionSeen> = Vec::new();
-    let mut switches = Vec::new();
-    let mut last_version: Option<&str> = None;
-    let mut latencies = Vec::new();
-    let mut ok = 0;
-    for o in &log.outcomes {
-        latencies.push(o.duration_ms);
-        match &o.result {
-            Ok(v) => {
-                ok += 1;
-                match versions.iter_mut().find(|s| &s.version == v) {
-                    Some(s) => {
-                        s.requests += 1;
-                        s.last_ms = o.t_ms;
-                    }
-                    None => versions.push(VersionSeen {
-                        version: v.clone(),
-                        requests: 1,
-                        first_ms: o.t_ms,
-                        last_ms: o.t_ms,
-                    }),
-                }
-                if let Some(prev) = last_version {
-                    if prev != v {
-                        switches.push(Switch {
-                            t_ms: o.t_ms,
-                            from: prev.to_string(),
-                            to: v.clone(),
-                        });
-                    }
-                }
-                last_version = Some(v);
-            }
-            Err(e) => *by_cause.entry(e.cause.as_str()).or_insert(0) += 1,
-        }
-    }
-    latencies.sort_by(f64::total_cmp);
-    let pick = |q: f64| {
-        if latencies.is_empty() {
-            0.0
-        } else {
-            latencies[((latencies.len() - 1) as f64 * q).round() as usize]
-        }
-    };
-    let requests = log.outcomes.len() as u64;
-    ProbeSummary {
-        rate,
-        requests,
-        ok,
-        failed: requests - ok,
-        during_command: log
-            .outcomes
-            .iter()
-            .filter(|o| phase(o.t_ms, run) == "during")
-            .count() as u64,
-        late: log.late,
-        by_cause,
-        versions,
-        switches,
-        latency_ms: Latency {
-            median: pick(0.5),
-            p99: pick(0.99),
-            max: latencies.last().copied().unwrap_or(0.0),
-        },
-        first_ms: log.outcomes.first().map(|o| o.t_ms),
-        last_ms: log.outcomes.last().map(|o| o.t_ms),
     }
 }
 
