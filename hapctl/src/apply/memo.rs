@@ -25,11 +25,20 @@ pub struct RenderMemo {
     recent: VecDeque<(EdgeState, Arc<Snapshot>)>,
 }
 
+/// Which state of an apply a render is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The apply's new state: kept for the next apply.
+    New,
+    /// The state before the change (usually the new state of the apply before): not kept.
+    Before,
+}
+
 impl RenderMemo {
-    /// The set of an apply's new state, kept for the next apply.
-    pub(super) fn render_new(
+    pub(super) fn render(
         &mut self,
         state: &EdgeState,
+        role: Role,
         settings: &Settings,
         templates: &Templates,
     ) -> Result<Arc<Snapshot>, RenderError> {
@@ -40,25 +49,13 @@ impl RenderMemo {
             render::render_with(state, settings, templates, Some(&mut self.sections))
                 .map(Snapshot::from_set)?,
         );
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
+        if role == Role::New {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((state.clone(), set.clone()));
         }
-        self.recent.push_back((state.clone(), set.clone()));
         Ok(set)
-    }
-
-    /// The set of the state before a change: usually the new state of the apply before.
-    pub(super) fn render_before(
-        &mut self,
-        state: &EdgeState,
-        settings: &Settings,
-        templates: &Templates,
-    ) -> Result<Arc<Snapshot>, RenderError> {
-        match self.kept(state) {
-            Some(set) => Ok(set),
-            None => render::render_with(state, settings, templates, Some(&mut self.sections))
-                .map(|set| Arc::new(Snapshot::from_set(set))),
-        }
     }
 
     fn kept(&self, state: &EdgeState) -> Option<Arc<Snapshot>> {
@@ -104,7 +101,9 @@ mod tests {
         let mut memo = RenderMemo::default();
         for (i, pair) in states.windows(2).enumerate() {
             // As an apply does: the new state, then the one before it.
-            let new = memo.render_new(&pair[1], &settings, &templates).unwrap();
+            let new = memo
+                .render(&pair[1], Role::New, &settings, &templates)
+                .unwrap();
             assert_eq!(*new, fresh(&pair[1]));
             let kept = memo.recent.iter().any(|(s, _)| *s == pair[0]);
             assert_eq!(
@@ -112,7 +111,9 @@ mod tests {
                 i > 0,
                 "the state before is kept from the apply before"
             );
-            let before = memo.render_before(&pair[0], &settings, &templates).unwrap();
+            let before = memo
+                .render(&pair[0], Role::Before, &settings, &templates)
+                .unwrap();
             assert_eq!(*before, fresh(&pair[0]));
         }
         assert_ne!(

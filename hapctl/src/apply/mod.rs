@@ -39,6 +39,7 @@ use crate::tls::Certs;
 pub use diff::unified as diff_files;
 pub use layout::LayoutMismatch;
 pub use memo::RenderMemo;
+use memo::Role;
 pub use pending::{PendingCheck, RuntimeCheck};
 use recovery::Phase;
 use report::{reason_for_files, record, Progress};
@@ -128,30 +129,16 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// The files of an apply's new state.
-    fn render(&self, state: &EdgeState) -> Result<Arc<Snapshot>, RenderError> {
+    /// The files of `state`, the apply's new state or the one before the change (which the
+    /// runtime path compares with the live files).
+    fn render(&self, state: &EdgeState, role: Role) -> Result<Arc<Snapshot>, RenderError> {
         match self.memo {
             Some(memo) => memo
                 .borrow_mut()
-                .render_new(state, self.settings, self.templates),
-            None => self.render_fresh(state),
+                .render(state, role, self.settings, self.templates),
+            None => render::render_with(state, self.settings, self.templates, None)
+                .map(|set| Arc::new(Snapshot::from_set(set))),
         }
-    }
-
-    /// The files of the state before a change (the runtime path compares them with the live
-    /// ones).
-    fn render_before(&self, state: &EdgeState) -> Result<Arc<Snapshot>, RenderError> {
-        match self.memo {
-            Some(memo) => memo
-                .borrow_mut()
-                .render_before(state, self.settings, self.templates),
-            None => self.render_fresh(state),
-        }
-    }
-
-    fn render_fresh(&self, state: &EdgeState) -> Result<Arc<Snapshot>, RenderError> {
-        render::render_with(state, self.settings, self.templates, None)
-            .map(|set| Arc::new(Snapshot::from_set(set)))
     }
 
     /// Applies `change` to the desired state and makes the edge match it, all or nothing.
@@ -220,7 +207,7 @@ impl<'a> Applier<'a> {
         let mut state = tx.load_state()?;
         // Added domains take free slots in `state` here; saved below if the plan is used.
         let plan = runtime_plan::plan(before, &mut state);
-        let mut new = self.render(&state)?;
+        let mut new = self.render(&state, Role::New)?;
         p.step("render");
         let paths = &self.settings.paths;
         let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
@@ -325,7 +312,7 @@ impl<'a> Applier<'a> {
         if domain_change && fresh != state.placement {
             state.placement = fresh;
             tx.save_placement(&state.placement)?;
-            new = self.render(&state)?;
+            new = self.render(&state, Role::New)?;
             p.changed = new.differing(&live);
             p.diff = self.diff(&live, &new);
             p.step("placement");

@@ -247,7 +247,7 @@ impl super::Applier<'_> {
         }
         // The live files must be what the previous state renders with today's settings and
         // templates: then the new files differ from them by the plan alone.
-        let old = self.render_before(before)?;
+        let old = self.render(before, super::Role::Before)?;
         if PLAN_FILES.iter().any(|id| old.get(*id) != live.get(*id)) {
             return Ok(RuntimeOutcome::Reload {
                 why: Some(NotRuntime::Reload(
