@@ -167,7 +167,11 @@ impl<'a> Applier<'a> {
         let before = tx.load_state()?;
         let value = change(&tx)?;
         let stale_worker = worker == WorkerMap::NotLoaded;
-        let (report, loaded) = self.converge(&tx, &blocks, stale_worker, &before)?;
+        let converged = self.converge(&tx, &blocks, stale_worker, &before);
+        if let Some(memo) = self.memo {
+            memo.borrow_mut().trim();
+        }
+        let (report, loaded) = converged?;
         if report.outcome.is_success() {
             tx.record_apply_diff(&record(&report, trigger), &report.diff)?;
             tx.commit()?;
@@ -217,21 +221,24 @@ impl<'a> Applier<'a> {
             let message = "the live files already match the desired state".into();
             return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
         }
+        // One question to the master for the decisions before the first write (a running
+        // worker to change, the files it loads): each costs a round trip on its socket.
+        let procs = self.master.show_proc().ok();
         // Maps alone (policies, suspensions, limits, profiles, WAF) reach the worker through
         // the runtime API; so do the servers and routes of a runtime plan. Neither needs a
         // rollback target unless it falls back to a reload, nor the check of a runtime change
         // before it: back-to-back runtime changes do not each wait for the previous one's
         // `haproxy -c`, which the background check covers.
         let maps_only = !stale_worker
-            && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id))
-            && self.master.show_proc().is_ok();
+            && procs.is_some()
+            && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id));
         let runtime_path = !stale_worker && (plan.is_ok() || maps_only);
         // The history's diff (10-15 ms at 10,000 domains): a runtime change is in effect first.
         if !runtime_path {
             self.diff_step(&live, &new, &mut p);
         }
         // Before the first write: a master that loads other files cannot take this set.
-        if let Ok(procs) = self.master.show_proc() {
+        if let Some(procs) = &procs {
             layout::check(self.settings, &new, procs.master.pid)?;
         }
 
@@ -281,7 +288,20 @@ impl<'a> Applier<'a> {
             if plan.is_ok() {
                 tx.save_placement(&state.placement)?;
             }
-            let outcome = self.runtime_change(plan, before, &state, &new, &live, &mut p)?;
+            let outcome = match (runtime_push::usable(plan, &p.changed), &procs) {
+                (Err(why), _) => RuntimeOutcome::Reload {
+                    why: Some(why),
+                    failure: None,
+                },
+                (Ok(plan), Some(_)) => {
+                    self.runtime_change(plan, before, &state, &new, &live, &mut p)?
+                }
+                // No worker to change: the files wait for HAProxy's start.
+                (Ok(_), None) => RuntimeOutcome::Reload {
+                    why: None,
+                    failure: None,
+                },
+            };
             if runtime_path {
                 self.diff_step(&live, &new, &mut p);
             }

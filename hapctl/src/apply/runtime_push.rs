@@ -210,41 +210,31 @@ pub(super) enum RuntimeOutcome {
     },
 }
 
+/// The plan when the files it changes are the backends' sections and the routes, else why
+/// the change takes the reload path.
+pub(super) fn usable(
+    plan: Result<RuntimePlan, NotRuntime>,
+    changed: &[FileId],
+) -> Result<RuntimePlan, NotRuntime> {
+    match plan {
+        Ok(_) if !changed.iter().all(|id| PLAN_FILES.contains(id)) => Err(NotRuntime::Reload(
+            "files beyond haproxy.cfg and hosts.map changed with the domains".into(),
+        )),
+        plan => plan,
+    }
+}
+
 impl super::Applier<'_> {
-    /// The runtime path for domains and servers, when `plan` exists and the files it changes
-    /// are the backends' sections and the routes.
+    /// The runtime path for domains and servers: `plan` is [`usable`] and a worker runs.
     pub(super) fn runtime_change(
         &self,
-        plan: Result<RuntimePlan, NotRuntime>,
+        plan: RuntimePlan,
         before: &EdgeState,
         state: &EdgeState,
         new: &super::Snapshot,
         live: &super::Snapshot,
         p: &mut super::Progress,
     ) -> Result<RuntimeOutcome, super::ApplyError> {
-        let plan = match plan {
-            Ok(plan) if p.changed.iter().all(|id| PLAN_FILES.contains(id)) => plan,
-            Ok(_) => {
-                return Ok(RuntimeOutcome::Reload {
-                    why: Some(NotRuntime::Reload(
-                        "files beyond haproxy.cfg and hosts.map changed with the domains".into(),
-                    )),
-                    failure: None,
-                })
-            }
-            Err(why) => {
-                return Ok(RuntimeOutcome::Reload {
-                    why: Some(why),
-                    failure: None,
-                })
-            }
-        };
-        if self.master.show_proc().is_err() {
-            return Ok(RuntimeOutcome::Reload {
-                why: None,
-                failure: None,
-            });
-        }
         // The live files must be what the previous state renders with today's settings and
         // templates: then the new files differ from them by the plan alone.
         let old = self.render(before, super::Role::Before)?;

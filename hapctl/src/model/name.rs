@@ -12,8 +12,10 @@ const MAX_LABEL_LEN: usize = 63;
 
 /// A valid host name: ASCII (internationalised names converted to their `xn--` form),
 /// lower-case, labels of 1–63 letters, digits and inner hyphens, at most 253 characters.
+/// Shared, not copied, when cloned: a copy of the desired state at 10,000 domains clones every
+/// name several times per apply.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DomainName(String);
+pub struct DomainName(std::sync::Arc<str>);
 
 impl DomainName {
     pub fn as_str(&self) -> &str {
@@ -60,7 +62,7 @@ impl DomainName {
             to_ascii_idn(input).map_err(err)?
         };
         check_ascii_name(&ascii).map_err(err)?;
-        Ok(DomainName(ascii))
+        Ok(DomainName(ascii.into()))
     }
 }
 
