@@ -64,6 +64,8 @@ pub enum RouteOp {
 pub struct RuntimePlan {
     pub servers: Vec<ServerOp>,
     pub routes: Vec<RouteOp>,
+    /// The domains whose servers `servers` changes (the read-back looks at these alone).
+    pub domains: Vec<Domain>,
 }
 
 impl RuntimePlan {
@@ -125,6 +127,7 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
                 "{domain} has SSE routing (a twin backend per domain)"
             )));
         }
+        plan.domains.push((*domain).clone());
         let backend = old.placement.backend_name(domain);
         let name = |s: &Server| old.placement.server_name(domain, &s.name);
         plan.servers.extend(backend_ops(
@@ -150,6 +153,7 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
                 new.placement.capacity(kind)
             )));
         };
+        plan.domains.push((*domain).clone());
         for s in backend.servers() {
             plan.servers.push(ServerOp::Add {
                 backend: slot.backend_name(),
@@ -171,6 +175,7 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         plan.routes.push(RouteOp::Remove {
             domain: (*domain).clone(),
         });
+        plan.domains.push((*domain).clone());
         for s in backend.servers() {
             plan.servers.push(ServerOp::Remove {
                 backend: old.placement.backend_name(domain),
@@ -206,6 +211,8 @@ impl<'a> DomainDiff<'a> {
                 (None, None) => break,
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
+                // Equality first: names shared between the two states compare by pointer.
+                (Some((a, _)), Some((b, _))) if a == b => Ordering::Equal,
                 (Some((a, _)), Some((b, _))) => a.cmp(b),
             };
             match order {

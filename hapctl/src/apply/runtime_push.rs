@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap, RuntimeServers};
-use crate::model::{EdgeState, Server};
+use crate::model::{Domain, EdgeState, Server};
 use crate::render::FileId;
 
 use super::runtime_plan::{ip_of, NotRuntime, RouteOp, RuntimePlan, ServerOp};
@@ -107,7 +107,7 @@ fn read_back(
     let mut touched: Vec<&str> = plan.servers.iter().map(ServerOp::backend).collect();
     touched.sort_unstable();
     touched.dedup();
-    let wanted = wanted_servers(state, &touched);
+    let wanted = wanted_servers(state, &plan.domains, &touched);
     for backend in touched {
         let held = servers.state(backend)?;
         let want = wanted.get(backend).map(Vec::as_slice).unwrap_or_default();
@@ -129,35 +129,32 @@ fn read_back(
     Ok(())
 }
 
-/// The servers of the backends `of` as the files declare them, by their names in HAProxy.
+/// The servers of the backends `of` as the files declare them, by their names in HAProxy:
+/// the backends of the plan's `domains` (a removed domain's backend wants none).
 fn wanted_servers<'s>(
     state: &'s EdgeState,
+    domains: &[Domain],
     of: &[&str],
 ) -> BTreeMap<String, Vec<(String, &'s Server)>> {
-    use std::fmt::Write;
     let mut out = BTreeMap::new();
-    // One buffer for the 10,000 names this looks at, not a String each.
-    let mut name = String::new();
-    for (domain, backend) in &state.domains {
-        name.clear();
-        let _ = write!(name, "{}", state.placement.backend(domain));
-        let twin = backend
-            .sse_routing()
-            .then(|| crate::render::sse_twin(domain));
-        let wanted = |n: &str| of.binary_search(&n).is_ok();
-        if !wanted(&name) && !twin.as_deref().is_some_and(wanted) {
+    for domain in domains {
+        let Some(backend) = state.domains.get(domain) else {
             continue;
-        }
-        let name = name.clone();
+        };
         let named: Vec<(String, &Server)> = backend
             .servers()
             .iter()
             .map(|s| (state.placement.server_name(domain, &s.name), s))
             .collect();
-        if let Some(twin) = twin {
-            out.insert(twin, named.clone());
+        let own = state.placement.backend(domain).to_string();
+        let twin = backend
+            .sse_routing()
+            .then(|| crate::render::sse_twin(domain));
+        for name in std::iter::once(own).chain(twin) {
+            if of.binary_search(&name.as_str()).is_ok() {
+                out.insert(name, named.clone());
+            }
         }
-        out.insert(name, named);
     }
     out
 }

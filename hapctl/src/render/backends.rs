@@ -24,18 +24,26 @@ pub(super) fn sections(
     resolvers: Option<&str>,
     memo: Option<&mut Sections>,
 ) -> String {
+    let lasting = memo.is_some();
     let mut fresh = Sections::default();
     let memo = memo.unwrap_or(&mut fresh);
     // Both are in domain order: one pass over the two, no lookup per domain.
-    let mut last = std::mem::take(&mut memo.0).into_iter().peekable();
+    let mut last = std::mem::take(&mut memo.entries).into_iter().peekable();
     let mut next = Vec::with_capacity(state.domains.len());
+    // The joined own sections stay as they are while no domain with one comes or goes and
+    // none of them changes (a domain added into a slot leaves them all alone).
+    let mut own_same = !memo.own.is_empty();
     for (domain, backend) in &state.domains {
-        while last.next_if(|(key, _)| key < domain).is_some() {}
+        // Equality first: the names are shared with the last state, so it is a pointer test.
+        while let Some((_, gone)) = last.next_if(|(key, _)| key != domain && key < domain) {
+            own_same &= gone.slot.is_some();
+        }
         let (slot, resolved) = (state.placement.slot_of(domain), resolvers.is_some());
         let kept = last.next_if(|(key, e)| {
             key == domain && e.slot == slot && e.resolved == resolved && e.backend == *backend
         });
-        next.push(kept.unwrap_or_else(|| {
+        own_same &= kept.is_some() || slot.is_some();
+        let entry = kept.unwrap_or_else(|| {
             (
                 domain.clone(),
                 Entry {
@@ -45,15 +53,27 @@ pub(super) fn sections(
                     resolved,
                 },
             )
-        }));
+        });
+        next.push(entry);
     }
-    memo.0 = next;
-    // Roughly 200 bytes per backend: one allocation for 10,000 domains.
-    let mut out = String::with_capacity(state.domains.len() * 256);
-    for (_, entry) in memo.0.iter().filter(|(_, e)| e.slot.is_none()) {
-        out.push_str(&entry.text);
+    own_same &= last.all(|(_, e)| e.slot.is_some());
+    memo.entries = next;
+    if !own_same {
+        memo.own = memo
+            .entries
+            .iter()
+            .filter(|(_, e)| e.slot.is_none())
+            .map(|(_, e)| e.text.as_str())
+            .collect();
     }
-    slot_sections(&mut out, state, &memo.0);
+    let mut out = if lasting {
+        let mut out = String::with_capacity(memo.own.len() + 4096);
+        out.push_str(&memo.own);
+        out
+    } else {
+        std::mem::take(&mut memo.own)
+    };
+    slot_sections(&mut out, state, &memo.entries);
     out
 }
 
@@ -61,7 +81,11 @@ pub(super) fn sections(
 /// render at 10,000 domains formats ~1.5 MB of server lines, most of them unchanged from one
 /// apply to the next. Owned by whoever renders repeatedly (the apply), empty at first.
 #[derive(Debug, Default)]
-pub struct Sections(Vec<(Domain, Entry)>);
+pub struct Sections {
+    entries: Vec<(Domain, Entry)>,
+    /// The texts of the entries in backends of their own, joined in domain order.
+    own: String,
+}
 
 #[derive(Debug)]
 struct Entry {

@@ -240,7 +240,13 @@ fn routes<'s>(
 
 /// The data files: maps and the trusted-proxy list, one entry per line.
 fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> Vec<u8> {
-    let mut out = format!("# {HEADER}\n");
+    // A route line is ~50 bytes: the host maps grow without a copy of what they hold.
+    let lines = match id {
+        FileId::HostsMap | FileId::WildcardsMap => routes.len(),
+        _ => 0,
+    };
+    let mut out = String::with_capacity(HEADER.len() + 3 + lines * 56);
+    let _ = writeln!(out, "# {HEADER}");
     match id {
         FileId::HostsMap => {
             for (domain, backend) in routes.iter().filter(|(d, _)| !d.is_wildcard()) {
