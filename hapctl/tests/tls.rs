@@ -1058,16 +1058,37 @@ fn acme_dns01_issues_a_wildcard_through_the_hook() {
 
     // A challenge the CA refuses (the hook publishes nothing): the renewal fails, the
     // wildcard keeps serving, the error is shown.
+    // Pebble reuses a valid authorization one order in a hundred even at
+    // PEBBLE_AUTHZREUSE=0 (it makes a new one only when `rand.Intn(100) > percent`), and
+    // authorizations belong to an account: with the account moved away, hapctl registers a
+    // new one, which has none to reuse, so this renewal must prove control and fail.
+    let acme = edge.path("acme");
+    let moved = edge.path("acme-first-account");
+    std::fs::create_dir(&moved).unwrap();
+    for entry in std::fs::read_dir(&acme).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::rename(&p, moved.join(p.file_name().unwrap())).unwrap();
+    }
     edge.set_setting_keys("acme", &[("dns_hook", "/bin/true".to_string())]);
     let out = edge.run(&["cert", "renew", "wildcard.example.test", "--force"]);
-    // Once in CI (HAProxy 3.0 pass, 2026-12-03) this renewal succeeded; not reproduced in 8
-    // runs. Pebble's log says whether it reused an authorization or validated a record.
     assert_eq!(
         out.status.code(),
         Some(1),
         "{}\n{}",
         common::describe(&out),
         pebble.log_tail()
+    );
+    let account_key = |dir: &std::path::Path| {
+        let file = std::fs::read_dir(dir)
+            .unwrap()
+            .next()
+            .expect("an account file");
+        std::fs::read(file.unwrap().path()).unwrap()
+    };
+    assert_ne!(
+        account_key(&acme),
+        account_key(&moved),
+        "a new account was registered"
     );
     let served = probe::verified_handshake(edge.https_addr(), "a.example.test", roots, TIMEOUT)
         .expect("still served after a refused challenge");

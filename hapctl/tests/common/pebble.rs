@@ -17,7 +17,9 @@
 //!   must retry; instant-acme retries twice by itself) and valid authorizations of the same
 //!   account are reused 50 % of the time (an order may come back `ready`, an authorization
 //!   already `valid`). `start_with_env` can turn them off (`PEBBLE_WFE_NONCEREJECT=0`,
-//!   `PEBBLE_AUTHZREUSE=0`). `PEBBLE_VA_NOSLEEP=1` is always set (no random 0-5 s sleeps).
+//!   `PEBBLE_AUTHZREUSE=0`; even then one order in a hundred reuses one, as Pebble makes a new
+//!   authorization only when `rand.Intn(100) > percent`: a test that needs a fresh challenge
+//!   uses a fresh account). `PEBBLE_VA_NOSLEEP=1` is always set (no random 0-5 s sleeps).
 //!
 //! Everything started here is stopped on drop (SIGTERM, then SIGKILL after a grace), also when
 //! the test panics, and the temp dir is removed. Every external command and socket read is
