@@ -180,19 +180,28 @@ impl fmt::Display for Exit {
     }
 }
 
-/// Reaps `pid` when it is this process's child and has ended (a zombie looks alive to
-/// kill(2)). `None` while it runs, or when it is not our child.
-fn reap(pid: i32) -> Option<Exit> {
+/// What `waitpid` says of a PID.
+enum Reap {
+    /// This process's child, and it ended (it is reaped now).
+    Exited(Exit),
+    /// This process's child, not ended yet: still running, or still exiting (a zombie looks
+    /// alive to kill(2); a killed master can take seconds to become one under I/O load).
+    Child,
+    /// Not this process's child: only kill(2) and /proc can tell.
+    NotOurs,
+}
+
+fn reap(pid: i32) -> Reap {
     let mut status = 0;
     // SAFETY: waitpid with WNOHANG on one PID; ECHILD (not our child) is harmless.
-    let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid;
-    reaped.then(|| {
-        if libc::WIFSIGNALED(status) {
-            Exit::Signal(libc::WTERMSIG(status))
-        } else {
-            Exit::Code(libc::WEXITSTATUS(status))
+    match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+        0 => Reap::Child,
+        p if p == pid && libc::WIFSIGNALED(status) => {
+            Reap::Exited(Exit::Signal(libc::WTERMSIG(status)))
         }
-    })
+        p if p == pid => Reap::Exited(Exit::Code(libc::WEXITSTATUS(status))),
+        _ => Reap::NotOurs,
+    }
 }
 
 impl Edge {
@@ -248,24 +257,24 @@ impl Edge {
     /// hapctl once it answers).
     pub fn look_at_master(&self, last: Option<Watched>) -> Look {
         let dead = match last {
-            Some(w) => {
-                let mut exit = reap(w.pid);
-                if exit.is_none() {
-                    if w.alive() {
-                        return Look::Running(w);
-                    }
-                    // It died between the two looks: a zombie now, with its status to take.
-                    exit = reap(w.pid);
-                }
-                Some((w.pid, exit))
-            }
+            Some(w) => match reap(w.pid) {
+                Reap::Exited(exit) => Some((w.pid, Some(exit))),
+                // Ours and not reapable yet: whatever /proc says, it has not finished exiting.
+                // The next look takes its status (a restart now would only wait for it).
+                Reap::Child => return Look::Running(w),
+                Reap::NotOurs if w.alive() => return Look::Running(w),
+                Reap::NotOurs => Some((w.pid, None)),
+            },
             // A master that died before this loop saw it: the pidfile still names it. Not
             // checked for life here: it may still be dying now and gone when the master is
             // looked for below, and the name is used only when none is found.
             None => std::fs::read_to_string(&self.settings.paths.pidfile)
                 .ok()
                 .and_then(|text| text.trim().parse().ok())
-                .map(|pid| (pid, reap(pid))),
+                .map(|pid| match reap(pid) {
+                    Reap::Exited(exit) => (pid, Some(exit)),
+                    Reap::Child | Reap::NotOurs => (pid, None),
+                }),
         };
         let what = match dead {
             Some((pid, exit)) => {
@@ -536,5 +545,40 @@ impl Edge {
             stop_requested: self.stop_requested(),
             daemon,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    // The child is reaped by `reap`, the function under test, not by `Child::wait`.
+    #[allow(clippy::zombie_processes)]
+    fn reap_tells_a_running_child_its_signal_and_a_process_not_ours() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(matches!(reap(pid), Reap::Child));
+        crate::process::send_signal(pid, libc::SIGKILL).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let exit = loop {
+            match reap(pid) {
+                Reap::Exited(exit) => break exit,
+                Reap::Child if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    panic!("the killed child was not reaped with its status");
+                }
+            }
+        };
+        assert_eq!(exit.to_string(), "exited (signal 9)");
+        // Reaped once: a second look finds no child of ours.
+        assert!(matches!(reap(pid), Reap::NotOurs));
+        assert!(matches!(reap(1), Reap::NotOurs));
     }
 }
