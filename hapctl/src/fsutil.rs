@@ -20,7 +20,9 @@ pub const DEFAULT_MODE: u32 = 0o644;
 /// Replaces `path` with `bytes` atomically, creating parent folders. The file keeps its mode
 /// if it existed; otherwise it gets `new_mode`.
 pub fn write_atomic(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<()> {
-    Staged::write(path, bytes, new_mode)?.put()?;
+    // The old file is freed before the folder sync: freed after it, it costs another journal
+    // wait (measured).
+    drop(Staged::write(path, bytes, new_mode)?.put()?);
     sync_parent(path)
 }
 
@@ -56,7 +58,7 @@ pub fn write_atomic_stages(stages: &[&[FileWrite]]) -> io::Result<()> {
     for stage in stages {
         let mut folders: Vec<&Path> = vec![];
         for f in stage.iter() {
-            staged.next().expect("one staged file per write").put()?;
+            drop(staged.next().expect("one staged file per write").put()?);
             let folder = parent(f.path);
             if !folders.contains(&folder) {
                 folders.push(folder);
@@ -110,13 +112,26 @@ impl Staged {
     }
 
     /// Renames the temp file over its target: every reader sees the new bytes from now on;
-    /// after a power cut too once the folder is synced ([`sync_parent`]).
-    pub fn put(mut self) -> io::Result<()> {
+    /// after a power cut too once the folder is synced ([`sync_parent`]). Returns the file it
+    /// replaced, still open: see [`Replaced`].
+    pub fn put(mut self) -> io::Result<Replaced> {
+        // Opened before the rename so that the rename only unlinks it. Not being able to open
+        // it costs time, not safety.
+        let old = File::open(&self.target).ok();
         fs::rename(&self.tmp, &self.target)?;
         // Nothing left for the drop to remove.
         self.tmp = PathBuf::new();
-        Ok(())
+        Ok(Replaced { _old: old })
     }
+}
+
+/// The file a [`Staged::put`] replaced, held open: its inode is freed when this drops. On
+/// ext4 freeing the inode of a file just synced waits for the journal (0.2–4 ms measured on
+/// these VMs, the whole cost of a rename over it), so a caller in a hurry drops this after
+/// what it hurries for.
+#[must_use = "dropping it at once frees the old file now; hold it to free it later"]
+pub struct Replaced {
+    _old: Option<File>,
 }
 
 impl Drop for Staged {

@@ -80,6 +80,8 @@ impl Runtime<'_> {
     }
 
     /// Runs `steps` on the current worker (again after each reload that raced with them).
+    /// Called once the files are in place: a reload the master has not counted yet when it
+    /// answers the check beside the steps reads the new files.
     pub fn enforce(&self, steps: &[Step], before: Option<ProcList>) -> Result<Outcome, BlockError> {
         let Some(mut seen) = before else {
             return Ok(Outcome::Done(Enforcement::NotRunning, None));
@@ -87,7 +89,14 @@ impl Runtime<'_> {
         let deadline = Instant::now() + self.settings.haproxy.reload_timeout;
         let mut first = true;
         loop {
-            let result = retry_transient(deadline, || self.run(&seen, steps, first));
+            // The check for a racing reload needs only the files in place, not the steps done:
+            // it runs beside them.
+            let (result, now) = std::thread::scope(|s| {
+                let now = s.spawn(|| self.procs());
+                let result = retry_transient(deadline, || self.run(&seen, steps, first));
+                let now = now.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (result, now)
+            });
             match result {
                 Ok(()) => {}
                 // Reloading would not help: the files it would read do not declare the map.
@@ -98,7 +107,7 @@ impl Runtime<'_> {
                 Err(Failure::Transient(e) | Failure::Final(e)) => return Ok(Outcome::Failed(e)),
             }
             first = false;
-            match self.procs() {
+            match now {
                 Some(now)
                     if now.master.reloads != seen.master.reloads && Instant::now() < deadline =>
                 {

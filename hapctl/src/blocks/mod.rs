@@ -231,7 +231,7 @@ impl<'a> Blocks<'a> {
         let old_delta = std::mem::take(&mut cache.delta);
         // The master's processes are seen before the files change: a reload that starts later
         // reads the new files.
-        let (before, steps, unsynced) = if plan == Plan::Delta {
+        let (before, steps, replaced) = if plan == Plan::Delta {
             cache.delta = &(&old_delta | &touched.new) - &touched.gone;
             let old = cache.delta_bytes().to_vec();
             // The commit, the new delta map's temp file and the master's process list do not
@@ -244,16 +244,17 @@ impl<'a> Blocks<'a> {
                 || files.stage_delta(&cache.delta, &old),
             )?;
             fault::point("block-after-commit");
-            let unsynced = staged.is_some();
-            if let Some(staged) = staged {
-                staged.put().map_err(|source| BlockError::Write {
-                    path: files.delta.display().to_string(),
-                    source,
-                })?;
-            }
+            let replaced = staged
+                .map(|staged| {
+                    staged.put().map_err(|source| BlockError::Write {
+                        path: files.delta.display().to_string(),
+                        source,
+                    })
+                })
+                .transpose()?;
             cache.wrote(None, bytes);
             fault::point("block-after-files");
-            (before, delta_steps(cache, &touched), unsynced)
+            (before, delta_steps(cache, &touched), replaced)
         } else {
             let before = runtime.procs();
             tx.commit()?;
@@ -264,10 +265,16 @@ impl<'a> Blocks<'a> {
                 Plan::Fold => fold_steps(cache, &old_delta, &touched),
                 _ => whole_steps(cache),
             };
-            (before, steps, false)
+            (before, steps, None)
         };
         let enforced = std::thread::scope(|s| {
-            let synced = unsynced.then(|| s.spawn(|| files.sync_delta_folder()));
+            // The old delta map is freed off the worker's path too (see `fsutil::Replaced`).
+            let synced = replaced.map(|old| {
+                s.spawn(|| {
+                    drop(old);
+                    files.sync_delta_folder()
+                })
+            });
             let enforced = self.enforce(&runtime, cache, &files, &steps, &touched, before);
             if let Some(synced) = synced {
                 synced
