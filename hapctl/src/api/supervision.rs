@@ -71,12 +71,15 @@ impl Drop for Supervision {
 
 /// Starts the loop on its own connection. `HAProxy` has been started (or left stopped) by then.
 pub fn start(state_dir: &Path, metrics: Arc<Metrics>) -> Result<Supervision, EdgeError> {
-    let edge = Edge::open(state_dir)?;
+    let mut watch = Watch::new(Edge::open(state_dir)?, metrics);
+    // The first look before `serve` goes on, not after the thread's first pause and state
+    // file write (an fsync, slow under I/O load): a master killed from here on is one the loop
+    // already watches, so the status it is reaped with says how it ended.
+    watch.tick(Instant::now());
     let (stop, stopped) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("haproxy-supervisor".into())
         .spawn(move || {
-            let mut watch = Watch::new(edge, metrics);
             watch.publish();
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(POLL) {
                 watch.tick(Instant::now());
