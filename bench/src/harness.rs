@@ -67,16 +67,26 @@ impl Edge {
             dir,
         };
         edge.ok(&["init", "--http-bind", &format!("127.0.0.1:{port}")])?;
+        // Never the built-in ports: benches and suites may run beside each other.
+        let log_listen = SocketAddr::from((Ipv4Addr::LOCALHOST, sys::free_port()?));
         let path = state_dir.join("hapctl.toml");
-        let text = std::fs::read_to_string(&path)?;
-        let builtin = "https_bind = \"127.0.0.1:8443\"";
-        if !text.contains(builtin) {
-            bail!("{} has no line {builtin}", path.display());
+        let mut text = std::fs::read_to_string(&path)?;
+        for (builtin, ours) in [
+            (
+                "https_bind = \"127.0.0.1:8443\"",
+                format!("https_bind = \"{https}\""),
+            ),
+            (
+                "listen = \"127.0.0.1:601\"",
+                format!("listen = \"{log_listen}\""),
+            ),
+        ] {
+            if !text.contains(builtin) {
+                bail!("{} has no line {builtin}", path.display());
+            }
+            text = text.replacen(builtin, &ours, 1);
         }
-        std::fs::write(
-            &path,
-            text.replacen(builtin, &format!("https_bind = \"{https}\""), 1),
-        )?;
+        std::fs::write(&path, text)?;
         edge.settings = Settings::load(&state_dir)?;
         if edge.settings.edge.https_bind != Some(https) {
             bail!(

@@ -1,6 +1,6 @@
 //! logs: access-log lines lost under load (issue 10 target: 0 at 20,000 requests/s), on an
-//! edge with `hapctl serve` receiving the log as in production (HAProxy's ring → unix stream
-//! socket → rotating file).
+//! edge with `hapctl serve` receiving the log as in production (HAProxy's ring → loopback TCP
+//! → rotating file).
 //!
 //! Each phase runs kept-alive clients in a closed loop, every client on its own path
 //! (`/logs/PHASE/CLIENT`), and counts the answers it got; then it counts the lines of the

@@ -23,6 +23,7 @@ mod deliver;
 mod domain_add;
 mod fixture;
 mod harness;
+mod log_idle;
 mod logs;
 mod mixed_changes;
 mod protect;
@@ -121,6 +122,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "log-idle",
+        about: "HAProxy's CPU on an idle edge while nothing takes the access log, with `hapctl serve`, and with the unix socket of before (same run)",
+        run: log_idle::run,
+        long: false,
+    },
+    Section {
         name: "certs",
         about: "TLS: `hapctl cert import` to served at 10/100/1,000 certificates, haproxy -c and start with 1,000, handshakes/s during 100 renewals, daemon RSS",
         run: certs::run,
@@ -144,7 +151,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, waf, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, log-idle, waf, and (long, only with --only or --all) certs, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {

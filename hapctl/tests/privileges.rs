@@ -2,8 +2,8 @@
 //! tests run as root), the master stays root and every worker — the first and the one a reload
 //! makes — runs as `haproxy`, while everything the edge does at runtime still works: serving,
 //! reloads (the master re-reads the 0600 certificates as root), certificate imports through
-//! the admin socket, blocks and maps at runtime, and the access log written by the
-//! unprivileged worker to the socket `hapctl serve` binds.
+//! the admin socket, blocks and maps at runtime, and the access log the unprivileged worker
+//! sends to `hapctl serve`, which admits its user (and no other, `hapctl::logs`).
 
 mod common;
 
@@ -143,9 +143,8 @@ fn assert_file_modes(edge: &Edge) {
 fn workers_drop_to_the_configured_user_and_the_edge_keeps_working() {
     let haproxy = account("haproxy");
     let edge = Edge::new();
-    // HAProxy's group must traverse the state dir to the log socket (`hapctl serve` refuses
-    // to start otherwise): searchable, not listable.
-    std::fs::set_permissions(edge.state_dir(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    // The workers reach nothing in the state dir: it stays closed to them.
+    std::fs::set_permissions(edge.state_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
     edge.set_setting_keys("haproxy", &[("user", "haproxy".to_string())]);
     edge.ok(&["haproxy", "start"]);
     let live = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap();
@@ -157,15 +156,8 @@ fn workers_drop_to_the_configured_user_and_the_edge_keeps_working() {
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
     assert_eq!(edge.get(SHOP, "/").status, 200);
 
-    // The access log: the unprivileged worker writes to the socket `hapctl serve` binds.
+    // The access log: `hapctl serve` admits the unprivileged worker's connection.
     let _daemon = Daemon::start(&edge);
-    let socket = std::fs::metadata(edge.path("run/log.sock")).unwrap();
-    assert_eq!(
-        socket.gid(),
-        haproxy.1,
-        "the log socket has the workers' group"
-    );
-    assert_eq!(socket.permissions().mode() & 0o777, 0o660);
     let r = edge.get(SHOP, "/logged-before-reload");
     assert_eq!(r.status, 200);
     assert!(
@@ -246,25 +238,7 @@ fn an_empty_user_keeps_the_workers_root_and_an_unknown_one_is_refused() {
 }
 
 #[test]
-fn serve_refuses_a_log_socket_the_workers_cannot_reach() {
-    let edge = Edge::new();
-    edge.set_setting_keys("haproxy", &[("user", "haproxy".to_string())]);
-    // A state dir the workers cannot search: they could never send a line.
-    std::fs::set_permissions(edge.state_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let out = common::run_bounded(
-        edge.command(&["serve", "--listen", "127.0.0.1:0"]),
-        Duration::from_secs(20),
-    );
-    assert!(!out.status.success(), "{}", describe(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("cannot reach the access-log socket"),
-        "{stderr}"
-    );
-}
-
-#[test]
-fn chrooted_workers_serve_and_log_to_syslog() {
+fn chrooted_workers_serve_and_log_to_the_file_and_to_syslog() {
     let haproxy = account("haproxy");
     let edge = Edge::new();
     let syslog = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -275,7 +249,7 @@ fn chrooted_workers_serve_and_log_to_syslog() {
     std::fs::create_dir(&jail).unwrap();
     std::fs::set_permissions(&jail, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    // chroot with the socket target is refused, naming the key.
+    // chroot with journald is refused, naming the key: /dev/log is not in the jail.
     edge.set_setting_keys(
         "haproxy",
         &[
@@ -283,16 +257,17 @@ fn chrooted_workers_serve_and_log_to_syslog() {
             ("chroot", jail.display().to_string()),
         ],
     );
+    edge.set_setting_keys("logs", &[("target", "journald".to_string())]);
     let out = edge.run(&["haproxy", "start"]);
     assert!(!out.status.success(), "{}", describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("haproxy.chroot") && stderr.contains("syslog"),
+        stderr.contains("haproxy.chroot") && stderr.contains("journald"),
         "{stderr}"
     );
 
-    let target = format!("syslog:{}", syslog.local_addr().unwrap());
-    edge.set_setting_keys("logs", &[("target", target)]);
+    // The file target: TCP needs nothing inside the jail.
+    edge.set_setting_keys("logs", &[("target", "file".to_string())]);
     edge.ok(&["haproxy", "start"]);
     let live = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap();
     assert!(
@@ -308,7 +283,18 @@ fn chrooted_workers_serve_and_log_to_syslog() {
 
     let app = Backend::start("ok");
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
-    edge.ok(&["haproxy", "reload"]);
+    let daemon = Daemon::start(&edge);
+    assert_eq!(edge.get(SHOP, "/jailed-file").status, 200);
+    assert!(
+        wait_for_log_line(&edge, "/jailed-file"),
+        "no access-log line from the chrooted worker"
+    );
+    drop(daemon);
+
+    let target = format!("syslog:{}", syslog.local_addr().unwrap());
+    edge.set_setting_keys("logs", &[("target", target)]);
+    // Renders the new log line and reloads.
+    edge.ok(&["apply"]);
     assert_workers_run_as(&edge, haproxy);
     assert_eq!(edge.get(SHOP, "/jailed").status, 200);
     let mut buf = [0u8; 65536];

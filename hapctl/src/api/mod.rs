@@ -256,11 +256,11 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
         Some(token)
     };
 
-    // The access-log socket is read before HAProxy may start, so its first lines are kept.
+    // The access log is read before HAProxy may start, so its first lines are kept.
     let _access_log = match edge.settings.logs.target {
         crate::settings::LogTarget::File => Some(crate::logs::Receiver::start(
             &edge.settings.logs,
-            edge.settings.haproxy.privileges.worker_group(),
+            edge.settings.haproxy.privileges.worker_user(),
         )?),
         _ => None,
     };

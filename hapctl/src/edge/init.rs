@@ -33,8 +33,6 @@ const DEBIAN: &[(&str, &str)] = &[
     ("master_socket", "/run/haproxy-master.sock"),
     ("admin_socket", "/run/haproxy/admin.sock"),
     ("pidfile", "/run/haproxy.pid"),
-    // HAProxy's workers (user haproxy) connect to it: the state directory stays 0700.
-    ("socket", "/run/hapctl/log.sock"),
 ];
 
 /// Creates the state directory: settings, database and folders. `http_bind` replaces the
@@ -169,7 +167,7 @@ mod tests {
         assert_eq!(p.pidfile, Path::new("/run/haproxy.pid"));
         // /run/haproxy is the package's own folder (tmpfiles.d, 2775 haproxy).
         assert_eq!(p.admin_socket, Path::new("/run/haproxy/admin.sock"));
-        assert_eq!(s.logs.socket, Path::new("/run/hapctl/log.sock"));
+        assert_eq!(s.logs.listen.to_string(), "127.0.0.1:601");
         for state in [
             &p.database,
             &p.blocks_database,

@@ -21,7 +21,8 @@ pub(super) struct Ring {
     name: &'static str,
     maxlen: u32,
     size: u64,
-    socket: String,
+    /// `ipv4@IP:PORT` or `ipv6@IP:PORT`: HAProxy reads the last colon as the port's.
+    server: String,
 }
 
 pub(super) fn ring(logs: &LogSettings) -> Option<Ring> {
@@ -29,7 +30,10 @@ pub(super) fn ring(logs: &LogSettings) -> Option<Ring> {
         name: LOG_RING,
         maxlen: LOG_LEN,
         size: logs.buffer,
-        socket: logs.socket.display().to_string(),
+        server: match logs.listen {
+            std::net::SocketAddr::V4(a) => format!("ipv4@{}:{}", a.ip(), a.port()),
+            std::net::SocketAddr::V6(a) => format!("ipv6@{}:{}", a.ip(), a.port()),
+        },
     })
 }
 
@@ -71,7 +75,7 @@ mod tests {
     fn each_target_has_its_log_line() {
         let mut logs = LogSettings {
             target: LogTarget::File,
-            socket: PathBuf::from("/srv/run/log.sock"),
+            listen: "127.0.0.1:601".parse().unwrap(),
             file: PathBuf::from("/srv/logs/access.log"),
             max_size: 1 << 20,
             keep: 2,
@@ -81,6 +85,9 @@ mod tests {
             log_line(&logs),
             "ring@hapctl_access len 16384 format raw local0 info"
         );
+        assert_eq!(ring(&logs).unwrap().server, "ipv4@127.0.0.1:601");
+        logs.listen = "[::1]:7000".parse().unwrap();
+        assert_eq!(ring(&logs).unwrap().server, "ipv6@::1:7000");
         logs.target = LogTarget::Syslog {
             host: "10.0.0.5".into(),
             port: 514,

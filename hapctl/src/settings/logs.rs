@@ -1,14 +1,14 @@
 //! `[logs]`: where HAProxy's access log goes.
 //!
 //! `file` (the default): HAProxy writes each line to a `ring` of `buffer` bytes and streams
-//! the ring to a unix socket that `hapctl serve` owns and writes to a rotated file
-//! (`crate::logs`). Without a running `hapctl serve` the lines wait in the ring and are sent
+//! the ring over loopback TCP to `listen`, where `hapctl serve` reads it and writes a rotated
+//! file (`crate::logs`). Without a running `hapctl serve` the lines wait in the ring and are sent
 //! when it connects; once the ring is full its oldest lines are overwritten. Requests are
 //! never affected.
 //! `syslog:HOST:PORT` sends RFC 5424 over UDP; `journald` sends to `/dev/log`, which systemd's
 //! journal reads on a systemd host.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -18,9 +18,14 @@ use crate::model::bounded;
 /// The datagram socket systemd's journal (and any syslog daemon) reads.
 pub const DEV_LOG: &str = "/dev/log";
 
+/// Where `hapctl serve` takes the access log by default: IANA's port for syslog over TCP,
+/// below 1024, so only root can listen there. On a higher port another local user could take
+/// it while `hapctl serve` is down, and HAProxy would send them the access log.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:601";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogTarget {
-    /// The socket `hapctl serve` reads, written to `LogSettings::file`.
+    /// `LogSettings::listen`, which `hapctl serve` reads and writes to `LogSettings::file`.
     File,
     /// A syslog server over UDP, `HOST:PORT` (an IPv6 host in brackets).
     Syslog { host: String, port: u16 },
@@ -31,8 +36,10 @@ pub enum LogTarget {
 #[derive(Debug, Clone)]
 pub struct LogSettings {
     pub target: LogTarget,
-    /// The unix stream socket HAProxy's ring is forwarded to (target `file`).
-    pub socket: PathBuf,
+    /// The loopback address HAProxy's ring is forwarded to (target `file`). TCP, not a unix
+    /// socket: HAProxy 2.6 retries a unix connect that fails at once (no reader) in a busy
+    /// loop, a whole core while `hapctl serve` is down; a refused TCP connect waits 1 s.
+    pub listen: SocketAddr,
     /// The access log `hapctl serve` writes; rotated files are `FILE.1` (newest) … `FILE.keep`.
     pub file: PathBuf,
     /// A file is rotated before a line would make it larger than this.
@@ -48,7 +55,9 @@ pub struct LogSettings {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLogs {
     target: Option<String>,
-    socket: Option<PathBuf>,
+    listen: Option<String>,
+    /// The unix socket of earlier versions: refused with a message naming `listen`.
+    socket: Option<serde::de::IgnoredAny>,
     file: Option<PathBuf>,
     max_size: Option<String>,
     keep: Option<u32>,
@@ -104,26 +113,44 @@ pub(super) fn resolve_logs(
     if keep > MAX_KEEP {
         return Err(err("keep", format!("{keep} is more than {MAX_KEEP} files")));
     }
-    let socket = resolve(raw.socket.unwrap_or_else(|| PathBuf::from("run/log.sock")));
-    super::check_config_path(&socket).map_err(|m| err("socket", m))?;
-    // sockaddr_un holds 108 bytes with the final NUL.
-    if socket.as_os_str().len() > 107 {
+    if raw.socket.is_some() {
         return Err(err(
             "socket",
-            format!(
-                "{:?} is longer than the 107 bytes of a unix socket path",
-                bounded(&socket.display().to_string())
-            ),
+            format!("is no longer used: HAProxy sends the access log over loopback TCP; replace the line with listen = \"{DEFAULT_LISTEN}\" (or another free loopback port)"),
         ));
     }
+    let listen = parse_listen(raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN))
+        .map_err(|m| err("listen", m))?;
     Ok(LogSettings {
         target,
-        socket,
+        listen,
         file: resolve(raw.file.unwrap_or_else(|| PathBuf::from("logs/access.log"))),
         max_size,
         keep,
         buffer,
     })
+}
+
+/// A loopback `IP:PORT`: only local processes may reach it, and `hapctl serve` still checks
+/// who they are (`crate::logs`).
+fn parse_listen(addr: &str) -> Result<SocketAddr, String> {
+    let listen: SocketAddr = addr.parse().map_err(|_| {
+        format!(
+            "{:?} is not an IP:PORT address such as \"{DEFAULT_LISTEN}\"",
+            bounded(addr)
+        )
+    })?;
+    if !listen.ip().is_loopback() {
+        return Err(format!(
+            "{listen} is not a loopback address: the access log must stay on this host (127.0.0.1 or [::1])"
+        ));
+    }
+    if listen.port() == 0 {
+        return Err(format!(
+            "{listen}: the port must be fixed (not 0): HAProxy's configuration names it"
+        ));
+    }
+    Ok(listen)
 }
 
 /// `HOST:PORT`: an IPv4 address, `[IPv6]` or a DNS name, and a port 1-65535.
@@ -207,6 +234,7 @@ mod tests {
         let s = logs(RawLogs::default()).unwrap();
         assert_eq!(s.target, LogTarget::File);
         assert_eq!(s.file, PathBuf::from("/srv/logs/access.log"));
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!((s.max_size, s.keep, s.buffer), (100 << 20, 5, 16 << 20));
         let target = |t: &str| {
             logs(RawLogs {
@@ -237,6 +265,37 @@ mod tests {
             let (key, m) = target(bad).unwrap_err();
             assert_eq!(key, "logs.target", "{bad}: {m}");
         }
+    }
+
+    #[test]
+    fn the_listener_is_a_fixed_loopback_port_and_the_old_socket_key_says_so() {
+        let listen = |l: &str| {
+            logs(RawLogs {
+                listen: Some(l.into()),
+                ..RawLogs::default()
+            })
+            .map(|s| s.listen)
+        };
+        assert_eq!(
+            listen("127.0.0.2:7000").unwrap().to_string(),
+            "127.0.0.2:7000"
+        );
+        assert_eq!(listen("[::1]:7000").unwrap().to_string(), "[::1]:7000");
+        for (bad, says) in [
+            ("0.0.0.0:9514", "loopback"),
+            ("10.0.0.5:9514", "loopback"),
+            ("127.0.0.1:0", "fixed"),
+            ("localhost:9514", "IP:PORT"),
+            ("127.0.0.1", "IP:PORT"),
+        ] {
+            let (key, m) = listen(bad).unwrap_err();
+            assert_eq!(key, "logs.listen", "{bad}");
+            assert!(m.contains(says), "{bad}: {m}");
+        }
+        let old: RawLogs = toml::from_str("socket = \"run/log.sock\"").unwrap();
+        let (key, m) = logs(old).unwrap_err();
+        assert_eq!(key, "logs.socket");
+        assert!(m.contains("listen = \"127.0.0.1:601\""), "{m}");
     }
 
     #[test]

@@ -243,7 +243,7 @@ reload_timeout = "30s"
 start_timeout = "30s"
 # When the master starts as root, its workers drop to this user and group ("" = stay as the
 # starting user; group defaults to the user's primary group). `hapctl init` writes "haproxy"
-# when that user exists. chroot (optional) needs [logs] target = "syslog:HOST:PORT".
+# when that user exists. chroot (optional) cannot be used with [logs] target = "journald".
 user = ""
 # group = "haproxy"
 # chroot = "/var/empty"
@@ -292,12 +292,13 @@ order_timeout = "180s"
 
 [logs]
 # Access log, one JSON line per request. "file": HAProxy keeps the lines in a ring of `buffer`
-# bytes (per HAProxy process) and streams it to `socket`, which `hapctl serve` reads and writes
-# to `file` (rotated at max_size, `keep` old files). While `hapctl serve` is down the lines wait
+# bytes (per HAProxy process) and streams it over TCP to `listen` (loopback only), which
+# `hapctl serve` reads, from HAProxy's own user only, and writes to `file` (rotated at
+# max_size, `keep` old files). While `hapctl serve` is down the lines wait
 # in the ring; the oldest are lost once it is full (requests are never affected).
 # Or "syslog:HOST:PORT" (RFC 5424 over UDP) or "journald" (/dev/log, systemd hosts).
 target = "file"
-socket = "run/log.sock"
+listen = "127.0.0.1:601"
 file = "logs/access.log"
 max_size = "100MiB"
 keep = 5

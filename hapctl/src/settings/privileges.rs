@@ -9,9 +9,9 @@
 //! user.
 //!
 //! Only the workers drop: the master stays root and reads the configuration, maps, pages and
-//! certificates (0600 root) at start and at every reload. Workers only write to the access-log
-//! socket (`hapctl serve` gives it the worker's group, see `crate::logs`) and answer on sockets
-//! the master bound; certificates reach them through the admin socket, never as files.
+//! certificates (0600 root) at start and at every reload. Workers only send the access log to
+//! `hapctl serve` over loopback TCP (which admits the workers' user, see `crate::logs`) and
+//! answer on sockets the master bound; certificates reach them through the admin socket, never as files.
 
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
@@ -49,9 +49,9 @@ impl Privileges {
         }
     }
 
-    /// The group the workers write to the access-log socket with, when they drop.
-    pub fn worker_group(&self) -> Option<u32> {
-        self.effective().group.map(|g| g.id)
+    /// The user the workers send the access log as, when they drop.
+    pub fn worker_user(&self) -> Option<u32> {
+        self.effective().user.map(|u| u.id)
     }
 }
 
@@ -139,12 +139,12 @@ pub(super) fn resolve(
                     format!("{} is not an existing directory", path.display()),
                 ));
             }
-            // Workers open unix log sockets by path at each line, inside the chroot: the
-            // access-log socket and /dev/log are not there. UDP syslog needs no file.
-            if !matches!(logs.target, LogTarget::Syslog { .. }) {
+            // Workers open /dev/log by path at each line, inside the chroot, where it is not.
+            // The `file` target (TCP) and UDP syslog need no file.
+            if logs.target == LogTarget::Journald {
                 return Err(err(
                     "chroot",
-                    "needs [logs] target = \"syslog:HOST:PORT\": chrooted workers cannot reach the access-log socket or /dev/log".into(),
+                    "cannot be used with [logs] target = \"journald\": chrooted workers cannot reach /dev/log; use \"file\" or \"syslog:HOST:PORT\"".into(),
                 ));
             }
             Some(path)
@@ -275,7 +275,7 @@ mod tests {
     fn logs(target: LogTarget) -> LogSettings {
         LogSettings {
             target,
-            socket: "/srv/run/log.sock".into(),
+            listen: "127.0.0.1:601".parse().unwrap(),
             file: "/srv/logs/access.log".into(),
             max_size: 1 << 20,
             keep: 1,
@@ -313,7 +313,7 @@ mod tests {
                 ..Privileges::default()
             }
         );
-        assert_eq!(none.worker_group(), None);
+        assert_eq!(none.worker_user(), None);
     }
 
     #[test]
@@ -349,16 +349,16 @@ mod tests {
             )),
             "haproxy.chroot"
         );
-        for target in [LogTarget::File, LogTarget::Journald] {
-            let (k, m) = run(Some("root"), None, Some("/"), target).unwrap_err();
-            assert_eq!(k, "haproxy.chroot");
-            assert!(m.contains("syslog"), "{m}");
-        }
+        let (k, m) = run(Some("root"), None, Some("/"), LogTarget::Journald).unwrap_err();
+        assert_eq!(k, "haproxy.chroot");
+        assert!(m.contains("journald"), "{m}");
         let syslog = LogTarget::Syslog {
             host: "127.0.0.1".into(),
             port: 514,
         };
-        let p = run(Some("root"), None, Some("/"), syslog).unwrap();
-        assert_eq!(p.chroot, Some(PathBuf::from("/")));
+        for target in [LogTarget::File, syslog] {
+            let p = run(Some("root"), None, Some("/"), target).unwrap();
+            assert_eq!(p.chroot, Some(PathBuf::from("/")));
+        }
     }
 }

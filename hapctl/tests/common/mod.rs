@@ -96,11 +96,18 @@ impl Edge {
         };
         let bind = format!("127.0.0.1:{}", edge.port);
         edge.ok(&["init", "--http-bind", &bind]);
-        // Never the built-in 127.0.0.1:8443: suites run in parallel.
+        // Never the built-in 127.0.0.1:8443 and :601: suites run in parallel.
         edge.set_setting_keys(
             "edge",
             &[("https_bind", format!("127.0.0.1:{}", edge.https_port))],
         );
+        let log_port = loop {
+            let p = free_port();
+            if p != port && p != https_port {
+                break p;
+            }
+        };
+        edge.set_setting_keys("logs", &[("listen", format!("127.0.0.1:{log_port}"))]);
         // `init` picks user = "haproxy" where that user exists; the suites keep root workers
         // (as before the setting) unless they opt in, as tests/privileges.rs does.
         edge.set_setting_keys("haproxy", &[("user", String::new())]);

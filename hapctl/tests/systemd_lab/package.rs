@@ -116,6 +116,23 @@ pub(super) fn install_and_adopt() -> Container {
     assert_eq!(master_pid(&c), master, "the adoption replaced the master");
     assert_ne!(c.read("/etc/haproxy/haproxy.cfg"), stock_cfg);
     wait_healthy(&c);
+    // The access log as in production: the workers (user haproxy) send it over loopback TCP
+    // to the daemon (root, port 601), which admits their user and writes it.
+    c.sh(&format!(
+        "curl -s -o /dev/null -m 2 -H 'Host: {SITE}' http://127.0.0.1/logged-in-the-lab"
+    ));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !c
+        .sh("cat /var/lib/hapctl/logs/access.log 2>/dev/null; true")
+        .contains("/logged-in-the-lab")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no access-log line from the stock unit's workers:\n{}",
+            c.sh("journalctl -u hapctl.service --no-pager | tail -20; true")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // The package's sysctl drop-in, and status reporting what the kernel has (a container's
     // /proc/sys may refuse the package's write: then status says "off").
     assert!(c.root().join("usr/lib/sysctl.d/60-hapctl.conf").is_file());
