@@ -9,8 +9,9 @@
 //! down or slow, lines wait there; only when the ring is full are its oldest lines lost. A
 //! datagram socket, the earlier design, dropped every line past `net.unix.max_dgram_qlen`
 //! (10 by default on Linux) queued datagrams: a quarter of them at 20,000 requests/s. A unix
-//! stream socket, the next one, made HAProxy 2.6 spin a core while nobody listened: it retries
-//! a connect that fails at once without waiting, where a refused TCP connect waits 1 s.
+//! stream socket, the next one, made HAProxy (2.6 and 3.0) spin a core while nobody
+//! listened: it retries a connect that fails at once without waiting, where a refused TCP
+//! connect waits 1 s.
 
 mod peer;
 mod receive;

@@ -37,8 +37,9 @@ pub enum LogTarget {
 pub struct LogSettings {
     pub target: LogTarget,
     /// The loopback address HAProxy's ring is forwarded to (target `file`). TCP, not a unix
-    /// socket: HAProxy 2.6 retries a unix connect that fails at once (no reader) in a busy
-    /// loop, a whole core while `hapctl serve` is down; a refused TCP connect waits 1 s.
+    /// socket: HAProxy (2.6, and 3.0 once its ring holds a line) retries a unix connect that
+    /// fails at once (no reader) in a busy loop, a whole core while `hapctl serve` is down; a
+    /// refused TCP connect waits 1 s.
     pub listen: SocketAddr,
     /// The access log `hapctl serve` writes; rotated files are `FILE.1` (newest) … `FILE.keep`.
     pub file: PathBuf,
