@@ -106,6 +106,66 @@ fn expired_blocks_are_lifted_by_the_next_block_change() {
     assert_eq!(edge.get_from(B, "shop.example.com", "/").status, 200);
 }
 
+/// A change whose commit fails (`HAPCTL_FAULT=fail:block-commit`, the error a disk gives)
+/// after the files and the worker took it changes nothing: it is reported, and the files, the
+/// worker's maps and what HAProxy refuses are what the database holds, for a block (delta map),
+/// an unblock of a delta key and an unblock of a base key (both maps rewritten).
+#[test]
+fn a_change_whose_commit_fails_is_undone_in_the_files_and_the_worker() {
+    use common::daemon::runtime_blocked_keys;
+
+    let (edge, _log, _app) = counted_edge();
+    let keys = |list: &[&str]| -> std::collections::BTreeSet<String> {
+        list.iter().map(|k| k.to_string()).collect()
+    };
+    let failing = |args: &[&str], what: &str| {
+        let mut cmd = edge.command(args);
+        cmd.env("HAPCTL_FAULT", "fail:block-commit");
+        let out = common::run_bounded(cmd, std::time::Duration::from_secs(120));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: the change is refused");
+        assert!(
+            stderr.contains("disk I/O error") && stderr.contains("fail:block-commit"),
+            "{what}: the error names the failed commit: {stderr}"
+        );
+        assert!(
+            !edge.path("run/blocks.pending").exists(),
+            "{what}: undone at once, no marker left"
+        );
+    };
+    let expect = |blocked: &[&str], what: &str| {
+        assert_eq!(blocked_map_file_keys(&edge), keys(blocked), "{what}: files");
+        assert_eq!(runtime_blocked_keys(&edge), keys(blocked), "{what}: worker");
+        let listed = edge.ok(&["block", "ls"]);
+        for (ip, client) in [("127.0.0.2", B), ("127.0.0.3", C)] {
+            let held = blocked.contains(&ip);
+            assert_eq!(
+                listed.contains(ip),
+                held,
+                "{what}: database, {ip}: {listed}"
+            );
+            let status = edge.get_from(client, "shop.example.com", "/").status;
+            assert_eq!(status, if held { 403 } else { 200 }, "{what}: {ip} served");
+        }
+    };
+
+    failing(&["block", "add", "127.0.0.2"], "a block");
+    expect(&[], "after a failed block");
+
+    edge.ok(&["block", "add", "127.0.0.2"]);
+    failing(&["block", "rm", "127.0.0.2"], "an unblock of a delta key");
+    expect(&["127.0.0.2"], "after a failed unblock of a delta key");
+
+    // Folded into the base map: its unblock rewrites both maps.
+    edge.ok(&["block", "sync"]);
+    failing(&["block", "rm", "127.0.0.2"], "an unblock of a base key");
+    expect(&["127.0.0.2"], "after a failed unblock of a base key");
+
+    // The edge goes on as before.
+    edge.ok(&["block", "add", "127.0.0.3"]);
+    expect(&["127.0.0.2", "127.0.0.3"], "after the next block");
+}
+
 #[test]
 fn blocks_made_while_haproxy_is_stopped_are_loaded_at_start() {
     let edge = Edge::new();

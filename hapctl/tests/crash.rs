@@ -12,7 +12,7 @@
 //!   SIGKILL at a random instant of the command (`HAPCTL_CRASH_SEED` fixes the changes and the
 //!   kill delays), including `block add` through the block fast path.
 //! - `every_block_crash_point_recovers_to_the_committed_blocks`: the block path's own crash
-//!   points (`block-after-commit`, `-base`, `-files`, `-runtime`), for a block (delta map) and
+//!   points (`block-after-base`, `-files`, `-runtime`, `-commit`), for a block (delta map) and
 //!   an unblock of a base key (both maps), recovered by `hapctl apply` or by the next block.
 //! - Three defects the random kills found, made deterministic: a kill while the reload is in
 //!   flight (the recovery did not reload back), temp files of a kill inside an atomic write
@@ -1144,20 +1144,22 @@ fn a_kill_between_the_block_map_file_and_the_runtime_api_recovers() {
     fx.expect_base("after the recoveries");
 }
 
-/// Every crash point of the block path, in the order a change reaches them. A block lands in
-/// the delta map (`block-after-base` is not on its way); an unblock of a key of the base map
-/// rewrites both files (the fold), and passes every point.
+/// Every crash point of the block path, in the order a change reaches them: the files and the
+/// worker take a change before the database commits it. A block lands in the delta map
+/// (`block-after-base` is not on its way); an unblock of a key of the base map rewrites both
+/// files (the fold), and passes every point.
 const BLOCK_POINTS: [&str; 4] = [
-    "block-after-commit",
     "block-after-base",
     "block-after-files",
     "block-after-runtime",
+    "block-after-commit",
 ];
 
 /// A block change killed at each of its crash points (`HAPCTL_FAULT`), then the next command:
 /// `hapctl apply` (its reconcile) or the next block change (the block path's own recovery).
-/// Every point is after the commit, so the database holds the change; the files, the worker's
-/// maps and what HAProxy enforces must all say the same, with no marker and no temp file left.
+/// Killed before its commit, the change is not in the database and must be gone from the
+/// files, the worker's maps and what HAProxy enforces; killed after it, it must be in all of
+/// them. No marker and no temp file is left.
 #[test]
 fn every_block_crash_point_recovers_to_the_committed_blocks() {
     let fx = Fixture::new();
@@ -1178,6 +1180,13 @@ fn every_block_crash_point_recovers_to_the_committed_blocks() {
             if !reaches {
                 continue;
             }
+            // Whether the database blocks 127.0.0.3 after the kill: the change only once
+            // committed.
+            let held = if point == "block-after-commit" {
+                blocks
+            } else {
+                !blocks
+            };
             for recovery in ["apply", "next block"] {
                 if !blocks {
                     // The key to remove sits in the base map: added, then folded by a sync.
@@ -1213,10 +1222,10 @@ fn every_block_crash_point_recovers_to_the_committed_blocks() {
                 let db = block_keys(&edge.ok(&["block", "ls", "--json"]));
                 assert_eq!(
                     db.iter().any(|k| k.contains("127.0.0.3")),
-                    blocks,
-                    "{what}: the database holds the change"
+                    held,
+                    "{what}: the database holds the change once committed"
                 );
-                let want: BTreeSet<String> = if blocks {
+                let want: BTreeSet<String> = if held {
                     ["127.0.0.3".to_string()].into()
                 } else {
                     BTreeSet::new()
@@ -1227,14 +1236,14 @@ fn every_block_crash_point_recovers_to_the_committed_blocks() {
                     want,
                     "{what}: the worker's maps"
                 );
-                assert_eq!(blocked(), blocks, "{what}: what HAProxy enforces");
+                assert_eq!(blocked(), held, "{what}: what HAProxy enforces");
                 assert!(
                     !edge.path("run/blocks.pending").exists(),
                     "{what}: marker left"
                 );
                 let left = leftovers(edge);
                 assert!(left.is_empty(), "{what}: left over {left:#?}");
-                if blocks {
+                if held {
                     edge.ok(&["block", "rm", "127.0.0.3"]);
                 }
                 fx.expect_base(&format!("after {what}"));

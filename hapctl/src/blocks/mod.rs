@@ -1,8 +1,10 @@
-//! The block fast path: a block or unblock is committed to the database, written to the map
-//! files atomically and durably, and applied to the running worker through the runtime API,
-//! read back to confirm. No `haproxy -c` (the maps are rendered from validated keys, so they
-//! cannot be invalid) and no reload — unless the runtime change cannot be confirmed, in which
-//! case the worker is reloaded to read the files, and the report says so.
+//! The block fast path: a block or unblock is written to the map files atomically and durably,
+//! applied to the running worker through the runtime API and read back to confirm, then
+//! committed to the database (as an apply commits after its reload); a change killed or failed
+//! before its commit is undone from the database. No `haproxy -c` (the maps are rendered from
+//! validated keys, so they cannot be invalid) and no reload — unless the runtime change cannot
+//! be confirmed, in which case the worker is reloaded to read the files, and the report says
+//! so.
 //!
 //! The blocks live in two maps (`files.rs`): a base map written in full now and then, and a
 //! small delta map rewritten per change, so a block at 100,000 entries writes a few hundred
@@ -20,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::unix_now;
 use crate::fault;
-use crate::fsutil::{LockError, LockFile};
+use crate::fsutil::{self, LockError, LockFile};
 use crate::haproxy::ProcList;
 use crate::model::{Block, BlockKey};
 use crate::render;
@@ -62,6 +64,8 @@ pub enum BlockError {
         runtime: String,
         reload: String,
     },
+    #[error("{error}; and putting the maps back as the database has them failed too ({undo}): the next block change or `hapctl apply` rebuilds them")]
+    NotUndone { error: String, undo: String },
     #[error("the blocks are committed and written to {path}, but the running HAProxy does not load that map: it was not started from hapctl's configuration; run `hapctl apply` (or `hapctl haproxy adopt` when a unit runs HAProxy)")]
     NotLoaded { path: String },
 }
@@ -228,46 +232,26 @@ impl<'a> Blocks<'a> {
             self.clear_pending()?;
             return Ok(report(results, expired, (Enforcement::Unchanged, None)));
         }
+        // The files and the worker take the change before the database commits it, as an
+        // apply's reload comes before its commit: the worker enforces a block one disk flush
+        // after the request (the delta map's), not two (the commit's flush and the map's do
+        // not overlap). A change killed before its commit leaves the marker, and the next
+        // change or apply rebuilds files and worker from the database; one that fails is
+        // rebuilt at once (`undo`). Either way, what the database says is what is served.
         let old_delta = std::mem::take(&mut cache.delta);
-        // The master's processes are seen before the files change: a reload that starts later
-        // reads the new files.
-        let (before, steps, replaced) = if plan == Plan::Delta {
-            cache.delta = &(&old_delta | &touched.new) - &touched.gone;
-            let old = cache.delta_bytes().to_vec();
-            // The commit, the new delta map's temp file and the master's process list do not
-            // depend on each other: they run at once. The map goes in place once the commit
-            // is durable, and the worker changes right after, while the folder sync that makes
-            // the rename durable runs; both end before the answer.
-            let (before, (bytes, staged)) = commit_while(
-                tx,
-                || runtime.procs(),
-                || files.stage_delta(&cache.delta, &old),
-            )?;
-            fault::point("block-after-commit");
-            let replaced = staged
-                .map(|staged| {
-                    staged.put().map_err(|source| BlockError::Write {
-                        path: files.delta.display().to_string(),
-                        source,
-                    })
-                })
-                .transpose()?;
-            cache.wrote(None, bytes);
-            fault::point("block-after-files");
-            (before, delta_steps(cache, &touched), replaced)
-        } else {
-            let before = runtime.procs();
-            tx.commit()?;
-            fault::point("block-after-commit");
-            self.write_folded(cache, &files)?;
-            fault::point("block-after-files");
-            let steps = match plan {
-                Plan::Fold => fold_steps(cache, &old_delta, &touched),
-                _ => whole_steps(cache),
-            };
-            (before, steps, None)
+        let Written {
+            before,
+            steps,
+            replaced,
+        } = match self.write_files(&runtime, cache, &files, plan, &old_delta, &touched) {
+            Ok(written) => written,
+            Err(e) => {
+                drop(tx);
+                return Err(self.undo(store, cache, e));
+            }
         };
-        let enforced = std::thread::scope(|s| {
+        fault::point("block-after-files");
+        let (enforced, committed) = std::thread::scope(|s| {
             // The old delta map is freed off the worker's path too (see `fsutil::Replaced`).
             let synced = replaced.map(|old| {
                 s.spawn(|| {
@@ -276,16 +260,94 @@ impl<'a> Blocks<'a> {
                 })
             });
             let enforced = self.enforce(&runtime, cache, &files, &steps, &touched, before);
-            if let Some(synced) = synced {
-                synced
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-            }
-            enforced
-        })?;
-        fault::point("block-after-runtime");
+            fault::point("block-after-runtime");
+            // Committed even when HAProxy could not be made to enforce it: the files hold the
+            // change, and a reload loads them. The commit's flush runs beside the folder's.
+            let committed = tx.commit();
+            let synced = synced.map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            (
+                enforced.and_then(|e| synced.transpose().map(|_| e)),
+                committed,
+            )
+        });
+        if let Err(e) = committed {
+            return Err(self.undo(store, cache, e.into()));
+        }
+        fault::point("block-after-commit");
+        let enforced = enforced?;
         self.clear_pending()?;
         Ok(report(results, expired, enforced))
+    }
+
+    /// Puts the change in the map files: the delta map alone (its temp file written and synced
+    /// while the master's process list is read), or both maps whole.
+    fn write_files(
+        &self,
+        runtime: &Runtime,
+        cache: &mut BlockCache,
+        files: &BlockFiles,
+        plan: Plan,
+        old_delta: &BTreeSet<BlockKey>,
+        touched: &Touched,
+    ) -> Result<Written, BlockError> {
+        if plan != Plan::Delta {
+            let before = runtime.procs();
+            self.write_folded(cache, files)?;
+            let steps = match plan {
+                Plan::Fold => fold_steps(cache, old_delta, touched),
+                _ => whole_steps(cache),
+            };
+            return Ok(Written {
+                before,
+                steps,
+                replaced: None,
+            });
+        }
+        cache.delta = &(old_delta | &touched.new) - &touched.gone;
+        let old = cache.delta_bytes().to_vec();
+        // The master's processes are seen before the files change: a reload that starts later
+        // reads the new files.
+        let (before, staged) = std::thread::scope(|s| {
+            let procs = s.spawn(|| runtime.procs());
+            let staged = files.stage_delta(&cache.delta, &old);
+            let procs = procs
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (procs, staged)
+        });
+        let (bytes, staged) = staged?;
+        let replaced = staged
+            .map(|staged| {
+                staged.put().map_err(|source| BlockError::Write {
+                    path: files.delta.display().to_string(),
+                    source,
+                })
+            })
+            .transpose()?;
+        cache.wrote(None, bytes);
+        Ok(Written {
+            before,
+            steps: delta_steps(cache, touched),
+            replaced,
+        })
+    }
+
+    /// After a change failed with `error` (its transaction rolled back), rebuilds the files and
+    /// the worker from the database, so the failure changes nothing. If that fails too, the
+    /// marker stays and the next change or apply rebuilds them.
+    fn undo(&self, store: &Store, cache: &mut BlockCache, error: BlockError) -> BlockError {
+        cache.forget();
+        let rebuilt = store
+            .block_keys(unix_now())
+            .map_err(BlockError::from)
+            .and_then(|keys| self.reconcile_locked(keys.into_iter().collect(), true));
+        match rebuilt {
+            Ok(_) => error,
+            Err(undo) => BlockError::NotUndone {
+                error: error.to_string(),
+                undo: undo.to_string(),
+            },
+        }
     }
 
     /// Makes the worker match the files; a reload when that cannot be confirmed.
@@ -372,8 +434,16 @@ impl<'a> Blocks<'a> {
         force_runtime: bool,
     ) -> Result<WorkerMap, BlockError> {
         let _lock = self.lock()?;
+        self.reconcile_locked(load()?.into_iter().collect(), force_runtime)
+    }
+
+    /// [`Blocks::reconcile`] with the lock held and the blocks `all` read.
+    fn reconcile_locked(
+        &self,
+        all: BTreeSet<BlockKey>,
+        force_runtime: bool,
+    ) -> Result<WorkerMap, BlockError> {
         let files = self.files();
-        let all: BTreeSet<BlockKey> = load()?.into_iter().collect();
         let view = files.view()?;
         let delta = delta_keys(&view.delta_bytes).filter(|d| d.is_subset(&all));
         let fingerprint = |d: &BTreeSet<BlockKey>| {
@@ -478,6 +548,15 @@ impl<'a> Blocks<'a> {
     }
 }
 
+/// What [`Blocks::write_files`] did: the master's processes before, the worker's steps and,
+/// for the delta map, the file it replaced (see `fsutil::Replaced`), whose folder is still to
+/// sync.
+struct Written {
+    before: Option<ProcList>,
+    steps: Vec<Step>,
+    replaced: Option<fsutil::Replaced>,
+}
+
 /// The database side of a change, not committed yet: expired blocks out, then each change in
 /// order.
 fn stage(
@@ -500,28 +579,6 @@ fn stage(
         });
     }
     Ok((results, expired))
-}
-
-/// Commits `tx` while `other` and `write` run on other threads; all have ended when this
-/// returns.
-fn commit_while<A: Send, T: Send>(
-    tx: BlockTx,
-    other: impl FnOnce() -> A + Send,
-    write: impl FnOnce() -> Result<T, BlockError> + Send,
-) -> Result<(A, T), BlockError> {
-    std::thread::scope(|s| {
-        let written = s.spawn(write);
-        let other = s.spawn(other);
-        let committed = tx.commit();
-        let other = other
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        let written = written
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        committed?;
-        Ok((other, written?))
-    })
 }
 
 fn report(

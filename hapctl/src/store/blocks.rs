@@ -257,7 +257,18 @@ impl BlockTx<'_> {
         Ok(keys.collect::<Result<_, _>>()?)
     }
 
+    /// Commits; with `HAPCTL_FAULT=fail:block-commit`, fails as a disk error would (rolled
+    /// back), for the tests of what a failed commit leaves.
     pub fn commit(self) -> Result<(), StoreError> {
+        if crate::fault::fails("block-commit") {
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some(format!(
+                    "disk I/O error ({}=fail:block-commit)",
+                    crate::fault::FAULT_ENV
+                )),
+            )));
+        }
         Ok(self.0.commit()?)
     }
 }
