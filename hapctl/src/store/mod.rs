@@ -483,7 +483,7 @@ fn domain_exists(conn: &Connection, domain: &Domain) -> Result<bool, StoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Block, Note, Server, ServerName};
+    use crate::model::{AppName, Block, Note, Server, ServerName};
 
     fn backend(addr: &str) -> Backend {
         Backend::new(
@@ -533,6 +533,54 @@ mod tests {
         assert_eq!(nested, (2, 2));
         reader.forget_state();
         assert_eq!(reader.load_state().unwrap(), writer.load_state().unwrap());
+    }
+
+    /// The read joins servers to domains in name order: names that sort next to each other
+    /// (a prefix, a wildcard, an application's domain between two with servers), written in
+    /// another order, each read back with exactly its own servers in their order.
+    #[test]
+    fn each_domain_reads_back_its_own_servers_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, blocks) = (dir.path().join("state.db"), dir.path().join("blocks.db"));
+        let mut store = Store::open(&path, &blocks).unwrap();
+        let servers = |addrs: &[&str]| {
+            let list = addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Server::parse_spec(a, ServerName::nth(i + 1)).unwrap())
+                .collect();
+            Backend::new(list, "default".parse().unwrap()).unwrap()
+        };
+        let want: Vec<(&str, Backend)> = vec![
+            (
+                "b.example.com",
+                servers(&["10.0.0.9:80", "10.0.0.3:80,weight=5"]),
+            ),
+            ("a.example.com.au", servers(&["10.0.1.1:81"])),
+            (
+                "*.example.com",
+                servers(&["10.0.2.1:82", "10.0.2.2:82", "10.0.2.3:82"]),
+            ),
+            ("a.example.com", servers(&["10.0.3.1:83"])),
+        ];
+        let app: AppName = "shop".parse().unwrap();
+        let tx = store.begin().unwrap();
+        for (i, (name, backend)) in want.iter().enumerate() {
+            tx.put_domain(&name.parse().unwrap(), backend, i as i64)
+                .unwrap();
+        }
+        tx.put_app_domain(&"a.example.com.b".parse().unwrap(), &app, 9)
+            .unwrap();
+        tx.commit().unwrap();
+
+        let state = Store::open(&path, &blocks).unwrap().load_state().unwrap();
+        assert_eq!(state.domains.len(), want.len());
+        for (name, backend) in &want {
+            let domain: Domain = name.parse().unwrap();
+            assert_eq!(&state.domains[&domain], backend, "{name}");
+        }
+        let routed: Vec<_> = state.app_domains.iter().collect();
+        assert_eq!(routed, [(&"a.example.com.b".parse().unwrap(), &app)]);
     }
 
     #[test]

@@ -10,51 +10,62 @@ use crate::model::{
 pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
     let mut state = EdgeState::default();
 
-    let mut servers: std::collections::BTreeMap<String, Vec<Server>> = Default::default();
+    // Both tables are read in name order (their primary keys) and joined as they come: a
+    // cold read of 10,000 domains spent most of its time allocating, one owned string per
+    // cell and a map keyed by domain name (`hapctl` with no daemon pays it on every command).
+    let mut servers: Vec<(String, Vec<Server>)> = Vec::new();
     let mut stmt = conn.prepare(
         "SELECT domain, name, addr, weight, maxconn, check_enabled, extra_options FROM servers ORDER BY domain, position",
     )?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let domain: String = r.get(0)?;
-        let name: String = r.get(1)?;
-        let addr: String = r.get(2)?;
-        let extra: String = r.get(6)?;
+        let domain = text(r, 0)?;
         let options = ServerOptions {
             weight: r.get(3)?,
             maxconn: r.get(4)?,
             check: r.get(5)?,
-            ..ServerOptions::parse_text(&extra, TextContext { resolvers: false })
-                .map_err(corrupt("servers", &domain))?
+            ..ServerOptions::parse_text(text(r, 6)?, TextContext { resolvers: false })
+                .map_err(corrupt("servers", domain))?
         }
         .validate()
-        .map_err(corrupt("servers", &domain))?;
+        .map_err(corrupt("servers", domain))?;
         let server = Server {
-            name: name.parse().map_err(corrupt("servers", &domain))?,
-            addr: addr.parse().map_err(corrupt("servers", &domain))?,
+            name: text(r, 1)?.parse().map_err(corrupt("servers", domain))?,
+            addr: text(r, 2)?.parse().map_err(corrupt("servers", domain))?,
             options,
         };
-        servers.entry(domain).or_default().push(server);
+        match servers.last_mut() {
+            Some((last, list)) if last == domain => list.push(server),
+            _ => servers.push((domain.to_string(), vec![server])),
+        }
     }
 
-    let mut stmt = conn.prepare("SELECT name, profile, app, sse_routing FROM domains")?;
+    let mut servers = servers.into_iter().peekable();
+    let mut stmt =
+        conn.prepare("SELECT name, profile, app, sse_routing FROM domains ORDER BY name")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let name: String = r.get(0)?;
-        let profile: String = r.get(1)?;
-        let domain: Domain = name.parse().map_err(corrupt("domains", &name))?;
+        let name = text(r, 0)?;
+        let domain: Domain = name.parse().map_err(corrupt("domains", name))?;
+        // The servers of names before this one belong to no domain row (the foreign key
+        // forbids it, but a row is never trusted to say so).
+        while servers.next_if(|(d, _)| d.as_str() < name).is_some() {}
+        let mut list = servers
+            .next_if(|(d, _)| d == name)
+            .map(|(_, list)| list)
+            .unwrap_or_default();
         if let Some(app) = r.get::<_, Option<String>>(2)? {
-            let app: AppName = app.parse().map_err(corrupt("domains", &name))?;
+            let app: AppName = app.parse().map_err(corrupt("domains", name))?;
             state.app_domains.insert(domain, app);
             continue;
         }
-        let mut list = servers.remove(&name).unwrap_or_default();
         // Pushed one by one, a list has room for 4 servers (Vec's smallest growth): 2.3 of the
         // 6.4 MiB a parsed state took at 10,000 domains, held by every apply while it renders
         // (BENCHMARKS.md, daemon memory).
         list.shrink_to_fit();
-        let backend = Backend::new(list, profile.parse().map_err(corrupt("domains", &name))?)
-            .map_err(corrupt("domains", &name))?
+        let profile = text(r, 1)?.parse().map_err(corrupt("domains", name))?;
+        let backend = Backend::new(list, profile)
+            .map_err(corrupt("domains", name))?
             .with_sse_routing(r.get(3)?);
         state.domains.insert(domain, backend);
     }
@@ -106,4 +117,11 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
         state.trusted_proxies.insert(net);
     }
     Ok(state)
+}
+
+/// Column `i` of `row` as text, borrowed from the row (no copy).
+fn text<'r>(row: &'r rusqlite::Row, i: usize) -> Result<&'r str, StoreError> {
+    Ok(row.get_ref(i)?.as_str().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    })?)
 }
