@@ -247,7 +247,13 @@ impl<'a> Blocks<'a> {
             Ok(written) => written,
             Err(e) => {
                 drop(tx);
-                return Err(self.undo(store, cache, e));
+                // A delta plan fails before its one rename or at it: no file changed, and the
+                // marker left makes the next change rebuild anyway. Rewriting both maps may
+                // have stopped half-way.
+                return Err(match plan {
+                    Plan::Delta => e,
+                    Plan::Fold | Plan::Whole => self.undo(store, cache, e),
+                });
             }
         };
         fault::point("block-after-files");
