@@ -291,10 +291,19 @@ impl Daemon {
     }
 
     /// [`Daemon::start`] with more arguments for `serve` (e.g. `--no-auth`).
+    /// A port another test took between `free_port`'s probe and this bind (each test is its
+    /// own process, so their probes do not know of each other) is tried again on a new one.
     pub fn start_with(edge: &Edge, extra: &[&str]) -> Daemon {
-        let mut daemon = Daemon::spawn(edge, free_port(), extra);
-        daemon.wait_healthy(Duration::from_secs(30));
-        daemon
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut daemon = Daemon::spawn(edge, free_port(), extra);
+            match daemon.healthy_within(Duration::from_secs(30)) {
+                Ok(()) => return daemon,
+                Err(why) if tries < 5 && why.contains("Address already in use") => {}
+                Err(why) => panic!("{why}"),
+            }
+        }
     }
 
     /// Starts `serve --listen 127.0.0.1:port` without waiting.
@@ -324,13 +333,21 @@ impl Daemon {
 
     /// Polls `GET /health` (no token) until it answers 200.
     pub fn wait_healthy(&mut self, timeout: Duration) {
+        if let Err(why) = self.healthy_within(timeout) {
+            panic!("{why}");
+        }
+    }
+
+    /// [`Daemon::wait_healthy`], saying why not instead of panicking.
+    fn healthy_within(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!(
+                self.child = None;
+                return Err(format!(
                     "hapctl serve exited ({status}) before answering /health:\n{}",
                     self.log_text()
-                );
+                ));
             }
             let last = match http_call_with(
                 self.port,
@@ -341,15 +358,16 @@ impl Daemon {
                 None,
                 Duration::from_secs(5),
             ) {
-                Ok(r) if r.status == 200 => return,
+                Ok(r) if r.status == 200 => return Ok(()),
                 Ok(r) => format!("{} {}", r.status, r.text),
                 Err(e) => e,
             };
-            assert!(
-                Instant::now() < deadline,
-                "hapctl serve never answered /health with 200 within {timeout:?}; last: {last}\n{}",
-                self.log_text()
-            );
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "hapctl serve never answered /health with 200 within {timeout:?}; last: {last}\n{}",
+                    self.log_text()
+                ));
+            }
             thread::sleep(Duration::from_millis(20));
         }
     }
