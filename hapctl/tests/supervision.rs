@@ -372,7 +372,10 @@ fn an_interrupted_apply_is_recovered_before_the_restart() {
     let status: Value = serde_json::from_str(&edge.ok(&["status", "--json"])).unwrap();
     assert_eq!(status["live_is_known_good"], true, "{status}");
     // The restart's row is written after the new master serves (it carries the reconcile).
-    wait_rows(&api, "haproxy restarted", |rows| !rows.is_empty());
+    // The recovery's row names the restart in its trigger too: wait for the restart's own.
+    wait_rows(&api, "haproxy restarted", |rows| {
+        rows.iter().any(|r| r["outcome"] == "restarted")
+    });
     let rows: Vec<Value> = history(&api).into_iter().take(3).collect();
     let outcomes: Vec<&str> = rows
         .iter()

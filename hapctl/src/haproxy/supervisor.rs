@@ -383,6 +383,9 @@ impl Supervisor {
             }
             match self.master_pid() {
                 Some(pid) => break pid,
+                // A re-executing master keeps its PID: one the pidfile names but that is gone
+                // died (killed, crashed) and will not come back by waiting.
+                None if self.pidfile_number().is_some() => return None,
                 None if started.elapsed() < REEXEC_GRACE.min(timeout) => {
                     thread::sleep(POLL_INTERVAL)
                 }
@@ -423,15 +426,20 @@ impl Supervisor {
     }
 
     fn pidfile_pid(&self) -> Option<i32> {
-        let Supervisor::Direct {
-            binary, pidfile, ..
-        } = self
-        else {
+        let Supervisor::Direct { binary, .. } = self else {
             return None;
         };
-        let pid: i32 = fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
+        let pid = self.pidfile_number()?;
         // A stale pidfile may name a PID reused by an unrelated process.
         (pid_alive(pid) && runs_haproxy(pid, binary)).then_some(pid)
+    }
+
+    /// The PID the pidfile names, alive or not (direct mode).
+    fn pidfile_number(&self) -> Option<i32> {
+        let Supervisor::Direct { pidfile, .. } = self else {
+            return None;
+        };
+        fs::read_to_string(pidfile).ok()?.trim().parse().ok()
     }
 }
 
