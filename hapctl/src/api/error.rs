@@ -110,7 +110,7 @@ impl From<EdgeError> for ApiError {
             EdgeError::Supervisor(SupervisorError::AlreadyRunning { .. }) => {
                 ApiError::new(StatusCode::CONFLICT, "already_running", e.to_string())
             }
-            EdgeError::Reload(ReloadError::NotRunning { .. }) => {
+            EdgeError::Reload(ReloadError::NotRunning { .. } | ReloadError::MasterDied { .. }) => {
                 ApiError::new(StatusCode::CONFLICT, "not_running", e.to_string())
             }
             _ => ApiError::internal(e.to_string()),

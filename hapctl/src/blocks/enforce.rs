@@ -87,13 +87,15 @@ impl Runtime<'_> {
             return Ok(Outcome::Done(Enforcement::NotRunning, None));
         };
         let deadline = Instant::now() + self.settings.haproxy.reload_timeout;
+        let supervisor = Supervisor::from_settings(self.settings);
+        let gone = || supervisor.master_gone();
         let mut first = true;
         loop {
             // The check for a racing reload needs only the files in place, not the steps done:
             // it runs beside them.
             let (result, now) = std::thread::scope(|s| {
                 let now = s.spawn(|| self.procs());
-                let result = retry_transient(deadline, || self.run(&seen, steps, first));
+                let result = retry_transient(deadline, gone, || self.run(&seen, steps, first));
                 let now = now.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
                 (result, now)
             });
@@ -104,6 +106,10 @@ impl Runtime<'_> {
                     return Ok(Outcome::Done(Enforcement::NotLoaded, Some(why)))
                 }
                 Err(Failure::NoDeltaMap) => return Ok(Outcome::NoDeltaMap),
+                // Killed meanwhile: the next master loads the files, already in place.
+                Err(Failure::Transient(_)) if gone() => {
+                    return Ok(Outcome::Done(Enforcement::NotRunning, None))
+                }
                 Err(Failure::Transient(e) | Failure::Final(e)) => return Ok(Outcome::Failed(e)),
             }
             first = false;
@@ -192,14 +198,16 @@ impl Runtime<'_> {
 }
 
 /// Runs `op` again while it fails on a socket hiccup of a re-executing master, until
-/// `deadline`. Every runtime operation here is idempotent.
+/// `deadline` or until the master is `gone` (a dead one refuses connections the same way).
+/// Every runtime operation here is idempotent.
 fn retry_transient<T>(
     deadline: Instant,
+    gone: impl Fn() -> bool,
     mut op: impl FnMut() -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     loop {
         match op() {
-            Err(Failure::Transient(_)) if Instant::now() < deadline => {
+            Err(Failure::Transient(_)) if Instant::now() < deadline && !gone() => {
                 std::thread::sleep(Duration::from_millis(10))
             }
             other => return other,
@@ -328,5 +336,47 @@ fn replace_whole(runtime: &RuntimeMap, all: &[BlockKey]) -> Result<(), Failure> 
             held.len(),
             keys.len()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn always_refused(calls: &Cell<u32>) -> Result<(), Failure> {
+        calls.set(calls.get() + 1);
+        Err(Failure::Transient("connection refused".into()))
+    }
+
+    #[test]
+    fn a_refusing_socket_is_retried_while_the_master_lives_and_not_once_it_is_gone() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let calls = Cell::new(0);
+        let alive_for_three = || calls.get() >= 3;
+        let result = retry_transient(far, alive_for_three, || always_refused(&calls));
+        assert!(matches!(result, Err(Failure::Transient(_))), "{result:?}");
+        assert_eq!(calls.get(), 3);
+
+        let calls = Cell::new(0);
+        let result = retry_transient(far, || true, || always_refused(&calls));
+        assert!(matches!(result, Err(Failure::Transient(_))), "{result:?}");
+        assert_eq!(calls.get(), 1);
+    }
+
+    #[test]
+    fn an_answer_is_not_retried() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let calls = Cell::new(0);
+        let result: Result<(), Failure> = retry_transient(
+            far,
+            || false,
+            || {
+                calls.set(calls.get() + 1);
+                Err(Failure::Final("unknown command".into()))
+            },
+        );
+        assert!(matches!(result, Err(Failure::Final(_))), "{result:?}");
+        assert_eq!(calls.get(), 1);
     }
 }

@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::process::pid_alive;
 use crate::settings::{Mode, Settings};
 
 use super::messages::{self, LogMark};
@@ -47,6 +48,8 @@ pub enum ReloadError {
     NotRunning { socket: PathBuf },
     #[error("HAProxy rejected the reload; the previous workers keep serving the previous configuration. {}", describe(.messages))]
     Failed { messages: Vec<String> },
+    #[error("HAProxy's master (PID {pid}) died during the reload; `hapctl serve` starts it again from the known-good files, else run `hapctl haproxy start`")]
+    MasterDied { pid: i32 },
     #[error("the master PID changed during the reload ({before} -> {after}): HAProxy was restarted, not reloaded; check what else manages it")]
     MasterReplaced { before: i32, after: i32 },
     #[error("no outcome of the reload after {after:?} ({last_seen}); check HAProxy's log and `hapctl status`")]
@@ -207,6 +210,13 @@ impl Master {
                 Err(MasterError::Socket(e))
                     if e.is_transient() || matches!(e, SocketError::Timeout { .. }) =>
                 {
+                    // A dead master refuses connections like a re-executing one, which keeps
+                    // its PID: waiting out the bound would only delay its restart.
+                    if !pid_alive(before.master.pid) {
+                        return Err(ReloadError::MasterDied {
+                            pid: before.master.pid,
+                        });
+                    }
                     last_seen = format!("master not answering: {e}");
                 }
                 Err(MasterError::Socket(e)) => return Err(ReloadError::Socket(e)),
@@ -391,6 +401,21 @@ mod tests {
         assert_eq!(report.master_pid, 100);
         assert_eq!(report.new_workers, [102]);
         assert_eq!(report.old_workers, [101]);
+    }
+
+    #[test]
+    fn a_master_that_dies_during_the_reload_ends_the_wait() {
+        // The 2.6 answer (the connection cut), then nothing listens any more: the socket
+        // refuses as during a re-exec, but the master's PID (above Linux's PID_MAX_LIMIT)
+        // names no process.
+        const DEAD_BEFORE: &str = "#<PID> <type> <reloads> <uptime> <version>\n\
+            4194305 master 0 [failed: 0] 0d00h00m10s 2.6.12\n# workers\n101 worker 0 0d00h00m10s 2.6.12\n";
+        let (_dir, master) = fake_master(2, "", DEAD_BEFORE, DEAD_BEFORE);
+        let err = master.reload(Duration::from_secs(600)).unwrap_err();
+        assert!(
+            matches!(err, ReloadError::MasterDied { pid: 4194305 }),
+            "{err}"
+        );
     }
 
     #[test]

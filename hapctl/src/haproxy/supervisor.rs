@@ -375,17 +375,9 @@ impl Supervisor {
             if let Ok(procs) = master.show_proc() {
                 return Some(procs);
             }
-            // No pidfile at all: stopped (a re-executing master empties it, never removes it).
-            if let Supervisor::Direct { pidfile, .. } = self {
-                if !pidfile.exists() {
-                    return None;
-                }
-            }
             match self.master_pid() {
                 Some(pid) => break pid,
-                // A re-executing master keeps its PID: one the pidfile names but that is gone
-                // died (killed, crashed) and will not come back by waiting.
-                None if self.pidfile_number().is_some() => return None,
+                None if self.master_gone() => return None,
                 None if started.elapsed() < REEXEC_GRACE.min(timeout) => {
                     thread::sleep(POLL_INTERVAL)
                 }
@@ -432,6 +424,17 @@ impl Supervisor {
         let pid = self.pidfile_number()?;
         // A stale pidfile may name a PID reused by an unrelated process.
         (pid_alive(pid) && runs_haproxy(pid, binary)).then_some(pid)
+    }
+
+    /// Whether no master runs and none is re-executing (direct mode): no pidfile (stopped),
+    /// or one naming a PID that no longer runs HAProxy (killed, crashed). A re-executing
+    /// master keeps its PID and only empties its pidfile for a moment, so waiting for it
+    /// makes sense only then. Under systemd this is not known here: false.
+    pub fn master_gone(&self) -> bool {
+        let Supervisor::Direct { pidfile, .. } = self else {
+            return false;
+        };
+        !pidfile.exists() || (self.pidfile_number().is_some() && self.pidfile_pid().is_none())
     }
 
     /// The PID the pidfile names, alive or not (direct mode).
@@ -706,6 +709,32 @@ mod tests {
         };
         assert_eq!(supervisor.master_pid(), None);
         assert!(!supervisor.status().running);
+        // Named but not HAProxy: gone, no re-exec grace is waited for.
+        assert!(supervisor.master_gone());
+        assert_eq!(
+            supervisor.procs_when_answering(Duration::from_secs(3600)),
+            None
+        );
+    }
+
+    #[test]
+    fn only_an_emptied_pidfile_may_be_a_reexecuting_master() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("haproxy.pid");
+        let supervisor = Supervisor::Direct {
+            binary: PathBuf::from("/usr/sbin/haproxy"),
+            files: vec![],
+            master_socket: dir.path().join("master.sock"),
+            pidfile: pidfile.clone(),
+            log_file: dir.path().join("haproxy.log"),
+        };
+        assert!(supervisor.master_gone(), "no pidfile: stopped");
+        fs::write(&pidfile, "").unwrap();
+        assert!(!supervisor.master_gone(), "emptied while it re-executes");
+        let mut dead = std::process::Command::new("true").spawn().unwrap();
+        dead.wait().unwrap();
+        fs::write(&pidfile, dead.id().to_string()).unwrap();
+        assert!(supervisor.master_gone(), "names a PID that exited");
     }
 
     #[test]
