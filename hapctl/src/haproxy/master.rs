@@ -150,6 +150,9 @@ impl Master {
         let log = self.log_file.as_deref().map(LogMark::at_end);
         let started = Instant::now();
         let deadline = started + timeout;
+        // Its death can be watched only if its PID is ours to see (not in another PID
+        // namespace behind a shared socket).
+        let watch_death = pid_alive(before.master.pid);
 
         // 2.7+ answers once the new worker is up or has failed, hence the whole bound.
         let reply = match self.socket.with_timeout(timeout).command("reload") {
@@ -212,7 +215,7 @@ impl Master {
                 {
                     // A dead master refuses connections like a re-executing one, which keeps
                     // its PID: waiting out the bound would only delay its restart.
-                    if !pid_alive(before.master.pid) {
+                    if watch_death && !pid_alive(before.master.pid) {
                         return Err(ReloadError::MasterDied {
                             pid: before.master.pid,
                         });
@@ -405,17 +408,37 @@ mod tests {
 
     #[test]
     fn a_master_that_dies_during_the_reload_ends_the_wait() {
+        // The "master": a process alive when the reload starts, dead (a zombie) 2 s later.
+        let mut dies = std::process::Command::new("sleep")
+            .arg("2")
+            .spawn()
+            .unwrap();
+        let pid = dies.id() as i32;
+        let before: &'static str = format!(
+            "#<PID> <type> <reloads> <uptime> <version>\n\
+             {pid} master 0 [failed: 0] 0d00h00m10s 2.6.12\n# workers\n101 worker 0 0d00h00m10s 2.6.12\n"
+        )
+        .leak();
         // The 2.6 answer (the connection cut), then nothing listens any more: the socket
-        // refuses as during a re-exec, but the master's PID (above Linux's PID_MAX_LIMIT)
-        // names no process.
-        const DEAD_BEFORE: &str = "#<PID> <type> <reloads> <uptime> <version>\n\
-            4194305 master 0 [failed: 0] 0d00h00m10s 2.6.12\n# workers\n101 worker 0 0d00h00m10s 2.6.12\n";
-        let (_dir, master) = fake_master(2, "", DEAD_BEFORE, DEAD_BEFORE);
+        // refuses as during a re-exec.
+        let (_dir, master) = fake_master(2, "", before, before);
         let err = master.reload(Duration::from_secs(600)).unwrap_err();
+        dies.wait().unwrap();
         assert!(
-            matches!(err, ReloadError::MasterDied { pid: 4194305 }),
+            matches!(err, ReloadError::MasterDied { pid: p } if p == pid),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_master_whose_pid_is_not_ours_to_see_is_waited_for() {
+        // Above Linux's PID_MAX_LIMIT: no process here has it, as for a master in another
+        // PID namespace. Its socket refusing is then a re-exec to wait out, up to the bound.
+        const UNSEEN: &str = "#<PID> <type> <reloads> <uptime> <version>\n\
+            4194305 master 0 [failed: 0] 0d00h00m10s 2.6.12\n# workers\n101 worker 0 0d00h00m10s 2.6.12\n";
+        let (_dir, master) = fake_master(2, "", UNSEEN, UNSEEN);
+        let err = master.reload(Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(err, ReloadError::Timeout { .. }), "{err}");
     }
 
     #[test]
