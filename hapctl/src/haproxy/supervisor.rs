@@ -1,10 +1,9 @@
-//! Starting, stopping and finding HAProxy's master, run either by hapctl itself (`direct`) or
-//! by a systemd unit. Reloads are not here: both modes reload through the same master socket
-//! ([`Supervisor::master`]), never by restarting.
+//! Starting and stopping HAProxy's master, run either by hapctl itself (`direct`) or by a
+//! systemd unit; finding it is in `find.rs`. Reloads are not here: both modes reload through
+//! the same master socket ([`Supervisor::master`]), never by restarting.
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,13 +19,12 @@ use super::proc_list::ProcList;
 use super::socket::{CliSocket, SocketError};
 use super::systemctl::{systemctl, systemd_main_pid};
 
+mod find;
+
 /// Pause between two looks at a starting or stopping process.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long a master gets to die after SIGKILL before we give up on it.
 const KILL_GRACE: Duration = Duration::from_secs(2);
-/// How long an empty pidfile with a silent master socket is taken for a master re-executing
-/// (a reload) rather than for none: on a loaded machine a re-execution was seen to take 1.75 s.
-const REEXEC_GRACE: Duration = Duration::from_millis(2500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
@@ -353,98 +351,6 @@ impl Supervisor {
             }
         }
     }
-
-    /// The running master's PID. Direct: from the pidfile (verified alive and HAProxy), else
-    /// from the master socket. Systemd: the unit's MainPID.
-    pub fn master_pid(&self) -> Option<i32> {
-        match self {
-            Supervisor::Direct { .. } => self
-                .pidfile_pid()
-                .or_else(|| self.master().show_proc().ok().map(|p| p.master.pid)),
-            Supervisor::Systemd { unit, .. } => systemd_main_pid(unit).ok().flatten(),
-        }
-    }
-
-    /// The process list once the master answers, waiting up to `timeout` while it
-    /// re-executes (a reload: its socket refuses connections and its pidfile is rewritten for
-    /// a moment). `None` when no master runs, or it never answered.
-    pub fn procs_when_answering(&self, timeout: Duration) -> Option<ProcList> {
-        let master = self.master();
-        let started = Instant::now();
-        let pid = loop {
-            if let Ok(procs) = master.show_proc() {
-                return Some(procs);
-            }
-            match self.master_pid() {
-                Some(pid) => break pid,
-                None if self.master_gone() => return None,
-                None if started.elapsed() < REEXEC_GRACE.min(timeout) => {
-                    thread::sleep(POLL_INTERVAL)
-                }
-                None => return None,
-            }
-        };
-        loop {
-            match master.show_proc() {
-                Ok(procs) => return Some(procs),
-                Err(_) if !pid_alive(pid) || started.elapsed() >= timeout => return None,
-                Err(_) => thread::sleep(POLL_INTERVAL),
-            }
-        }
-    }
-
-    pub fn status(&self) -> Status {
-        let master = self.master();
-        let procs = master.show_proc().ok();
-        let draining = procs
-            .iter()
-            .flat_map(|p| &p.old_workers)
-            .map(|w| Draining {
-                pid: w.pid,
-                connections: master.worker_connections(w.pid),
-            })
-            .collect();
-        let master_pid = match self {
-            Supervisor::Direct { .. } => self.pidfile_pid(),
-            Supervisor::Systemd { unit, .. } => systemd_main_pid(unit).ok().flatten(),
-        }
-        .or(procs.as_ref().map(|p| p.master.pid));
-        Status {
-            running: master_pid.is_some(),
-            master_pid,
-            procs,
-            draining,
-        }
-    }
-
-    fn pidfile_pid(&self) -> Option<i32> {
-        let Supervisor::Direct { binary, .. } = self else {
-            return None;
-        };
-        let pid = self.pidfile_number()?;
-        // A stale pidfile may name a PID reused by an unrelated process.
-        (pid_alive(pid) && runs_haproxy(pid, binary)).then_some(pid)
-    }
-
-    /// Whether no master runs and none is re-executing (direct mode): no pidfile (stopped),
-    /// or one naming a PID that no process has (killed, crashed). A re-executing master
-    /// keeps its PID and only empties its pidfile for a moment. Whether a live PID runs
-    /// HAProxy is not asked: in the middle of its `execve` a master's command line reads
-    /// empty. Under systemd this is not known here: false.
-    pub fn master_gone(&self) -> bool {
-        let Supervisor::Direct { pidfile, .. } = self else {
-            return false;
-        };
-        !pidfile.exists() || self.pidfile_number().is_some_and(|pid| !pid_alive(pid))
-    }
-
-    /// The PID the pidfile names, alive or not (direct mode).
-    fn pidfile_number(&self) -> Option<i32> {
-        let Supervisor::Direct { pidfile, .. } = self else {
-            return None;
-        };
-        fs::read_to_string(pidfile).ok()?.trim().parse().ok()
-    }
 }
 
 fn direct_args(files: &[PathBuf], master_socket: &Path, pidfile: &Path) -> Vec<std::ffi::OsString> {
@@ -460,17 +366,6 @@ fn direct_args(files: &[PathBuf], master_socket: &Path, pidfile: &Path) -> Vec<s
     args.push("-p".into());
     args.push(pidfile.into());
     args
-}
-
-/// Whether PID runs the configured binary (or anything named haproxy). Unverifiable (no
-/// /proc access) counts as yes: the pidfile is then the only evidence there is.
-fn runs_haproxy(pid: i32, binary: &Path) -> bool {
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return true;
-    };
-    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-    let argv0 = Path::new(std::ffi::OsStr::from_bytes(argv0));
-    argv0.file_name() == binary.file_name() || argv0.to_string_lossy().contains("haproxy")
 }
 
 /// Waits until PID is gone, reaping it if it is our child (a master started by this very
@@ -693,48 +588,6 @@ mod tests {
         assert!(!pidfile.exists());
         // `stop` already reaped it (ECHILD here); waiting keeps the zombie lint honest.
         let _ = stuck.wait();
-    }
-
-    #[test]
-    fn a_stale_pidfile_is_not_a_running_master() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("haproxy.pid");
-        // Our own PID: alive, but not HAProxy.
-        fs::write(&pidfile, std::process::id().to_string()).unwrap();
-        let supervisor = Supervisor::Direct {
-            binary: PathBuf::from("/usr/sbin/haproxy"),
-            files: vec![],
-            master_socket: dir.path().join("master.sock"),
-            pidfile,
-            log_file: dir.path().join("haproxy.log"),
-        };
-        assert_eq!(supervisor.master_pid(), None);
-        assert!(!supervisor.status().running);
-    }
-
-    #[test]
-    fn only_a_pidfile_naming_no_process_or_none_at_all_means_the_master_is_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("haproxy.pid");
-        let supervisor = Supervisor::Direct {
-            binary: PathBuf::from("/usr/sbin/haproxy"),
-            files: vec![],
-            master_socket: dir.path().join("master.sock"),
-            pidfile: pidfile.clone(),
-            log_file: dir.path().join("haproxy.log"),
-        };
-        assert!(supervisor.master_gone(), "no pidfile: stopped");
-        fs::write(&pidfile, "").unwrap();
-        assert!(!supervisor.master_gone(), "emptied while it re-executes");
-        let mut dead = std::process::Command::new("true").spawn().unwrap();
-        dead.wait().unwrap();
-        fs::write(&pidfile, dead.id().to_string()).unwrap();
-        assert!(supervisor.master_gone(), "names a PID that exited");
-        fs::write(&pidfile, std::process::id().to_string()).unwrap();
-        assert!(
-            !supervisor.master_gone(),
-            "a live PID that does not look like HAProxy may be a master inside its execve"
-        );
     }
 
     #[test]
