@@ -287,3 +287,80 @@ fn the_v1_api_and_the_old_post_api_domain_set_sse_routing() {
         false
     );
 }
+
+#[test]
+fn the_old_routes_add_change_and_remove_domains_at_runtime_twin_included() {
+    let edge = Edge::started();
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let api = Daemon::start(&edge);
+    let post = |domain: &str, app: &Backend| {
+        let body = json!({"domain": domain, "backend_name": "wp_backend", "servers": [
+            {"name": "web1", "address": "127.0.0.1", "port": app.port, "options": "check"}]});
+        let r = api.call("POST", "/api/domain", Some(&body));
+        assert_eq!(
+            (r.status, &r.json["status"]),
+            (200, &json!("success")),
+            "{r:?}"
+        );
+    };
+    // The first domain with a twin reloads: it loads the spare slots of that kind.
+    post("first.example.com", &a);
+    let cfg = config(&edge);
+    assert!(
+        cfg.contains("\nbackend slot_default_sse_15\n")
+            && cfg.contains("\nbackend slot_default_sse_15_sse\n"),
+        "spare slots with their twins: {cfg}"
+    );
+    let reloads = edge.show_proc().master.reloads;
+
+    // The next ones take a slot and its twin through the runtime API: no reload.
+    post(SHOP, &a);
+    assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+    let (slot, twin) = ("slot_default_sse_0", "slot_default_sse_0_sse");
+    expect_routes(&edge, SHOP, slot, twin);
+    let section = |name: &str| {
+        let cfg = config(&edge);
+        let at = cfg.find(&format!("\nbackend {name}\n")).expect(name);
+        cfg[at..]
+            .split("\nbackend ")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        section(twin).contains("timeout tunnel 6h"),
+        "{}",
+        section(twin)
+    );
+    assert!(
+        section(twin).contains(&format!("server {SHOP}:web1 127.0.0.1:{} check", a.port)),
+        "the files first: {}",
+        section(twin)
+    );
+
+    // Its server replaced: in the slot and the twin, at runtime.
+    post(SHOP, &b);
+    assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+    expect_routes(&edge, SHOP, slot, twin);
+    let stream = edge.get_with_headers(SHOP, "/events", STREAM);
+    assert_eq!(stream.body.trim(), "b", "{stream:?}");
+    assert_eq!(edge.get(SHOP, "/").body.trim(), "b");
+
+    // Removed: its route, then its servers, at runtime; the slot's twin line stays for the
+    // next domain.
+    let r = api.call("DELETE", "/api/domain", Some(&json!({"domain": SHOP})));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+    assert_eq!(edge.get(SHOP, "/").status, 404);
+    let sse_map = std::fs::read_to_string(edge.path("live/maps/sse.map")).unwrap();
+    assert!(sse_map.contains(&format!("{slot} {twin}\n")), "{sse_map}");
+
+    // A reload in between loads the same from the files: first.example.com still served.
+    edge.ok(&["haproxy", "reload"]);
+    expect_routes(
+        &edge,
+        "first.example.com",
+        "d_first.example.com",
+        "d_first.example.com_sse",
+    );
+}

@@ -5,16 +5,16 @@
 //! - Servers of domains that already exist: added, removed, re-weighted, moved to another
 //!   address (`add server`, drain + `del server`, `set server … weight|addr`).
 //! - Exact domains added with a slot-capable profile and servers given by address: a free
-//!   slot backend of that kind takes their servers, then `hosts.map` their route
-//!   (`model::Placement`); removed domains lose their route first, then their servers
-//!   (drained).
+//!   slot backend of that kind takes their servers (with SSE routing, its twin too), then
+//!   `hosts.map` their route (`model::Placement`); removed domains lose their route first,
+//!   then their servers (drained).
 //!
 //! Everything else must be equal, or the change needs a reload.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::model::{Backend, Domain, EdgeState, Server, ServerHost, SlotKind};
+use crate::model::{Backend, Domain, EdgeState, Placement, Server, ServerHost, SlotKind};
 
 /// One change to one backend's servers in the running worker. `name` is the server's name
 /// in HAProxy (in a slot, `<domain>:<server>`).
@@ -122,20 +122,16 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         if before.servers() == after.servers() {
             continue;
         }
-        if after.sse_routing() {
-            return Err(NotRuntime::Reload(format!(
-                "{domain} has SSE routing (a twin backend per domain)"
-            )));
-        }
         plan.domains.push((*domain).clone());
-        let backend = old.placement.backend_name(domain);
         let name = |s: &Server| old.placement.server_name(domain, &s.name);
-        plan.servers.extend(backend_ops(
-            &backend,
-            &name,
-            before.servers(),
-            after.servers(),
-        )?);
+        for backend in backends_of(&old.placement, domain, after) {
+            plan.servers.extend(backend_ops(
+                &backend,
+                &name,
+                before.servers(),
+                after.servers(),
+            )?);
+        }
     }
     for (domain, backend) in &diff.added {
         let kind = slot_kind(domain, backend)?;
@@ -154,12 +150,14 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
             )));
         };
         plan.domains.push((*domain).clone());
-        for s in backend.servers() {
-            plan.servers.push(ServerOp::Add {
-                backend: slot.backend_name(),
-                name: new.placement.server_name(domain, &s.name),
-                server: s.clone(),
-            });
+        for into in backends_of(&new.placement, domain, backend) {
+            for s in backend.servers() {
+                plan.servers.push(ServerOp::Add {
+                    backend: into.clone(),
+                    name: new.placement.server_name(domain, &s.name),
+                    server: s.clone(),
+                });
+            }
         }
         plan.routes.push(RouteOp::Add {
             domain: (*domain).clone(),
@@ -167,20 +165,23 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         });
     }
     for (domain, backend) in &diff.removed {
-        if domain.is_wildcard() || backend.sse_routing() {
+        let own_twin = backend.sse_routing() && old.placement.slot_of(domain).is_none();
+        if domain.is_wildcard() || own_twin {
             return Err(NotRuntime::Reload(format!(
-                "{domain} is removed: a wildcard or SSE-routed domain has more than one route"
+                "{domain} is removed: a wildcard or a domain with its own event-stream twin has more than one route"
             )));
         }
         plan.routes.push(RouteOp::Remove {
             domain: (*domain).clone(),
         });
         plan.domains.push((*domain).clone());
-        for s in backend.servers() {
-            plan.servers.push(ServerOp::Remove {
-                backend: old.placement.backend_name(domain),
-                name: old.placement.server_name(domain, &s.name),
-            });
+        for from in backends_of(&old.placement, domain, backend) {
+            for s in backend.servers() {
+                plan.servers.push(ServerOp::Remove {
+                    backend: from.clone(),
+                    name: old.placement.server_name(domain, &s.name),
+                });
+            }
         }
     }
     if plan.len() == 0 {
@@ -241,9 +242,6 @@ fn slot_kind(domain: &Domain, backend: &Backend) -> Result<SlotKind, NotRuntime>
     if domain.is_wildcard() {
         return why("a wildcard (its route is a suffix map)");
     }
-    if backend.sse_routing() {
-        return why("has SSE routing (a twin backend per domain)");
-    }
     if let Some(s) = backend
         .servers()
         .iter()
@@ -254,10 +252,24 @@ fn slot_kind(domain: &Domain, backend: &Backend) -> Result<SlotKind, NotRuntime>
             s.name.as_str()
         ));
     }
-    SlotKind::of(backend.profile()).map_or_else(
+    SlotKind::of(backend).map_or_else(
         || why("has a profile with lines of its own (http-check)"),
         Ok,
     )
+}
+
+/// The backends that hold a domain's servers where `placement` puts it: its own or its
+/// slot's, and the event-stream twin beside it with SSE routing.
+pub(super) fn backends_of(
+    placement: &Placement,
+    domain: &Domain,
+    backend: &Backend,
+) -> Vec<String> {
+    let mut out = vec![placement.backend_name(domain)];
+    if backend.sse_routing() {
+        out.push(placement.sse_twin(domain));
+    }
+    out
 }
 
 /// Whether everything but the domains and the placement is equal. Destructured without
@@ -473,6 +485,60 @@ mod tests {
             if backend == "slot_default_0" && name == "new.example.com:a")
         );
         assert_eq!(gone.placement.slots().count(), 0);
+    }
+
+    #[test]
+    fn a_domain_with_sse_routing_fills_a_slot_and_its_twin() {
+        let compat = |spec: &str| {
+            Backend::new(vec![server("s1", spec)], Profile::Default)
+                .unwrap()
+                .with_sse_routing(true)
+        };
+        let mut old = EdgeState::default();
+        old.domains
+            .insert(domain("shop.example.com"), compat("10.0.0.1:80"));
+        old.placement = Placement::sized_for(&old);
+        let mut new = old.clone();
+        new.domains
+            .insert(domain("new.example.com"), compat("10.0.0.5:80"));
+        let added = plan(&old, &mut new).unwrap();
+        let backends: Vec<&str> = added.servers.iter().map(ServerOp::backend).collect();
+        assert_eq!(backends, ["slot_default_sse_0", "slot_default_sse_0_sse"]);
+        assert_eq!(
+            added.routes,
+            vec![RouteOp::Add {
+                domain: domain("new.example.com"),
+                backend: "slot_default_sse_0".into()
+            }]
+        );
+
+        // Its servers change in the slot and the twin; the own-backend domain's in both too.
+        let mut moved = new.clone();
+        moved
+            .domains
+            .insert(domain("new.example.com"), compat("10.0.0.6:80"));
+        moved
+            .domains
+            .insert(domain("shop.example.com"), compat("10.0.0.2:80"));
+        let changed = plan(&new, &mut moved).unwrap();
+        let backends: Vec<&str> = changed.servers.iter().map(ServerOp::backend).collect();
+        assert_eq!(
+            backends,
+            [
+                "slot_default_sse_0",
+                "slot_default_sse_0_sse",
+                "d_shop.example.com",
+                "d_shop.example.com_sse"
+            ]
+        );
+
+        // Removed from its slot at runtime; from a backend of its own only by a reload (its
+        // line in sse.map goes with it).
+        let removed = plan(&new, &mut old.clone()).unwrap();
+        assert_eq!(removed.servers.len(), 2);
+        let mut none = old.clone();
+        none.domains.clear();
+        assert!(matches!(plan(&old, &mut none), Err(NotRuntime::Reload(_))));
     }
 
     #[test]

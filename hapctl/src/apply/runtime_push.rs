@@ -10,7 +10,7 @@ use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap, RuntimeServers};
 use crate::model::{Domain, EdgeState, Server};
 use crate::render::FileId;
 
-use super::runtime_plan::{ip_of, NotRuntime, RouteOp, RuntimePlan, ServerOp};
+use super::runtime_plan::{backends_of, ip_of, NotRuntime, RouteOp, RuntimePlan, ServerOp};
 
 /// How long a removal waits for a draining server's last connection before leaving it
 /// draining (no new request) until its connections end or the next reload.
@@ -146,11 +146,7 @@ fn wanted_servers<'s>(
             .iter()
             .map(|s| (state.placement.server_name(domain, &s.name), s))
             .collect();
-        let own = state.placement.backend(domain).to_string();
-        let twin = backend
-            .sse_routing()
-            .then(|| crate::render::sse_twin(domain));
-        for name in std::iter::once(own).chain(twin) {
+        for name in backends_of(&state.placement, domain, backend) {
             if of.binary_search(&name.as_str()).is_ok() {
                 out.insert(name, named.clone());
             }

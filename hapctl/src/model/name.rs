@@ -231,6 +231,13 @@ impl Domain {
         self.backend().to_string()
     }
 
+    /// The event-stream twin beside the domain's own backend (SSE routing). `_` never occurs
+    /// in a domain name and app backends may not start with `d_`/`w_`, so it cannot collide
+    /// with another backend.
+    pub fn sse_twin_name(&self) -> String {
+        format!("{}_sse", self.backend())
+    }
+
     /// [`Domain::backend_name`], written where it goes (a line per domain in a map) without a
     /// String of its own.
     pub fn backend(&self) -> DomainBackend<'_> {

@@ -11,45 +11,71 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use super::{Domain, DomainBackend, EdgeState, Invalid, Profile, ServerName};
+use super::{Backend, Domain, DomainBackend, EdgeState, Invalid, Profile, ServerName};
 
-/// A backend shape that has slots: the profiles without their own per-domain lines.
+/// A backend shape that has slots: the profiles without their own per-domain lines, each
+/// alone or with an event-stream twin beside it (a domain with SSE routing, as the old
+/// manager's routes make them: the twin has the same servers and long-lived timeouts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SlotKind {
     Default,
     WebSocket,
     Sse,
     LongLived,
+    DefaultTwin,
+    WebSocketTwin,
+    SseTwin,
+    LongLivedTwin,
 }
 
 impl SlotKind {
-    pub const ALL: [SlotKind; 4] = [
+    pub const ALL: [SlotKind; 8] = [
         SlotKind::Default,
         SlotKind::WebSocket,
         SlotKind::Sse,
         SlotKind::LongLived,
+        SlotKind::DefaultTwin,
+        SlotKind::WebSocketTwin,
+        SlotKind::SseTwin,
+        SlotKind::LongLivedTwin,
     ];
 
-    /// The slot kind a profile's backend fits; `None` for a profile with lines of its own
+    /// The slot kind a domain's backend fits; `None` for a profile with lines of its own
     /// (`http-check:PATH`).
-    pub fn of(profile: &Profile) -> Option<SlotKind> {
-        match profile {
-            Profile::Default => Some(SlotKind::Default),
-            Profile::WebSocket => Some(SlotKind::WebSocket),
-            Profile::Sse => Some(SlotKind::Sse),
-            Profile::LongLived => Some(SlotKind::LongLived),
-            Profile::HttpCheck(_) => None,
-        }
+    pub fn of(backend: &Backend) -> Option<SlotKind> {
+        let twin = backend.sse_routing();
+        Some(match (backend.profile(), twin) {
+            (Profile::Default, false) => SlotKind::Default,
+            (Profile::WebSocket, false) => SlotKind::WebSocket,
+            (Profile::Sse, false) => SlotKind::Sse,
+            (Profile::LongLived, false) => SlotKind::LongLived,
+            (Profile::Default, true) => SlotKind::DefaultTwin,
+            (Profile::WebSocket, true) => SlotKind::WebSocketTwin,
+            (Profile::Sse, true) => SlotKind::SseTwin,
+            (Profile::LongLived, true) => SlotKind::LongLivedTwin,
+            (Profile::HttpCheck(_), _) => return None,
+        })
     }
 
     /// The profile whose directives an empty slot of this kind carries.
     pub fn profile(self) -> Profile {
         match self {
-            SlotKind::Default => Profile::Default,
-            SlotKind::WebSocket => Profile::WebSocket,
-            SlotKind::Sse => Profile::Sse,
-            SlotKind::LongLived => Profile::LongLived,
+            SlotKind::Default | SlotKind::DefaultTwin => Profile::Default,
+            SlotKind::WebSocket | SlotKind::WebSocketTwin => Profile::WebSocket,
+            SlotKind::Sse | SlotKind::SseTwin => Profile::Sse,
+            SlotKind::LongLived | SlotKind::LongLivedTwin => Profile::LongLived,
         }
+    }
+
+    /// Whether each slot of this kind has an event-stream twin backend.
+    pub fn has_twin(self) -> bool {
+        matches!(
+            self,
+            SlotKind::DefaultTwin
+                | SlotKind::WebSocketTwin
+                | SlotKind::SseTwin
+                | SlotKind::LongLivedTwin
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +84,22 @@ impl SlotKind {
             SlotKind::WebSocket => "websocket",
             SlotKind::Sse => "sse",
             SlotKind::LongLived => "longlived",
+            SlotKind::DefaultTwin => "default_sse",
+            SlotKind::WebSocketTwin => "websocket_sse",
+            SlotKind::SseTwin => "sse_sse",
+            SlotKind::LongLivedTwin => "longlived_sse",
+        }
+    }
+
+    /// Spare slots once one domain of this kind exists (the default kind: always). The old
+    /// manager's routes make every domain of theirs a default one with a twin, so that kind
+    /// gets as many spares as the default kind.
+    fn floor(self, in_use: bool) -> Option<u16> {
+        match self {
+            SlotKind::Default => Some(MIN_DEFAULT_SPARES),
+            _ if !in_use => None,
+            SlotKind::DefaultTwin => Some(MIN_DEFAULT_SPARES),
+            _ => Some(MIN_OTHER_SPARES),
         }
     }
 }
@@ -69,7 +111,13 @@ impl FromStr for SlotKind {
         SlotKind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| Invalid::new("slot kind", s, "default, websocket, sse or longlived"))
+            .ok_or_else(|| {
+                Invalid::new(
+                    "slot kind",
+                    s,
+                    "default, websocket, sse or longlived, each alone or with _sse",
+                )
+            })
     }
 }
 
@@ -85,6 +133,11 @@ impl BackendSlot {
     /// with `slot_`, so it collides with nothing.
     pub fn backend_name(self) -> String {
         self.to_string()
+    }
+
+    /// The event-stream twin of a slot whose kind has one (`<slot>_sse`).
+    pub fn twin_name(self) -> Option<String> {
+        self.kind.has_twin().then(|| format!("{self}_sse"))
     }
 }
 
@@ -156,7 +209,7 @@ impl Placement {
     pub fn sized_for(state: &EdgeState) -> Placement {
         let mut counts: BTreeMap<SlotKind, usize> = BTreeMap::new();
         for backend in state.domains.values() {
-            if let Some(kind) = SlotKind::of(backend.profile()) {
+            if let Some(kind) = SlotKind::of(backend) {
                 *counts.entry(kind).or_default() += 1;
             }
         }
@@ -164,11 +217,7 @@ impl Placement {
             .into_iter()
             .filter_map(|kind| {
                 let n = counts.get(&kind).copied().unwrap_or(0);
-                let floor = match kind {
-                    SlotKind::Default => MIN_DEFAULT_SPARES,
-                    _ if n == 0 => return None,
-                    _ => MIN_OTHER_SPARES,
-                };
+                let floor = kind.floor(n > 0)?;
                 let share = u16::try_from(n.div_ceil(20)).unwrap_or(MAX_SPARES);
                 Some((kind, share.clamp(floor, MAX_SPARES)))
             })
@@ -236,6 +285,14 @@ impl Placement {
         }
     }
 
+    /// The event-stream twin of a domain with SSE routing: its slot's, or the one beside its
+    /// own backend.
+    pub fn sse_twin(&self, domain: &Domain) -> String {
+        self.slot_of(domain)
+            .and_then(BackendSlot::twin_name)
+            .unwrap_or_else(|| domain.sse_twin_name())
+    }
+
     /// A server's name in HAProxy: in a slot, `<domain>:<server>`, so stats name the domain.
     pub fn server_name(&self, domain: &Domain, server: &ServerName) -> String {
         match self.slot_of(domain) {
@@ -248,7 +305,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Backend, Server};
+    use crate::model::Server;
 
     fn one_server() -> Vec<Server> {
         vec![Server::parse_spec("10.0.0.1:80", "s1".parse().unwrap()).unwrap()]
@@ -309,6 +366,46 @@ mod tests {
         assert_eq!(
             placement.backend_name(&domain("x.example.com")),
             "d_x.example.com"
+        );
+    }
+
+    #[test]
+    fn domains_with_sse_routing_take_slots_with_a_twin() {
+        let mut state = EdgeState::default();
+        let compat = || {
+            Backend::new(one_server(), Profile::Default)
+                .unwrap()
+                .with_sse_routing(true)
+        };
+        assert_eq!(SlotKind::of(&compat()), Some(SlotKind::DefaultTwin));
+        let placement = Placement::sized_for(&state);
+        assert_eq!(placement.capacity(SlotKind::DefaultTwin), 0, "none in use");
+        for i in 0..10 {
+            state
+                .domains
+                .insert(domain(&format!("c{i}.example.com")), compat());
+        }
+        state.domains.insert(
+            domain("long.example.com"),
+            Backend::new(one_server(), Profile::LongLived)
+                .unwrap()
+                .with_sse_routing(true),
+        );
+        let mut placement = Placement::sized_for(&state);
+        assert_eq!(placement.capacity(SlotKind::DefaultTwin), 16);
+        assert_eq!(placement.capacity(SlotKind::LongLivedTwin), 4);
+        let placed = domain("new.example.com");
+        let slot = placement.place(&placed, SlotKind::DefaultTwin).unwrap();
+        assert_eq!(slot.backend_name(), "slot_default_sse_0");
+        assert_eq!(slot.twin_name().as_deref(), Some("slot_default_sse_0_sse"));
+        assert_eq!(placement.sse_twin(&placed), "slot_default_sse_0_sse");
+        assert_eq!(
+            placement.sse_twin(&domain("c1.example.com")),
+            "d_c1.example.com_sse"
+        );
+        assert_eq!(
+            "default_sse".parse::<SlotKind>().unwrap(),
+            SlotKind::DefaultTwin
         );
     }
 

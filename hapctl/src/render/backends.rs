@@ -9,12 +9,6 @@ use crate::model::{Backend, BackendSlot, Domain, EdgeState, Profile, ServerHost}
 /// open (and to wait between events).
 const SSE_TWIN: &str = "    balance roundrobin\n    timeout server 6h\n    timeout tunnel 6h\n    timeout http-keep-alive 6h\n    option http-no-delay\n";
 
-/// The twin backend's name. `_` never occurs in a domain name and app backends may not start
-/// with `d_`/`w_`, so it cannot collide with another backend.
-pub fn sse_twin(domain: &Domain) -> String {
-    format!("{}_sse", domain.backend_name())
-}
-
 /// Every domain's backend section (and SSE twin), in domain order, then the slot backends.
 /// With `resolvers` (the section's name), servers named by host name are resolved at runtime
 /// and may start unresolved. With `memo`, a domain whose inputs are those of the last render
@@ -107,30 +101,33 @@ fn domain_text(
     let mut out = String::with_capacity(256);
     let profile = backend.profile();
     let directives = directives(profile);
-    if let Some(slot) = slot {
-        let comment = format!("slot: {domain} ({})", kind_name(profile));
-        let prefix = Some(domain.to_string());
-        let name = slot.backend_name();
-        section(
-            &mut out, &name, &comment, directives, backend, prefix, resolvers,
-        );
-        return out;
-    }
-    let comment = format!("{domain} ({})", kind_name(profile));
-    let name = domain.backend_name();
+    let (name, twin, comment, prefix) = match slot {
+        Some(slot) => (
+            slot.backend_name(),
+            slot.twin_name(),
+            format!("slot: {domain} ({})", kind_name(profile)),
+            Some(domain.to_string()),
+        ),
+        None => (
+            domain.backend_name(),
+            backend.sse_routing().then(|| domain.sse_twin_name()),
+            format!("{domain} ({})", kind_name(profile)),
+            None,
+        ),
+    };
     section(
-        &mut out, &name, &comment, directives, backend, None, resolvers,
+        &mut out,
+        &name,
+        &comment,
+        directives,
+        backend,
+        prefix.clone(),
+        resolvers,
     );
-    if backend.sse_routing() {
+    if let Some(twin) = twin {
         let comment = format!("{domain}: event streams (SSE routing)");
         section(
-            &mut out,
-            &sse_twin(domain),
-            &comment,
-            SSE_TWIN,
-            backend,
-            None,
-            resolvers,
+            &mut out, &twin, &comment, SSE_TWIN, backend, prefix, resolvers,
         );
     }
     // Kept in the memo until the domain changes: ~150 bytes, not the 256 reserved.
@@ -167,6 +164,12 @@ fn slot_sections(out: &mut String, state: &EdgeState, texts: &[(Domain, Entry)])
                         slot.backend_name(),
                         directives(&profile)
                     );
+                    if let Some(twin) = slot.twin_name() {
+                        let _ = write!(
+                            out,
+                            "\nbackend {twin}\n    # spare slot's event-stream twin\n{SSE_TWIN}"
+                        );
+                    }
                 }
             }
         }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::model::{BlockKey, Domain, DomainBackendOf, EdgeState};
 use crate::settings::Settings;
 
-pub use backends::{sse_twin, Sections};
+pub use backends::Sections;
 pub use fileset::{FileId, FileSet, SetFile};
 pub use logging::LOG_LEN;
 pub use templates::{TemplateError, Templates};
@@ -307,15 +307,23 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             crate::protect::profiles::map(&mut out, &state.protections, true)
         }
         // Keyed by the backend the host routed to, not by host: the route's own lookup (exact
-        // name before wildcard, app domains) decides, and the twin follows it.
+        // name before wildcard, app domains) decides, and the twin follows it. Every slot with
+        // a twin has its line, taken or not, so a domain that takes one at runtime needs none.
         FileId::SseMap => {
-            for (domain, _) in state.domains.iter().filter(|(_, b)| b.sse_routing()) {
-                let _ = writeln!(
-                    out,
-                    "{} {}",
-                    domain.backend_name(),
-                    backends::sse_twin(domain)
-                );
+            let own = state
+                .domains
+                .iter()
+                .filter(|(domain, b)| b.sse_routing() && state.placement.slot_of(domain).is_none());
+            for (domain, _) in own {
+                let _ = writeln!(out, "{} {}", domain.backend(), domain.sse_twin_name());
+            }
+            let slots = state.placement.capacities().flat_map(|(kind, n)| {
+                (0..n).map(move |index| crate::model::BackendSlot { kind, index })
+            });
+            for slot in slots {
+                if let Some(twin) = slot.twin_name() {
+                    let _ = writeln!(out, "{slot} {twin}");
+                }
             }
         }
         FileId::WafMap => waf::map(&mut out, state, false),
