@@ -319,12 +319,27 @@ pub(crate) fn watch_put(
     backend_body: &str,
 ) -> anyhow::Result<Watched> {
     let path = format!("/v1/domains/{host}");
+    watch_request(edge, api, ("PUT", &path), host, body, backend_body)
+}
+
+/// [`watch_put`] for any request that adds `host` (`request`: method and path), such as the
+/// old manager's `POST /api/domain`.
+pub(crate) fn watch_request(
+    edge: &Edge,
+    api: &Api,
+    request: (&str, &str),
+    host: &str,
+    body: &Value,
+    backend_body: &str,
+) -> anyhow::Result<Watched> {
+    let method = request.0;
     let t0 = Instant::now();
     let request = {
         let api = api.clone();
         let body = body.clone();
+        let (method, path) = (request.0.to_string(), request.1.to_string());
         thread::spawn(move || {
-            let answer = api.call("PUT", &path, Some(&body));
+            let answer = api.call(&method, &path, Some(&body));
             (answer, t0.elapsed())
         })
     };
@@ -342,7 +357,7 @@ pub(crate) fn watch_put(
             break Duration::MAX;
         }
         if t0.elapsed() > OP_TIMEOUT {
-            bail!("{host} was not routed within {OP_TIMEOUT:?} of its PUT");
+            bail!("{host} was not routed within {OP_TIMEOUT:?} of its {method}");
         }
         next += POLL_EVERY;
         let now = Instant::now();
@@ -354,14 +369,14 @@ pub(crate) fn watch_put(
     };
     let (answer, answered) = request
         .join()
-        .map_err(|_| anyhow::anyhow!("the PUT thread panicked"))?;
+        .map_err(|_| anyhow::anyhow!("the {method} thread panicked"))?;
     let answer = answer?;
     if answer.status != 201 && answer.status != 200 {
-        bail!("PUT {host}: {}", answer.describe());
+        bail!("{method} {host}: {}", answer.describe());
     }
     if routed == Duration::MAX {
         bail!(
-            "PUT {host} answered {} but the host is not routed",
+            "{method} {host} answered {} but the host is not routed",
             answer.status
         );
     }

@@ -102,6 +102,28 @@ impl Applied {
     }
 }
 
+impl Applied {
+    /// An apply as its history row tells it (`GET /v1/applies`): no steps.
+    fn from_history(entry: &Value, sent_unix_ms: f64) -> Applied {
+        let reasons = entry["reload_reasons"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        Applied {
+            apply_ms: entry["duration_ms"].as_f64().unwrap_or(f64::NAN),
+            before_apply_ms: entry["started_at_ms"]
+                .as_f64()
+                .map_or(f64::NAN, |t| t - sent_unix_ms),
+            steps: Vec::new(),
+            checks: entry["checks"].as_i64().unwrap_or(-1),
+            reloads: entry["reloads"].as_i64().unwrap_or(-1),
+            reload_reasons: reasons
+                .iter()
+                .filter_map(|r| Some(r.as_str()?.to_string()))
+                .collect(),
+        }
+    }
+}
+
 impl Op {
     fn step(&self, name: &str) -> Option<f64> {
         let steps = &self.applied.steps;
@@ -148,25 +170,26 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut cli_at_target = None;
     let mut forwarded_at_target = None;
     let mut api_largest = None;
+    let mut old_route = Vec::new();
 
     for &n in &ctx.sizes {
         let k = runs_for(ctx, n);
         eprintln!(
-            "domain-add: {n} domains, {k} operations through the CLI, then {k} through the API…"
+            "domain-add: {n} domains, {k} operations through the CLI, then {k} through each API route…"
         );
         let m = measure(&hapctl, n, k, backend_addr)?;
-        let (cli, api) = (Stats::of(&m.cli), Stats::of(&m.api));
-        let forwarded = Stats::of(&m.forwarded);
-        tables.add(n, &m, &cli, &api, &forwarded);
+        let stats = SizeStats::of(&m);
+        tables.add(n, &m, &stats);
         if n == TARGET_DOMAINS {
-            cli_at_target = Some(cli.clone());
-            forwarded_at_target = Some(forwarded.clone());
+            cli_at_target = Some(stats.cli.clone());
+            forwarded_at_target = Some(stats.forwarded.clone());
         }
         if n >= api_largest.as_ref().map_or(0, |(size, _)| *size) {
-            api_largest = Some((n, api.clone()));
+            api_largest = Some((n, stats.api.clone()));
         }
-        results.push(report::size_json(n, &m, &cli, &api, &forwarded));
-        counted.push((n, vec![m.cli, m.api, m.forwarded]));
+        old_route.push((n, stats.api.clone(), stats.compat.clone()));
+        results.push(report::size_json(n, &m, &stats));
+        counted.push((n, vec![m.cli, m.api, m.compat, m.forwarded]));
     }
 
     Ok(Report {
@@ -175,11 +198,41 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             report::cli_target(cli_at_target.as_ref(), false),
             report::cli_target(forwarded_at_target.as_ref(), true),
             report::api_target(api_largest.as_ref()),
+            report::old_route_target(&old_route),
             report::count_target(&counted),
         ],
         notes: report::notes(backend_addr),
         json: json!({ "backend": backend_addr, "sizes": results }),
     })
+}
+
+/// Every series of one size, summed up.
+struct SizeStats {
+    cli: Stats,
+    api: Stats,
+    compat: Stats,
+    forwarded: Stats,
+}
+
+impl SizeStats {
+    fn of(m: &Measured) -> SizeStats {
+        SizeStats {
+            cli: Stats::of(&m.cli),
+            api: Stats::of(&m.api),
+            compat: Stats::of(&m.compat),
+            forwarded: Stats::of(&m.forwarded),
+        }
+    }
+
+    /// Each series with its adds, in the tables' order (`report::VIA`).
+    fn with_ops<'a>(&'a self, m: &'a Measured) -> [(&'a Stats, &'a [Op]); 4] {
+        [
+            (&self.cli, &m.cli),
+            (&self.api, &m.api),
+            (&self.compat, &m.compat),
+            (&self.forwarded, &m.forwarded),
+        ]
+    }
 }
 
 struct Measured {
@@ -197,6 +250,8 @@ struct Measured {
     daemon_start_ms: f64,
     cli: Vec<Op>,
     api: Vec<Op>,
+    /// The old manager's route, `POST /api/domain`.
+    compat: Vec<Op>,
     /// The CLI's adds with the daemon running (handed to it over its socket).
     forwarded: Vec<Op>,
 }
@@ -249,7 +304,12 @@ fn measure(
         raw_reload.push(t.elapsed().as_secs_f64() * 1000.0);
     }
 
-    let (daemon_start_ms, api, forwarded) = api::series(&edge, k, backend)?;
+    let api::Series {
+        daemon_ms: daemon_start_ms,
+        api,
+        compat,
+        forwarded,
+    } = api::series(&edge, k, backend)?;
     Ok(Measured {
         servers,
         raw_check: Summary::of(&raw_check).expect("RAW_RUNS > 0"),
@@ -261,6 +321,7 @@ fn measure(
         daemon_start_ms,
         cli,
         api,
+        compat,
         forwarded,
     })
     // `edge` drops here: HAProxy stopped, temp dir removed.

@@ -357,10 +357,20 @@ fn the_old_routes_add_change_and_remove_domains_at_runtime_twin_included() {
 
     // A reload in between loads the same from the files: first.example.com still served.
     edge.ok(&["haproxy", "reload"]);
+    let first = "first.example.com";
     expect_routes(
         &edge,
-        "first.example.com",
+        first,
         "d_first.example.com",
         "d_first.example.com_sse",
     );
+    let reloads = edge.show_proc().master.reloads;
+
+    // A domain whose twin is its own is removed at runtime too: its line in sse.map goes.
+    let r = api.call("DELETE", "/api/domain", Some(&json!({"domain": first})));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(edge.show_proc().master.reloads, reloads, "no reload");
+    assert_eq!(edge.get(first, "/").status, 404);
+    let sse_map = std::fs::read_to_string(edge.path("live/maps/sse.map")).unwrap();
+    assert!(!sse_map.contains("d_first.example.com"), "{sse_map}");
 }

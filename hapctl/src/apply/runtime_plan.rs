@@ -51,11 +51,38 @@ impl ServerOp {
     }
 }
 
-/// A change of `hosts.map`: where an exact domain is routed.
+/// A change of `hosts.map` (where an exact domain is routed) or of `sse.map`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteOp {
-    Add { domain: Domain, backend: String },
-    Remove { domain: Domain },
+    Add {
+        domain: Domain,
+        backend: String,
+    },
+    Remove {
+        domain: Domain,
+    },
+    /// The `sse.map` line of a removed domain whose twin was its own (keyed by its backend).
+    RemoveTwin {
+        backend: String,
+    },
+}
+
+impl RouteOp {
+    /// The map's key the change is about.
+    pub fn key(&self) -> String {
+        match self {
+            RouteOp::Add { domain, .. } | RouteOp::Remove { domain } => domain.to_string(),
+            RouteOp::RemoveTwin { backend } => backend.clone(),
+        }
+    }
+
+    /// The value the change leaves under the key (`None`: the key is gone).
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            RouteOp::Add { backend, .. } => Some(backend),
+            RouteOp::Remove { .. } | RouteOp::RemoveTwin { .. } => None,
+        }
+    }
 }
 
 /// What the worker must do, in this order: servers added or changed, routes added, routes
@@ -165,15 +192,19 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
         });
     }
     for (domain, backend) in &diff.removed {
-        let own_twin = backend.sse_routing() && old.placement.slot_of(domain).is_none();
-        if domain.is_wildcard() || own_twin {
+        if domain.is_wildcard() {
             return Err(NotRuntime::Reload(format!(
-                "{domain} is removed: a wildcard or a domain with its own event-stream twin has more than one route"
+                "{domain} is removed: a wildcard's route is a suffix map"
             )));
         }
         plan.routes.push(RouteOp::Remove {
             domain: (*domain).clone(),
         });
+        if backend.sse_routing() && old.placement.slot_of(domain).is_none() {
+            plan.routes.push(RouteOp::RemoveTwin {
+                backend: domain.backend_name(),
+            });
+        }
         plan.domains.push((*domain).clone());
         for from in backends_of(&old.placement, domain, backend) {
             for s in backend.servers() {
@@ -532,13 +563,27 @@ mod tests {
             ]
         );
 
-        // Removed from its slot at runtime; from a backend of its own only by a reload (its
-        // line in sse.map goes with it).
+        // Removed from its slot: its route and servers; from backends of its own: its
+        // sse.map line too.
         let removed = plan(&new, &mut old.clone()).unwrap();
         assert_eq!(removed.servers.len(), 2);
+        assert_eq!(removed.routes.len(), 1);
         let mut none = old.clone();
         none.domains.clear();
-        assert!(matches!(plan(&old, &mut none), Err(NotRuntime::Reload(_))));
+        let removed = plan(&old, &mut none).unwrap();
+        assert_eq!(
+            removed.routes,
+            vec![
+                RouteOp::Remove {
+                    domain: domain("shop.example.com")
+                },
+                RouteOp::RemoveTwin {
+                    backend: "d_shop.example.com".into()
+                }
+            ]
+        );
+        let backends: Vec<&str> = removed.servers.iter().map(ServerOp::backend).collect();
+        assert_eq!(backends, ["d_shop.example.com", "d_shop.example.com_sse"]);
     }
 
     #[test]

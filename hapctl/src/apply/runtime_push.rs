@@ -18,7 +18,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// `srv_admin_state` bits of a server drained or in maintenance by the runtime API.
 const DRAINING_OR_MAINT: u32 = 0x01 | 0x08;
 /// The files a runtime plan may change: the backends' sections and the routes.
-const PLAN_FILES: [FileId; 2] = [FileId::Config, FileId::HostsMap];
+const PLAN_FILES: [FileId; 3] = [FileId::Config, FileId::HostsMap, FileId::SseMap];
 
 /// What the push did beyond the plan.
 #[derive(Debug, Default)]
@@ -36,10 +36,13 @@ pub fn push(
 ) -> Result<Pushed, RuntimeError> {
     let socket = || CliSocket::new(&settings.paths.admin_socket, Duration::from_secs(5));
     let servers = RuntimeServers::new(socket());
-    let hosts = RuntimeMap::on_worker(
-        socket(),
-        FileId::HostsMap.path(&settings.paths).display().to_string(),
-    );
+    let map = |id: FileId| {
+        RuntimeMap::on_worker(socket(), id.path(&settings.paths).display().to_string())
+    };
+    let routes = Routes {
+        hosts: map(FileId::HostsMap),
+        sse: map(FileId::SseMap),
+    };
     let mut pushed = Pushed::default();
     let (removals, changes): (Vec<&ServerOp>, Vec<&ServerOp>) = plan
         .servers
@@ -73,18 +76,15 @@ pub fn push(
         }
     }
     // Routes after the servers they lead to, removals before the servers go.
-    for op in plan
+    let (adds, removals_of_routes): (Vec<&RouteOp>, Vec<&RouteOp>) = plan
         .routes
         .iter()
-        .filter(|op| matches!(op, RouteOp::Add { .. }))
-    {
-        if let RouteOp::Add { domain, backend } = op {
-            hosts.add(&domain.to_string(), backend)?;
-        }
-    }
-    for op in &plan.routes {
-        if let RouteOp::Remove { domain } = op {
-            hosts.remove(&domain.to_string())?;
+        .partition(|op| matches!(op, RouteOp::Add { .. }));
+    for op in adds.into_iter().chain(removals_of_routes) {
+        let (map, _) = routes.of(op);
+        match op.value() {
+            Some(value) => map.add(&op.key(), value)?,
+            None => map.remove(&op.key())?,
         }
     }
     for op in removals {
@@ -94,13 +94,29 @@ pub fn push(
             }
         }
     }
-    read_back(&servers, &hosts, plan, state)?;
+    read_back(&servers, &routes, plan, state)?;
     Ok(pushed)
+}
+
+/// The worker's route maps.
+struct Routes {
+    hosts: RuntimeMap,
+    sse: RuntimeMap,
+}
+
+impl Routes {
+    /// The map a route change is made in, and its file's name.
+    fn of(&self, op: &RouteOp) -> (&RuntimeMap, &'static str) {
+        match op {
+            RouteOp::Add { .. } | RouteOp::Remove { .. } => (&self.hosts, "hosts.map"),
+            RouteOp::RemoveTwin { .. } => (&self.sse, "sse.map"),
+        }
+    }
 }
 
 fn read_back(
     servers: &RuntimeServers,
-    hosts: &RuntimeMap,
+    routes: &Routes,
     plan: &RuntimePlan,
     state: &EdgeState,
 ) -> Result<(), RuntimeError> {
@@ -114,14 +130,11 @@ fn read_back(
         check_backend(backend, want, &held)?;
     }
     for op in &plan.routes {
-        let (domain, want) = match op {
-            RouteOp::Add { domain, backend } => (domain, Some(backend.as_str())),
-            RouteOp::Remove { domain } => (domain, None),
-        };
-        let held = hosts.value_of(&domain.to_string())?;
+        let ((map, name), key, want) = (routes.of(op), op.key(), op.value());
+        let held = map.value_of(&key)?;
         if held.as_deref() != want {
             return Err(RuntimeError::Refused {
-                command: format!("get map hosts.map {domain}"),
+                command: format!("get map {name} {key}"),
                 answer: format!("routes to {held:?}, expected {want:?}"),
             });
         }
@@ -211,7 +224,7 @@ pub(super) fn usable(
 ) -> Result<RuntimePlan, NotRuntime> {
     match plan {
         Ok(_) if !changed.iter().all(|id| PLAN_FILES.contains(id)) => Err(NotRuntime::Reload(
-            "files beyond haproxy.cfg and hosts.map changed with the domains".into(),
+            "files beyond haproxy.cfg, hosts.map and sse.map changed with the domains".into(),
         )),
         plan => plan,
     }
