@@ -490,17 +490,16 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
 
 #[test]
 fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
-    let edge = Edge::started();
+    let mut edge = Edge::started();
     let ca = TestCa::new("legacy-refused");
     let old = old_edge(&ca, [8081, 8082], 8083, 8084);
-    // A name HAProxy cannot resolve when it loads the set: the whole apply is refused.
-    let db = Connection::open(&old.db).unwrap();
-    db.execute(
-        "UPDATE backend_servers SET server_address = 'no-such-host.invalid' WHERE server_name = 'app'",
-        [],
-    )
-    .unwrap();
-    drop(db);
+    // HAProxy refuses the set with shop.test's first server, in its global section.
+    let wrapper = common::refusing_haproxy(
+        edge.state_dir(),
+        "127.0.0.1:8081",
+        "s/^global$/global\\n    no-such-keyword/",
+    );
+    edge.set_env("HAPCTL_HAPROXY_BIN", wrapper.to_str().unwrap());
     // Name, source and what it serves: the days left may tick over during the test.
     let certs = || -> Vec<String> {
         edge.ok(&["cert", "ls"])
@@ -521,7 +520,7 @@ fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
         "{out}"
     );
     assert!(
-        out.contains("no-such-host.invalid"),
+        out.contains("no-such-keyword"),
         "HAProxy's message is shown: {out}"
     );
     assert!(out.contains("nothing was changed"), "{out}");
