@@ -60,6 +60,7 @@ mod init;
 mod limits;
 mod policies;
 mod profiles;
+mod resolution;
 mod supervise;
 mod waf;
 
@@ -68,6 +69,7 @@ pub use batch::StateChange;
 pub use domain_change::{DomainChange, DomainResult};
 pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
+pub use resolution::after_put;
 pub use supervise::{Look, Reloaded, Restart, Supervision, SupervisorState, Watched};
 
 pub use certs::{CertView, RenewOutcome};

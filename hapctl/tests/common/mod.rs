@@ -186,6 +186,14 @@ impl Edge {
         std::fs::write(self.path("hapctl.toml"), text).unwrap();
     }
 
+    /// `[resolvers]` asking `nameserver`, each answer held 1 s.
+    pub fn set_resolvers(&self, nameserver: std::net::SocketAddr) {
+        self.write_settings(&format!(
+            "{}\n[resolvers]\nnameservers = [\"{nameserver}\"]\nhold_valid = \"1s\"\n",
+            self.settings_text()
+        ));
+    }
+
     /// Sets `key = "value"` (TOML strings) in `[section]` of hapctl.toml, replacing the keys
     /// already there (commented-out lines are left alone); appends the section if missing.
     pub fn set_setting_keys(&self, section: &str, keys: &[(&str, String)]) {

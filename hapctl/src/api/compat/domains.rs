@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::super::error::{ApiError, ValuesBody};
-use super::super::v1::backend;
+use super::super::v1::{backend, resolution_after};
 use super::super::AppState;
 use super::certs::cert_path;
 use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
@@ -207,13 +207,24 @@ async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
         domain.is_wildcard(),
     ));
     let (report, _) = app
-        .domain_job(Some(DomainChange::Put(domain.clone(), backend)))
+        .domain_job(Some(DomainChange::Put(domain.clone(), backend.clone())))
         .await
         .map_err(as_500)?;
+    // Only a domain with a server named by host name says anything more than the old shape.
+    let named = crate::resolve::has_names(&backend);
+    let resolution = resolution_after(&app, &report, domain.clone(), backend)
+        .await?
+        .filter(|_| named);
     loaded(report)?;
     let stored = domain.to_string();
     let id = app.read(move |edge| edge.domain_id(&stored)).await?;
-    Ok(Json(json!({"status": "success", "domain_id": id})).into_response())
+    // The old shape, and which servers wait for their name to resolve.
+    let body = json!({"status": "success", "domain_id": id});
+    let body = match &resolution {
+        Some(r) => r.merged_into(body),
+        None => body,
+    };
+    Ok(Json(body).into_response())
 }
 
 #[derive(Deserialize)]
