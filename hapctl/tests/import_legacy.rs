@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use common::daemon::Daemon;
 use common::pki::TestCa;
 use common::{check_runs, counting_haproxy, Backend, Edge};
 use hapctl::tls::probe;
@@ -166,7 +167,8 @@ fn old_edge(ca: &TestCa, shop: [u16; 2], wild: u16, sus: u16) -> OldEdge {
     domain(&db, 8, "empty.test", None, int(0));
     backend(&db, 8, "empty", 8);
     domain(&db, 9, "sus.test", None, null.clone());
-    backend(&db, 9, "sus", 9);
+    // A name that is no label: the domain comes, its backend_name does not.
+    backend(&db, 9, "sus\tbackend", 9);
     server(&db, 9, "s1", "127.0.0.1", int(sus.into()), Some(""));
     domain(&db, 10, "tpl.test", Some("hap_backend_grpc"), int(0));
     backend(&db, 10, "tpl", 10);
@@ -338,6 +340,16 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         plan["domains"][1]["value"]["backend"]["profile"],
         "long-lived"
     );
+    let labels: Vec<&Value> = plan["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["value"]["backend_name"])
+        .collect();
+    assert_eq!(
+        labels,
+        [&json!("shop_test"), &json!("w_test"), &Value::Null]
+    );
     assert_eq!(statuses(plan, "blocks").len(), 3, "{plan}");
     assert_eq!(
         plan["blocks"][1]["value"]["expires_at"],
@@ -358,6 +370,7 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         ("domains id 7", "the same domain as domains id 1"),
         ("domains id 8", "no servers"),
         ("domains id 10", "hap_backend_grpc"),
+        ("backends id 9", "backend_name not kept"),
         ("blocked_ips id 3", "is not an IPv4 or IPv6 address"),
         ("blocked_ips id 4", "the same block as blocked_ips id 1"),
         ("blocked_ips id 5", "expired at 2000-12-31T22:00:00Z"),
@@ -465,7 +478,7 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         "{out}"
     );
     assert!(
-        out.contains("0 to import, 15 already present, 16 refused"),
+        out.contains("0 to import, 15 already present, 17 refused"),
         "{out}"
     );
     let again = json(&edge.ok(&old.args(&["--json"])));
@@ -486,6 +499,27 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
     assert_eq!(snapshot(&edge), after, "a second run writes nothing");
     assert_eq!(edge.show_proc().master.reloads, reloads);
     assert_eq!(check_runs(&log), checks + 1);
+    // The old clients read back the backend names they gave (hapctl's own where none is kept).
+    let api = Daemon::start(&edge);
+    let listed: Vec<(String, String)> = api
+        .get("/api/domains")
+        .json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["domain"].as_str().unwrap().into(),
+                d["backend_name"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = [
+        ("shop.test", "shop_test"),
+        ("*.w.test", "w_test"),
+        ("sus.test", "d_sus.test"),
+    ];
+    assert_eq!(listed, want.map(|(d, b)| (d.to_string(), b.to_string())));
 }
 
 #[test]

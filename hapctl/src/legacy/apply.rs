@@ -36,10 +36,11 @@ fn state_changes(
     let mut todo = Vec::new();
     let mut undo = Vec::new();
     for d in new(&plan.domains) {
-        todo.push(StateChange::Domain(DomainChange::Put(
-            d.domain.clone(),
-            d.backend.clone(),
-        )));
+        let put = DomainChange::Put(d.domain.clone(), d.backend.clone());
+        todo.push(StateChange::Domain(match &d.backend_name {
+            Some(label) => DomainChange::WithLabel(Box::new(put), label.clone()),
+            None => put,
+        }));
         undo.push(StateChange::Domain(DomainChange::Remove(d.domain.clone())));
     }
     for net in new(&plan.trusted_proxies) {

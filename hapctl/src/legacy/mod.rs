@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::apply::ApplyReport;
 use crate::edge::EdgeError;
-use crate::model::{Backend, Block, BlockKey, CertName, Domain, EdgeState, ProxyNet};
+use crate::model::{Backend, BackendLabel, Block, BlockKey, CertName, Domain, EdgeState, ProxyNet};
 
 mod apply;
 mod plan;
@@ -73,6 +73,8 @@ pub struct Refused {
 pub struct DomainImport {
     pub domain: Domain,
     pub backend: Backend,
+    /// The old backend's name, kept for `GET /api/domains` (`None` when it is not a label).
+    pub backend_name: Option<BackendLabel>,
 }
 
 /// A checked bundle of the certificate folder. `Debug` and JSON leave the PEM out: it holds

@@ -56,7 +56,11 @@ fn a_server_whose_name_does_not_resolve_waits_and_the_answer_names_it() {
     let ip_only = json!({"domain": "ip.example.com", "backend_name": "ip",
         "servers": [{"name": "web", "address": "127.0.0.1", "port": app.port}]});
     let r = api.call("POST", "/api/domain", Some(&ip_only));
-    assert_eq!(r.json, json!({"status": "success", "domain_id": 4}), "{r:?}");
+    assert_eq!(
+        r.json,
+        json!({"status": "success", "domain_id": 4}),
+        "{r:?}"
+    );
 
     // `/v1` answers the same fields; its only server waiting, the domain answers 503.
     let put = json!({"servers": [{"address": "db_primary:5432", "name": "db"}]});
