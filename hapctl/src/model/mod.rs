@@ -21,7 +21,7 @@ mod waf;
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
 pub use block_query::{BlockQuery, DEFAULT_PAGE, MAX_PAGE};
-pub use error::{bounded, Invalid};
+pub use error::{bounded, bounded_to, Invalid};
 pub use label::{BackendLabel, MAX_LABEL_CHARS};
 pub use limits::{
     check_secs, parse_secs, LimitAction, LimitPolicy, LimitRule, LimitStatus, Limits, Slot,

@@ -673,16 +673,18 @@ fn write_script(path: &Path, text: &str) {
 /// first runs `sed -i <sed>` on each checked file that contains `needle` (in place, so HAProxy
 /// names the file and line hapctl wrote), then the real check. It stands for an HAProxy that
 /// refuses what hapctl rendered for one item: the real one accepts every server the model
-/// admits. `needle` and `sed` must not contain `'`.
-pub fn refusing_haproxy(dir: &Path, needle: &str, sed: &str) -> PathBuf {
+/// admits. It logs its calls as [`counting_haproxy`] does. `needle` and `sed` must not contain
+/// `'`.
+pub fn refusing_haproxy(dir: &Path, needle: &str, sed: &str) -> (PathBuf, PathBuf) {
     assert!(!needle.contains('\'') && !sed.contains('\''));
-    let script = dir.join("haproxy-refusing");
+    let (script, log) = (dir.join("haproxy-refusing"), dir.join("haproxy-calls.log"));
     let text = format!(
-        "#!/bin/sh\ncase \" $* \" in *\" -c \"*)\n  prev=\n  for a in \"$@\"; do\n    if [ \"$prev\" = -f ] && grep -qF '{needle}' \"$a\"; then sed -i '{sed}' \"$a\"; fi\n    prev=\"$a\"\n  done;;\nesac\nexec '{}' \"$@\"\n",
+        "#!/bin/sh\necho \"$*\" >> '{}'\ncase \" $* \" in *\" -c \"*)\n  prev=\n  for a in \"$@\"; do\n    if [ \"$prev\" = -f ] && grep -qF '{needle}' \"$a\"; then sed -i '{sed}' \"$a\"; fi\n    prev=\"$a\"\n  done;;\nesac\nexec '{}' \"$@\"\n",
+        log.display(),
         haproxy_bin().display()
     );
     write_script(&script, &text);
-    script
+    (script, log)
 }
 
 /// How many `haproxy -c` runs the counting wrapper saw.
