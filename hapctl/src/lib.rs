@@ -19,6 +19,7 @@ pub mod process;
 pub mod protect;
 pub mod prove;
 pub mod render;
+pub mod resolve;
 pub mod settings;
 pub mod store;
 pub mod tls;

@@ -12,6 +12,8 @@ mod common;
 mod blocks;
 #[path = "compat/domains.rs"]
 mod domains;
+#[path = "compat/names.rs"]
+mod names;
 #[path = "compat/options.rs"]
 mod options;
 #[path = "compat/service.rs"]

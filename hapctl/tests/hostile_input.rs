@@ -1131,7 +1131,7 @@ fn base_body(method: &str, path: &str) -> Option<Value> {
         ("POST", "/v1/proofs") => json!({"app": "shop", "version": "v1"}),
         ("POST", "/v1/rollback") => json!({"app": "shop"}),
         ("POST", "/api/domain") => json!({
-            "domain": OK_NAME, "backend_name": "ignored", "template_override": null, "is_wildcard": false,
+            "domain": OK_NAME, "backend_name": "hostile_backend", "template_override": null, "is_wildcard": false,
             "servers": [{"name": "s1", "address": "127.0.0.1", "port": 9, "options": "check weight 1"}]
         }),
         ("DELETE", "/api/domain") => json!({"domain": "hostile-absent.example.com"}),
@@ -1219,10 +1219,6 @@ fn old_envelope(target: &str) -> bool {
     target.starts_with("/api/") || ["/health", "/", "/default-page"].contains(&target)
 }
 
-/// Documented properties the API accepts and ignores (the edge manager's `backend_name`):
-/// any value there is accepted, so no request breaks them.
-const IGNORED: &[(&str, &str)] = &[("/api/domain", "backend_name")];
-
 /// Values of another JSON type that the old manager's routes accept, as it did: a port as a
 /// numeric string, `is_wildcard` as 1.
 const ACCEPTED: &[(&str, &str, &str)] = &[
@@ -1306,9 +1302,7 @@ fn http_corpus(routes: &[ApiRoute]) -> Vec<Probe> {
         type Target = (String, String, Option<Value>, Option<(String, Vec<u8>)>);
         let of = |r: &ApiRoute| -> Target {
             let base = base_body(&r.method, &r.path);
-            let field = base
-                .as_ref()
-                .and_then(|b| first_string_property(&r.path, b));
+            let field = base.as_ref().and_then(first_string_property);
             (r.method.clone(), filled(&r.path), base, field)
         };
         let targets: Vec<Target> = if f[0] == "*" {
@@ -1366,12 +1360,11 @@ fn http_corpus(routes: &[ApiRoute]) -> Vec<Probe> {
     probes
 }
 
-/// The first (by name) property of a base body with a string value that the route does not
-/// ignore, and that value as JSON.
-fn first_string_property(path: &str, base: &Value) -> Option<(String, Vec<u8>)> {
+/// The first (by name) property of a base body with a string value, and that value as JSON.
+fn first_string_property(base: &Value) -> Option<(String, Vec<u8>)> {
     base.as_object()?
         .iter()
-        .find(|(name, v)| v.is_string() && !IGNORED.contains(&(path, name.as_str())))
+        .find(|(_, v)| v.is_string())
         .map(|(name, v)| (name.clone(), serde_json::to_vec(v).unwrap()))
 }
 
@@ -1504,9 +1497,6 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
             .filter_map(Value::as_str)
             .collect();
         for (prop, pschema) in object["properties"].as_object().into_iter().flatten() {
-            if IGNORED.contains(&(route.path.as_str(), prop.as_str())) {
-                continue;
-            }
             let mut path = at.clone();
             path.push(prop.clone());
             slots.push((
@@ -1614,10 +1604,7 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
         }
     }
     // A duplicate key: the first string property of the base again, last, with a number.
-    if let Some((first, _)) = base.as_object().and_then(|o| {
-        o.iter()
-            .find(|(k, v)| v.is_string() && !IGNORED.contains(&(route.path.as_str(), k.as_str())))
-    }) {
+    if let Some((first, _)) = first_string_property(base) {
         let text = serde_json::to_vec(base).unwrap();
         let body = [
             &text[..text.len() - 1],
@@ -1625,7 +1612,7 @@ fn schema_probes(route: &ApiRoute, base: &Value) -> Vec<Probe> {
         ]
         .concat();
         out.push(
-            gen("duplicate", first, body)
+            gen("duplicate", &first, body)
                 .want(400, Some("invalid"))
                 .message(&["duplicate"]),
         );

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use common::daemon::Daemon;
 use common::pki::TestCa;
 use common::{check_runs, counting_haproxy, Backend, Edge};
 use hapctl::tls::probe;
@@ -166,7 +167,8 @@ fn old_edge(ca: &TestCa, shop: [u16; 2], wild: u16, sus: u16) -> OldEdge {
     domain(&db, 8, "empty.test", None, int(0));
     backend(&db, 8, "empty", 8);
     domain(&db, 9, "sus.test", None, null.clone());
-    backend(&db, 9, "sus", 9);
+    // A name that is no label: the domain comes, its backend_name does not.
+    backend(&db, 9, "sus\tbackend", 9);
     server(&db, 9, "s1", "127.0.0.1", int(sus.into()), Some(""));
     domain(&db, 10, "tpl.test", Some("hap_backend_grpc"), int(0));
     backend(&db, 10, "tpl", 10);
@@ -251,6 +253,28 @@ fn refused(plan: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The domains a JSON plan imports or has, in its order.
+fn domain_names(plan: &Value) -> Vec<&str> {
+    plan["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["value"]["domain"].as_str().unwrap())
+        .collect()
+}
+
+/// Each `(source, needle)` is refused with a reason containing the needle.
+fn assert_refused(plan: &Value, expected: &[(&str, &str)]) {
+    let got = refused(plan);
+    for (source, needle) in expected {
+        let hit = got.iter().find(|(s, _)| s == source);
+        assert!(
+            hit.is_some_and(|(_, reason)| reason.contains(needle)),
+            "{source} not refused with {needle:?}: {got:#?}"
+        );
+    }
+}
+
 fn statuses(plan: &Value, section: &str) -> Vec<String> {
     plan[section]
         .as_array()
@@ -303,7 +327,8 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
     let ca = TestCa::new("legacy");
     let old = old_edge(&ca, [shop1.port, shop2.port], wild.port, sus.port);
 
-    // Dry run: the plan, every refusal with its reason, nothing written, no reload.
+    // Dry run: the plan, every refusal with its reason, HAProxy's verdict on a scratch copy
+    // (one haproxy -c), nothing written, no reload.
     let before = snapshot(&edge);
     let (reloads, checks) = (edge.show_proc().master.reloads, check_runs(&log));
     let out = edge.ok(&old.args(&["--dry-run"]));
@@ -313,17 +338,18 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         "{out}"
     );
     assert!(out.contains("! blocked_ips id 3\t\"not-an-ip\""), "{out}");
+    assert!(
+        out.contains("haproxy -c of the set this import makes (a scratch copy): valid"),
+        "{out}"
+    );
     let dry = json(&edge.ok(&old.args(&["--dry-run", "--json"])));
     assert_eq!(dry["dry_run"], true);
     assert!(dry["outcome"].is_null(), "{dry}");
     let plan = &dry["plan"];
+    assert_eq!(plan["haproxy_check"], json!({"verdict": "valid"}));
+    assert_eq!(plan["resolution"]["unresolved_servers"], json!([]));
     assert_eq!(statuses(plan, "domains"), ["new"; 3], "{plan}");
-    let domains: Vec<&str> = plan["domains"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["value"]["domain"].as_str().unwrap())
-        .collect();
+    let domains = domain_names(plan);
     assert_eq!(domains, ["shop.test", "*.w.test", "sus.test"]);
     let shop = &plan["domains"][0]["value"]["backend"];
     assert_eq!(
@@ -337,6 +363,16 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
     assert_eq!(
         plan["domains"][1]["value"]["backend"]["profile"],
         "long-lived"
+    );
+    let labels: Vec<&Value> = plan["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["value"]["backend_name"])
+        .collect();
+    assert_eq!(
+        labels,
+        [&json!("shop_test"), &json!("w_test"), &Value::Null]
     );
     assert_eq!(statuses(plan, "blocks").len(), 3, "{plan}");
     assert_eq!(
@@ -358,6 +394,7 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         ("domains id 7", "the same domain as domains id 1"),
         ("domains id 8", "no servers"),
         ("domains id 10", "hap_backend_grpc"),
+        ("backends id 9", "backend_name not kept"),
         ("blocked_ips id 3", "is not an IPv4 or IPv6 address"),
         ("blocked_ips id 4", "the same block as blocked_ips id 1"),
         ("blocked_ips id 5", "expired at 2000-12-31T22:00:00Z"),
@@ -368,19 +405,18 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         ("trusted_proxies.list:4", "not-a-cidr"),
         ("wpadmin_gate_exempt.list:2", "neither imported nor"),
     ];
+    assert_refused(plan, &expected_refusals);
     let got = refused(plan);
-    for (source, needle) in expected_refusals {
-        let hit = got.iter().find(|(s, _)| s == source);
-        assert!(
-            hit.is_some_and(|(_, reason)| reason.contains(needle)),
-            "{source} not refused with {needle:?}: {got:#?}"
-        );
-    }
     assert_eq!(got.len(), expected_refusals.len(), "{got:#?}");
     assert_eq!(snapshot(&edge), before, "a dry run writes nothing");
     assert_eq!(edge.show_proc().master.reloads, reloads);
-    assert_eq!(check_runs(&log), checks);
+    assert_eq!(
+        check_runs(&log),
+        checks + 2,
+        "a scratch copy's check per dry run"
+    );
     assert_eq!(edge.ok(&["domain", "ls"]), "");
+    let checks = check_runs(&log);
 
     // The import: one haproxy -c, one reload; certificates at runtime, blocks on their path.
     let out = json(&edge.ok(&old.args(&["--json"])));
@@ -465,7 +501,7 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
         "{out}"
     );
     assert!(
-        out.contains("0 to import, 15 already present, 16 refused"),
+        out.contains("0 to import, 15 already present, 17 refused"),
         "{out}"
     );
     let again = json(&edge.ok(&old.args(&["--json"])));
@@ -486,21 +522,130 @@ fn a_populated_old_edge_is_planned_dry_run_imported_once_and_then_unchanged() {
     assert_eq!(snapshot(&edge), after, "a second run writes nothing");
     assert_eq!(edge.show_proc().master.reloads, reloads);
     assert_eq!(check_runs(&log), checks + 1);
+    // The old clients read back the backend names they gave (hapctl's own where none is kept).
+    let api = Daemon::start(&edge);
+    let listed: Vec<(String, String)> = api
+        .get("/api/domains")
+        .json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["domain"].as_str().unwrap().into(),
+                d["backend_name"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = [
+        ("shop.test", "shop_test"),
+        ("*.w.test", "w_test"),
+        ("sus.test", "d_sus.test"),
+    ];
+    assert_eq!(listed, want.map(|(d, b)| (d.to_string(), b.to_string())));
+}
+
+/// Adds domain `id` with one backend and server `addr:port` to the old database.
+fn add_row(old: &OldEdge, id: i64, name: &str, server_name: &str, addr: &str, port: u16) {
+    let db = Connection::open(&old.db).unwrap();
+    domain(&db, id, name, None, int(0));
+    backend(&db, id, &format!("{name}_backend"), id);
+    server(&db, id, server_name, addr, int(port.into()), Some("check"));
+}
+
+#[test]
+fn the_rows_haproxy_refuses_are_refused_alone_and_a_name_that_does_not_resolve_waits() {
+    let mut edge = Edge::new();
+    let marker = "127.0.0.99:8099";
+    let (wrapper, log) = common::refusing_haproxy(
+        edge.state_dir(),
+        marker,
+        &format!("/{marker}/s/$/ no-such-keyword/"),
+    );
+    edge.set_env("HAPCTL_HAPROXY_BIN", wrapper.to_str().unwrap());
+    edge.ok(&["haproxy", "start"]);
+    let (shop1, shop2) = (Backend::start("shop"), Backend::start("shop"));
+    let (wild, sus) = (Backend::start("wild"), Backend::start("sus"));
+    let ca = TestCa::new("legacy-rows");
+    let old = old_edge(&ca, [shop1.port, shop2.port], wild.port, sus.port);
+    add_row(&old, 11, "refused.test", "s1", "127.0.0.99", 8099);
+    add_row(&old, 12, "wp.test", "wp", "wp_site_1", 80);
+    let suspended = old.lists.join("suspended_domains.list");
+    std::fs::write(&suspended, "sus.test\nrefused.test\n").unwrap();
+
+    // The dry run says what the import will do: the refused row and what needs it left out,
+    // the container name imported, waiting for its name.
+    let checks = check_runs(&log);
+    let dry = json(&edge.ok(&old.args(&["--dry-run", "--json"])));
+    assert_eq!(
+        check_runs(&log),
+        checks + 2,
+        "refused, then valid without the row"
+    );
+    let plan = &dry["plan"];
+    assert_eq!(plan["haproxy_check"], json!({"verdict": "valid"}), "{plan}");
+    let domains = domain_names(plan);
+    assert_eq!(domains, ["shop.test", "*.w.test", "sus.test", "wp.test"]);
+    assert_refused(
+        plan,
+        &[
+            ("domains id 11", "HAProxy refuses its backend: 'server d_refused.test/s1' : unknown keyword 'no-such-keyword'"),
+            ("suspended_domains.list:2", "its domain refused.test is refused"),
+        ],
+    );
+    assert_eq!(
+        plan["resolution"]["unresolved_servers"],
+        json!([{"domain": "wp.test", "server": "wp", "host": "wp_site_1", "seen": "no-address"}])
+    );
+    let text = edge.ok(&old.args(&["--dry-run"]));
+    assert!(
+        text.contains("WARNING: 1 server(s) do not resolve now: wp_site_1 (wp.test server wp)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("until it resolves at a reload; set [resolvers]"),
+        "{text}"
+    );
+
+    // The import: HAProxy refuses the set, the row is left out on scratch copies, the rest
+    // goes in with one more apply (and one reload in all).
+    let (checks, reloads) = (check_runs(&log), edge.show_proc().master.reloads);
+    let out = json(&edge.ok(&old.args(&["--json"])));
+    assert!(out["error"].is_null(), "{out}");
+    assert_eq!(out["outcome"]["apply"]["outcome"], "applied", "{out}");
+    assert_eq!(
+        check_runs(&log),
+        checks + 4,
+        "the refused apply, two scratch checks, the apply"
+    );
+    assert_eq!(edge.show_proc().master.reloads, reloads + 1, "one reload");
+    assert!(
+        refused(&out["plan"])
+            .iter()
+            .any(|(s, _)| s == "domains id 11"),
+        "{out}"
+    );
+    edge.wait_for_body("shop.test", "shop");
+    assert_eq!(edge.get("sus.test", "/").status, 503, "suspended");
+    assert_eq!(edge.get("refused.test", "/").status, 404, "not imported");
+    assert_eq!(edge.get("wp.test", "/").status, 503, "waits for its name");
+    assert!(edge
+        .ok(&["status"])
+        .contains("wp_site_1 (wp.test server wp)"));
 }
 
 #[test]
 fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
-    let edge = Edge::started();
+    let mut edge = Edge::started();
     let ca = TestCa::new("legacy-refused");
     let old = old_edge(&ca, [8081, 8082], 8083, 8084);
-    // A name HAProxy cannot resolve when it loads the set: the whole apply is refused.
-    let db = Connection::open(&old.db).unwrap();
-    db.execute(
-        "UPDATE backend_servers SET server_address = 'no-such-host.invalid' WHERE server_name = 'app'",
-        [],
-    )
-    .unwrap();
-    drop(db);
+    // HAProxy refuses the set with shop.test's first server, in its global section.
+    let (wrapper, _) = common::refusing_haproxy(
+        edge.state_dir(),
+        "127.0.0.1:8081",
+        "s/^global$/global\\n    no-such-keyword/",
+    );
+    edge.set_env("HAPCTL_HAPROXY_BIN", wrapper.to_str().unwrap());
     // Name, source and what it serves: the days left may tick over during the test.
     let certs = || -> Vec<String> {
         edge.ok(&["cert", "ls"])
@@ -515,13 +660,20 @@ fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
     };
     let before_certs = certs();
     let reloads = edge.show_proc().master.reloads;
+    // A refusal no row explains: the dry run says the import would be refused.
+    let out = edge.expect_code(3, &old.args(&["--dry-run"]));
+    assert!(
+        out.contains("haproxy -c REFUSES the set this import makes, for reasons no row explains")
+            && out.contains("the import would be refused"),
+        "{out}"
+    );
     let out = edge.expect_code(3, &old.args(&[]));
     assert!(
         out.contains("the import was not applied: the apply was rejected"),
         "{out}"
     );
     assert!(
-        out.contains("no-such-host.invalid"),
+        out.contains("no-such-keyword"),
         "HAProxy's message is shown: {out}"
     );
     assert!(out.contains("nothing was changed"), "{out}");

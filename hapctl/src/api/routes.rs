@@ -135,13 +135,13 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     vec![
         (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
-        (doc("get", "/v1/status", "HAProxy master and workers, supervision (whether hapctl serve restarts it, whether a stop keeps it down), last applies, generations, counts", None), get(v1::status)),
+        (doc("get", "/v1/status", "HAProxy master and workers, supervision (whether hapctl serve restarts it, whether a stop keeps it down), last applies, generations, counts; resolution: {unresolved_servers: [{domain, server, host, seen}], runtime_resolvers, warning} as HAProxy holds them (null when it does not answer)", None), get(v1::status)),
         (doc("get", "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended, protections, https, own_limits and waf", None)
             .with_query("limit", json!({"type": "integer", "minimum": 1, "maximum": super::domain_page::MAX_LIMIT, "default": super::domain_page::DEFAULT_LIMIT}), "domains per page")
             .with_query("after", json!({"type": "string"}), "the `next` of the page before")
             .with_query("q", json!({"type": "string"}), "only names containing this text"), get(v1::list_domains)),
         (doc("get", "/v1/domains/{name}", "One domain, with its WAF policy (waf: mode off when it has none)", None), get(v1::get_domain)),
-        (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes",
+        (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes; {result, apply}, and for servers {unresolved_servers, runtime_resolvers, warning}: those whose host name does not resolve now (down until it does)",
             Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
                 "profile": {"type": "string", "enum": ["default", "websocket", "sse", "long-lived", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}, "waf": schema_waf()}}))), put(v1::put_domain)),
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
@@ -212,7 +212,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),
         (doc("get", "/openapi.json", "This document", None), get(openapi)),
         (doc("get", "/api/domains", "(edge manager) Bare array of domains: id, domain, ssl_enabled, ssl_cert_path, template_override, is_wildcard, backend_name", None), get(compat::list_domains)),
-        (doc("post", "/api/domain", "(edge manager) Create or replace a domain; 200 {status: success, domain_id}; errors E1 (400, 500)",
+        (doc("post", "/api/domain", "(edge manager) Create or replace a domain; 200 {status: success, domain_id, unresolved_servers, runtime_resolvers, warning}: the servers whose host name does not resolve now wait in maintenance; errors E1 (400, 500)",
             Some(json!({"type": "object", "required": ["domain", "backend_name"], "properties": {"domain": {"type": "string"}, "backend_name": {"type": "string"},
                 "template_override": {"type": ["string", "null"]}, "is_wildcard": {"type": "boolean", "description": "also 1/0 and \"true\"/\"false\""},
                 "servers": {"type": "array", "items": {"type": "object", "required": ["address", "port"], "properties": {"name": {"type": "string"}, "address": {"type": "string"},

@@ -13,12 +13,13 @@ use crate::apply::ApplyReport;
 use crate::apply::RuntimeCheck;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
-use crate::edge::{DomainChange, DomainResult, Edge};
+use crate::edge::{after_put, DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Interval, Note, Profile,
     ProxyProtocol, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Ttl, Version,
     WafPolicy,
 };
+use crate::resolve::Resolution;
 
 pub async fn health(State(app): State<AppState>) -> Response {
     let verdict = app
@@ -79,6 +80,7 @@ pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError
                 "trusted_proxies": trusted_proxies,
             },
             "certificates": super::certs::summary(&edge.certificates()?, unix_now()),
+            "resolution": edge.resolution_now()?,
         })))
     })
     .await
@@ -237,6 +239,15 @@ pub fn backend(
 
 /// The answer to a change applied through the safe path.
 pub fn applied(report: ApplyReport, result: Option<DomainResult>) -> Result<Response, ApiError> {
+    applied_with(report, result, None)
+}
+
+/// [`applied`], with which of the put domain's servers do not resolve now.
+fn applied_with(
+    report: ApplyReport,
+    result: Option<DomainResult>,
+    resolution: Option<Resolution>,
+) -> Result<Response, ApiError> {
     if !report.outcome.is_success() {
         return Err(ApiError::from_apply(report));
     }
@@ -245,7 +256,29 @@ pub fn applied(report: ApplyReport, result: Option<DomainResult>) -> Result<Resp
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!({"result": result, "apply": report}))).into_response())
+    let body = json!({"result": result, "apply": report});
+    let body = match &resolution {
+        Some(r) => r.merged_into(body),
+        None => body,
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+/// Which servers of `domain`, just put with `backend`, do not resolve now; `None` unless the
+/// apply succeeded. Off the read lock: with `[resolvers]` it may wait for HAProxy a moment.
+pub async fn resolution_after(
+    app: &AppState,
+    report: &ApplyReport,
+    domain: Domain,
+    backend: Backend,
+) -> Result<Option<Resolution>, ApiError> {
+    if !report.outcome.is_success() {
+        return Ok(None);
+    }
+    let settings = app.settings();
+    tokio::task::spawn_blocking(move || Some(after_put(&settings, &domain, &backend)))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 pub async fn put_domain(
@@ -254,6 +287,7 @@ pub async fn put_domain(
     Body(req): Body<PutDomainRequest>,
 ) -> Result<Response, ApiError> {
     let domain = parse_domain(&name)?;
+    let mut put = None;
     if let Some(p) = &req.waf {
         crate::settings::waf::check_policy(app.settings().waf.as_ref(), p)
             .map_err(|e| e.in_field("waf.mode"))?;
@@ -279,7 +313,7 @@ pub async fn put_domain(
                     format!("{a} is not an [[app]] of the settings"),
                 ));
             }
-            DomainChange::PutApp(domain, a)
+            DomainChange::PutApp(domain.clone(), a)
         }
         (None, _) => {
             let servers = req
@@ -311,8 +345,9 @@ pub async fn put_domain(
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
             let backend = backend(servers, req.profile.unwrap_or_default())?;
-            let sse = req.sse_routing.unwrap_or(false);
-            DomainChange::Put(domain, backend.with_sse_routing(sse))
+            let backend = backend.with_sse_routing(req.sse_routing.unwrap_or(false));
+            put = Some(backend.clone());
+            DomainChange::Put(domain.clone(), backend)
         }
     };
     let change = match req.waf {
@@ -320,7 +355,11 @@ pub async fn put_domain(
         None => change,
     };
     let (report, result) = app.domain_job(Some(change)).await?;
-    applied(report, result)
+    let resolution = match put {
+        Some(backend) => resolution_after(&app, &report, domain, backend).await?,
+        None => None,
+    };
+    applied_with(report, result, resolution)
 }
 
 pub async fn delete_domain(

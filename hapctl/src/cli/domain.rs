@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use hapctl::edge::ProtectionsChange;
+use hapctl::edge::{after_put, ProtectionsChange};
 use hapctl::model::{
     AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, PostLimit, Profile, ProtectProfile,
     Redirect, Server, ServerName,
@@ -178,13 +178,19 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                 if let Some(result @ ("created" | "replaced")) = answer.result() {
                     announce(result == "created");
                 }
-                return answer.print_report(out.json);
+                return answer.print_put_report(out.json);
             }
-            let (report, created) = open(dir)?.put_domain(&name, &backend)?;
+            let mut edge = open(dir)?;
+            let (report, created) = edge.put_domain(&name, &backend)?;
             if let Some(created) = created {
                 announce(created);
             }
-            Ok(output::print_report(&report, out.json))
+            let resolution = report
+                .outcome
+                .is_success()
+                .then(|| after_put(&edge.settings, &name, &backend));
+            let report = serde_json::to_value(&report).expect("a report serialises");
+            output::print_put_report(&report, resolution.as_ref(), out.json)
         }
         DomainCommand::Sse { name, state, out } => {
             let on = match state.as_str() {

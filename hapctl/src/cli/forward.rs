@@ -14,6 +14,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use hapctl::blocks::BlockReport;
+use hapctl::resolve::Resolution;
 use hapctl::settings::Settings;
 
 use super::{output, Failure};
@@ -35,6 +36,15 @@ impl Answer {
             Some(report) => output::print_report_json(report, json),
             None => Err(self.failure()),
         }
+    }
+
+    /// [`Answer::print_report`] of a domain put, with the servers that do not resolve now.
+    pub fn print_put_report(&self, json: bool) -> Result<u8, Failure> {
+        let Some(report) = self.body.get("apply") else {
+            return Err(self.failure());
+        };
+        let resolution: Option<Resolution> = serde_json::from_value(self.body.clone()).ok();
+        output::print_put_report(report, resolution.as_ref(), json)
     }
 
     /// The report of a block change; an answer without one is the error it names.

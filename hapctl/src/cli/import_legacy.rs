@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use hapctl::legacy::{self, Current, Item, LegacyError, Outcome, Plan, Status};
+use hapctl::legacy::{self, Current, HaproxyCheck, Item, LegacyError, Outcome, Plan, Status};
 use hapctl::model::TextContext;
 
 use super::output::{print_json, rfc3339};
@@ -44,12 +44,18 @@ pub fn run(dir: &Path, args: ImportArgs) -> Result<u8, Failure> {
             resolvers: edge.settings.resolvers.is_some(),
         },
     };
-    let plan = legacy::plan(&old, &current, &ctx);
+    let mut plan = legacy::plan(&old, &current, &ctx);
+    // The dry run checks the set on a scratch copy, to say what the real run will do with the
+    // rows HAProxy refuses; the real run's own apply is that check (one haproxy -c).
+    if args.dry_run {
+        plan.haproxy_check = legacy::check(&mut edge, &mut plan)?;
+    }
+    plan.look_up_names(edge.settings.resolvers.is_some());
     let (new, _) = plan.counts();
     let result = if args.dry_run || new == 0 {
         Ok(None)
     } else {
-        legacy::import(&mut edge, &plan).map(Some)
+        legacy::import(&mut edge, &mut plan).map(Some)
     };
     if args.json {
         print_json(&serde_json::json!({
@@ -68,6 +74,7 @@ pub fn run(dir: &Path, args: ImportArgs) -> Result<u8, Failure> {
         }
     }
     match result {
+        Ok(_) if args.dry_run => dry_run_code(&plan),
         Ok(_) => Ok(0),
         Err(LegacyError::NotApplied {
             report: Some(report),
@@ -83,6 +90,20 @@ pub fn run(dir: &Path, args: ImportArgs) -> Result<u8, Failure> {
             })
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// A dry run whose set HAProxy refuses for reasons no row explains says the import would be
+/// refused, with the exit code of that refusal.
+fn dry_run_code(plan: &Plan) -> Result<u8, Failure> {
+    match &plan.haproxy_check {
+        Some(HaproxyCheck::Invalid { .. }) => Err(Failure {
+            code: hapctl::apply::Outcome::Rejected.exit_code() as u8,
+            error: anyhow::anyhow!(
+                "the import would be refused: HAProxy refuses the set for reasons no row explains"
+            ),
+        }),
+        _ => Ok(0),
     }
 }
 
@@ -151,11 +172,35 @@ fn print_plan(plan: &Plan) {
             println!("  ! {}\t{}: {}", r.source, r.value, r.reason);
         }
     }
+    print_checks(plan);
     let (new, unchanged) = plan.counts();
     println!(
         "{new} to import, {unchanged} already present, {} refused",
         plan.refused.len()
     );
+}
+
+/// HAProxy's verdict on the set (when it was asked) and the servers that would wait for
+/// their name.
+fn print_checks(plan: &Plan) {
+    match &plan.haproxy_check {
+        None => {}
+        Some(HaproxyCheck::Valid) => {
+            println!("haproxy -c of the set this import makes (a scratch copy): valid")
+        }
+        Some(HaproxyCheck::Invalid { messages }) => {
+            println!("haproxy -c REFUSES the set this import makes, for reasons no row explains:");
+            for line in messages {
+                println!("  haproxy: {line}");
+            }
+        }
+        Some(HaproxyCheck::Unavailable { reason }) => println!(
+            "haproxy -c could not run ({reason}): HAProxy's verdict on the rows is not known"
+        ),
+    }
+    if let Some(warning) = plan.resolution.warning() {
+        println!("WARNING: {warning}");
+    }
 }
 
 fn print_outcome(o: &Outcome) {

@@ -7,6 +7,7 @@ use hapctl::edge::{DryRun, Edge, EdgeError, Supervision};
 use hapctl::haproxy::Status;
 use hapctl::model::BlockKey;
 use hapctl::model::{Block, EdgeState};
+use hapctl::resolve::Resolution;
 
 pub fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HAPCTL_LOG")
@@ -79,6 +80,26 @@ pub fn print_report_json(report: &serde_json::Value, json: bool) -> Result<u8, s
         );
     }
     Ok(text.outcome.exit_code() as u8)
+}
+
+/// [`print_report_json`] of a domain put, with which of its servers do not resolve now (in the
+/// JSON, or as a warning after the report).
+pub fn print_put_report(
+    report: &serde_json::Value,
+    resolution: Option<&Resolution>,
+    json: bool,
+) -> Result<u8, super::Failure> {
+    match resolution {
+        Some(r) if json => print_report_json(&r.merged_into(report.clone()), true),
+        Some(r) => {
+            let code = print_report_json(report, false)?;
+            if let Some(warning) = r.warning() {
+                println!("WARNING: {warning}");
+            }
+            Ok(code)
+        }
+        None => print_report_json(report, json),
+    }
 }
 
 pub fn print_dry_run(dry: &DryRun, json: bool) {
@@ -203,6 +224,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
     let soonest = certs.iter().map(|c| &c.record).min_by_key(|r| r.not_after);
     let waf = hapctl::waf::status::status(&edge.settings);
     let migrate_req = hapctl::haproxy::MigrateReq::read();
+    let resolution = edge.resolution_now()?;
     if json {
         print_json(&serde_json::json!({
             "haproxy": haproxy,
@@ -211,6 +233,7 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             "runtime_check": edge.runtime_check(),
             "waf": waf,
             "tcp_migrate_req": migrate_req,
+            "resolution": resolution,
             "applies": last,
             "certificates": {
                 "count": certs.len(),
@@ -238,6 +261,9 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
         ),
     }
     if let Some(warning) = migrate_req.warning() {
+        println!("WARNING: {warning}");
+    }
+    if let Some(warning) = resolution.and_then(|r| r.warning()) {
         println!("WARNING: {warning}");
     }
     if let Some(a) = &waf.agent {

@@ -5,7 +5,7 @@ use super::policies::require_domain;
 use super::{DomainChange, Edge, EdgeError};
 use crate::apply::ApplyReport;
 use crate::clock::unix_now;
-use crate::model::{BlockKey, Domain, ProxyNet, ProxyPreset};
+use crate::model::{BlockKey, Domain, EdgeState, ProxyNet, ProxyPreset};
 
 /// One change inside a batch.
 #[derive(Debug, Clone)]
@@ -67,5 +67,15 @@ impl Edge {
         let (report, _) =
             self.applier_run(trigger, |tx| changes.iter().try_for_each(|c| c.apply(tx)))?;
         Ok(report)
+    }
+
+    /// The desired state `changes` would make, without keeping them (the transaction is rolled
+    /// back): what a check on a scratch copy looks at.
+    pub fn preview_state(&mut self, changes: &[StateChange]) -> Result<EdgeState, EdgeError> {
+        let tx = self.store.begin()?;
+        for change in changes {
+            change.apply(&tx)?;
+        }
+        Ok(tx.load_state()?)
     }
 }

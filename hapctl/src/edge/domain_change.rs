@@ -3,7 +3,7 @@
 
 use crate::apply::ApplyError;
 use crate::clock::unix_now;
-use crate::model::{AppName, Backend, Domain};
+use crate::model::{AppName, Backend, BackendLabel, Domain};
 
 /// One change to the domains.
 #[derive(Debug, Clone)]
@@ -13,6 +13,8 @@ pub enum DomainChange {
     Remove(Domain),
     /// A put and the domain's WAF policy, in the same apply (`PUT /v1/domains` with `waf`).
     WithWaf(Box<DomainChange>, crate::model::WafPolicy),
+    /// A put and the `backend_name` the old API's client gave it (kept, never rendered).
+    WithLabel(Box<DomainChange>, BackendLabel),
     /// An existing domain's HTTPS policy (a map: no reload).
     Https(Domain, crate::model::HttpsPolicy),
     /// An existing domain suspended (the 503 page) or served again (a map: no reload).
@@ -36,6 +38,7 @@ impl DomainChange {
             DomainChange::PutApp(d, app) => format!("domain put {d} -> app {app}"),
             DomainChange::Remove(d) => format!("domain rm {d}"),
             DomainChange::WithWaf(c, p) => format!("{} waf {}", c.describe(), p.mode),
+            DomainChange::WithLabel(c, _) => c.describe(),
             DomainChange::Https(d, _) => format!("domain https {d}"),
             DomainChange::Suspend(d, true) => format!("domain suspend {d}"),
             DomainChange::Suspend(d, false) => format!("domain resume {d}"),
@@ -52,9 +55,14 @@ impl DomainChange {
         };
         Ok(match self {
             DomainChange::Put(d, backend) => created(tx.put_domain(d, backend, unix_now())?),
-            DomainChange::PutApp(d, app) => created(tx.put_app_domain(d, app, unix_now())?),
+            // An app domain is not listed by the old API: its label goes.
+            DomainChange::PutApp(d, app) => {
+                tx.set_backend_label(d, None)?;
+                created(tx.put_app_domain(d, app, unix_now())?)
+            }
             // A removed domain takes its policies with it: re-adding it starts from defaults.
             DomainChange::Remove(d) if tx.remove_domain(d)? => {
+                tx.set_backend_label(d, None)?;
                 tx.set_https_policy(d, &crate::model::HttpsPolicy::default())?;
                 tx.set_suspended(d, false, unix_now())?;
                 tx.set_domain_limits(d, None)?;
@@ -67,6 +75,14 @@ impl DomainChange {
                 let result = c.apply(tx)?;
                 if let DomainChange::Put(d, _) | DomainChange::PutApp(d, _) = &**c {
                     tx.set_waf_policy(d, policy)?;
+                }
+                result
+            }
+            // A put without one (`/v1`, the CLI) keeps the label the domain has.
+            DomainChange::WithLabel(c, label) => {
+                let result = c.apply(tx)?;
+                if let DomainChange::Put(d, _) = &**c {
+                    tx.set_backend_label(d, Some(label))?;
                 }
                 result
             }

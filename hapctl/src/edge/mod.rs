@@ -8,7 +8,7 @@ use crate::apply::{Applier, ApplyError, ApplyReport, Snapshot};
 use crate::blocks::{BlockChange, BlockReport, Blocks};
 use crate::clock::unix_now;
 use crate::deliver::{DeliverError, Deliveries, DeliveryReport, DeliveryStep, GenerationStatus};
-use crate::haproxy::{Supervisor, Validator, Verdict};
+use crate::haproxy::{Supervisor, Verdict};
 use crate::model::{
     AppName, Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, ProxyPreset, Ttl, Version,
 };
@@ -60,6 +60,8 @@ mod init;
 mod limits;
 mod policies;
 mod profiles;
+mod resolution;
+mod scratch;
 mod supervise;
 mod waf;
 
@@ -68,6 +70,8 @@ pub use batch::StateChange;
 pub use domain_change::{DomainChange, DomainResult};
 pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
+pub use resolution::after_put;
+pub use scratch::ScratchCheck;
 pub use supervise::{Look, Reloaded, Restart, Supervision, SupervisorState, Watched};
 
 pub use certs::{CertView, RenewOutcome};
@@ -490,45 +494,11 @@ impl Edge {
             usize::MAX,
         );
 
-        let scratch = tempfile_dir(&self.settings.paths.run_dir)?;
-        let mut staged = self.settings.clone();
-        staged.paths.config = scratch.path.join("haproxy.cfg");
-        staged.paths.generation = scratch.path.join("generation.cfg");
-        staged.paths.maps_dir = scratch.path.join("maps");
-        staged.paths.pages_dir = scratch.path.join("pages");
-        let staged_set =
-            render::render(&state, &staged, &self.templates).map_err(ApplyError::from)?;
-        let blocked_map = (
-            crate::render::FileId::BlockedMap.path(&staged.paths),
-            render::blocked_map(&self.store.block_keys(unix_now())?),
-        );
-        let blocked_delta = (
-            crate::render::FileId::BlockedDeltaMap.path(&staged.paths),
-            render::blocked_delta_map(&[]),
-        );
-        // The token map as it is now (the crt-list and certificates stay where they are).
-        let acme_map = (
-            crate::render::FileId::AcmeMap.path(&staged.paths),
-            crate::fsutil::read_optional(
-                &crate::render::FileId::AcmeMap.path(&self.settings.paths),
-            )
-            .map_err(io_err("cannot read the ACME token map"))?
-            .unwrap_or_default(),
-        );
-        let files = staged_set
-            .files()
-            .iter()
-            .map(|f| (f.path.clone(), f.bytes.clone()));
-        for (path, bytes) in files.chain([blocked_map, blocked_delta, acme_map]) {
-            crate::fsutil::write_atomic(&path, &bytes, crate::fsutil::DEFAULT_MODE)
-                .map_err(io_err("cannot write the scratch copy"))?;
-        }
-        let (verdict, haproxy_messages) =
-            match Validator::from_settings(&self.settings).check(&staged_set.config_paths()) {
-                Verdict::Valid => ("valid", vec![]),
-                Verdict::Invalid { messages } => ("invalid", messages),
-                Verdict::Unavailable { reason } => ("validator-unavailable", vec![reason]),
-            };
+        let (verdict, haproxy_messages) = match self.check_scratch(&state)?.verdict {
+            Verdict::Valid => ("valid", vec![]),
+            Verdict::Invalid { messages } => ("invalid", messages),
+            Verdict::Unavailable { reason } => ("validator-unavailable", vec![reason]),
+        };
         Ok(DryRun {
             diff,
             changed_files: changed.iter().map(|id| id.name()).collect(),
@@ -551,23 +521,6 @@ impl Edge {
             .map_err(io_err("cannot read the known-good snapshot"))?;
         Ok(known.as_ref() == Some(&live))
     }
-}
-
-/// A scratch folder removed on drop.
-struct ScratchDir {
-    path: PathBuf,
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-fn tempfile_dir(parent: &Path) -> Result<ScratchDir, EdgeError> {
-    let path = parent.join(format!("dry-run.{}.{}", std::process::id(), unix_now()));
-    std::fs::create_dir_all(&path).map_err(io_err("cannot create a scratch folder"))?;
-    Ok(ScratchDir { path })
 }
 
 /// Default wait for HAProxy to stop.

@@ -15,9 +15,14 @@ use super::RuntimeError;
 /// How often a removal looks whether the draining server is idle.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
 
+/// The `srv_admin_state` bit of a server HAProxy holds in maintenance because its name did not
+/// resolve (`MAINT (resolution)` in `show stat`; an `init-addr …,none` server on 2.6 and 3.0).
+pub const RESOLUTION_MAINT: u32 = 0x20;
+
 /// One server as `show servers state` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerState {
+    pub backend: String,
     pub name: String,
     pub addr: String,
     pub port: u16,
@@ -142,10 +147,19 @@ impl RuntimeServers {
 
     /// Every server of `backend` in the worker, by name.
     pub fn state(&self, backend: &str) -> Result<BTreeMap<String, ServerState>, RuntimeError> {
-        let command = format!("show servers state {backend}");
-        let answer = self.socket.command(&command)?;
+        let rows = self.rows(&format!("show servers state {backend}"))?;
+        Ok(rows.into_iter().map(|s| (s.name.clone(), s)).collect())
+    }
+
+    /// Every server of every backend in the worker.
+    pub fn all(&self) -> Result<Vec<ServerState>, RuntimeError> {
+        self.rows("show servers state")
+    }
+
+    fn rows(&self, command: &str) -> Result<Vec<ServerState>, RuntimeError> {
+        let answer = self.socket.command(command)?;
         parse_servers_state(&answer).ok_or_else(|| RuntimeError::Refused {
-            command,
+            command: command.to_string(),
             answer: answer.trim().lines().last().unwrap_or_default().to_string(),
         })
     }
@@ -153,33 +167,34 @@ impl RuntimeServers {
 
 /// Reads `show servers state` (format 1: a version line, a `#` header naming the fields, one
 /// line per server); `None` when the answer is not that.
-pub fn parse_servers_state(answer: &str) -> Option<BTreeMap<String, ServerState>> {
+pub fn parse_servers_state(answer: &str) -> Option<Vec<ServerState>> {
     let mut lines = answer.lines().filter(|l| !l.trim().is_empty());
     if lines.next()?.trim() != "1" {
         return None;
     }
     let header: Vec<&str> = lines.next()?.strip_prefix("# ")?.split(' ').collect();
     let column = |field: &str| header.iter().position(|h| *h == field);
-    let (name, addr, port, weight, admin) = (
+    let (backend, name, addr, port, weight, admin) = (
+        column("be_name")?,
         column("srv_name")?,
         column("srv_addr")?,
         column("srv_port")?,
         column("srv_uweight")?,
         column("srv_admin_state")?,
     );
-    let mut servers = BTreeMap::new();
-    for line in lines {
-        let f: Vec<&str> = line.split(' ').collect();
-        let state = ServerState {
-            name: f.get(name)?.to_string(),
-            addr: f.get(addr)?.to_string(),
-            port: f.get(port)?.parse().ok()?,
-            weight: f.get(weight)?.parse().ok()?,
-            admin_state: f.get(admin)?.parse().ok()?,
-        };
-        servers.insert(state.name.clone(), state);
-    }
-    Some(servers)
+    lines
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            Some(ServerState {
+                backend: f.get(backend)?.to_string(),
+                name: f.get(name)?.to_string(),
+                addr: f.get(addr)?.to_string(),
+                port: f.get(port)?.parse().ok()?,
+                weight: f.get(weight)?.parse().ok()?,
+                admin_state: f.get(admin)?.parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -191,8 +206,9 @@ mod tests {
         let answer = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n3 be 1 s1 127.0.0.2 2 0 3 10 5 1 0 0 6 0 0 0 - 24000 - 0 0 - - 0\n3 be 2 s2 ::1 2 8 5 5 0 1 0 0 6 0 0 0 - 23998 - 0 0 - - 0\n";
         let s = parse_servers_state(answer).unwrap();
         assert_eq!(
-            s["s1"],
+            s[0],
             ServerState {
+                backend: "be".into(),
                 name: "s1".into(),
                 addr: "127.0.0.2".into(),
                 port: 24000,
@@ -200,8 +216,8 @@ mod tests {
                 admin_state: 0
             }
         );
-        assert_eq!(s["s2"].addr, "::1");
-        assert_eq!(s["s2"].admin_state, 8);
+        assert_eq!(s[1].addr, "::1");
+        assert_eq!(s[1].admin_state, 8);
         assert!(parse_servers_state("Can't find backend.\n").is_none());
         let header = answer.lines().take(2).collect::<Vec<_>>().join("\n");
         assert!(

@@ -1,12 +1,15 @@
 //! Carrying out a plan through the edge services, all or nothing: certificates first (each on
 //! the runtime path: no reload), then every change of the desired state in one apply (one
 //! `haproxy -c`, one reload at most), then the blocks on the block path (no reload). If a
-//! step fails, the steps before it are undone, so the edge is as it was.
+//! step fails, the steps before it are undone, so the edge is as it was. One exception: when
+//! HAProxy refuses the apply, the rows it refuses are found on scratch copies (`check.rs`),
+//! left out of the plan, and the rest is applied once more.
 
 use serde::Serialize;
 
+use super::check::{check, HaproxyCheck};
 use super::{Item, LegacyError, Plan, Status};
-use crate::apply::ApplyReport;
+use crate::apply::{ApplyReport, Outcome as ApplyOutcome};
 use crate::blocks::{BlockChange, BlockReport};
 use crate::edge::{DomainChange, Edge, StateChange};
 use crate::model::{CertName, ProxyPreset};
@@ -29,17 +32,18 @@ fn new<T>(items: &[Item<T>]) -> impl Iterator<Item = &T> {
 }
 
 /// The changes of the desired state, and the changes that undo them.
-fn state_changes(
+pub(super) fn state_changes(
     edge: &Edge,
     plan: &Plan,
 ) -> Result<(Vec<StateChange>, Vec<StateChange>), LegacyError> {
     let mut todo = Vec::new();
     let mut undo = Vec::new();
     for d in new(&plan.domains) {
-        todo.push(StateChange::Domain(DomainChange::Put(
-            d.domain.clone(),
-            d.backend.clone(),
-        )));
+        let put = DomainChange::Put(d.domain.clone(), d.backend.clone());
+        todo.push(StateChange::Domain(match &d.backend_name {
+            Some(label) => DomainChange::WithLabel(Box::new(put), label.clone()),
+            None => put,
+        }));
         undo.push(StateChange::Domain(DomainChange::Remove(d.domain.clone())));
     }
     for net in new(&plan.trusted_proxies) {
@@ -77,46 +81,20 @@ fn state_changes(
     Ok((todo, undo))
 }
 
-/// Applies the new items of `plan` (a plan with none changes nothing).
-pub fn import(edge: &mut Edge, plan: &Plan) -> Result<Outcome, LegacyError> {
+/// Applies the new items of `plan` (a plan with none changes nothing). The rows HAProxy
+/// refuses are moved to the plan's refused items.
+pub fn import(edge: &mut Edge, plan: &mut Plan) -> Result<Outcome, LegacyError> {
     let mut outcome = Outcome::default();
-    let (todo, undo_state) = state_changes(edge, plan)?;
-
-    let mut installed: Vec<CertName> = Vec::new();
-    for c in new(&plan.certificates) {
-        match edge.import_certificate(&c.name, &c.pem, std::slice::from_ref(&c.host)) {
-            Ok(report) => {
-                installed.push(c.name.clone());
-                outcome.certificates.push(report);
-            }
-            Err(e) => {
-                let message = format!("certificate {} was not installed: {e}", c.name);
-                let done = Done::certs(&installed);
-                return Err(undo(edge, message, done, None));
-            }
+    let installed = install_certificates(edge, plan, &mut outcome)?;
+    let undo_state = match apply_state(edge, plan) {
+        Ok((report, undo_state)) => {
+            outcome.apply = report;
+            undo_state
         }
-    }
-
-    if !todo.is_empty() {
-        match edge.apply_state_changes("import-legacy", &todo) {
-            Ok(report) if report.outcome.is_success() => outcome.apply = Some(report),
-            Ok(report) => {
-                let message = format!(
-                    "the apply was {}: {}",
-                    report.outcome.as_str(),
-                    report.message
-                );
-                let done = Done::certs(&installed);
-                return Err(undo(edge, message, done, Some(report)));
-            }
-            Err(e) => {
-                let message = format!("the apply failed: {e}");
-                let done = Done::certs(&installed);
-                return Err(undo(edge, message, done, None));
-            }
+        Err(not) => {
+            return Err(undo(edge, not.message, Done::certs(&installed), not.report));
         }
-    }
-
+    };
     let adds: Vec<BlockChange> = new(&plan.blocks).cloned().map(BlockChange::Add).collect();
     if !adds.is_empty() {
         match edge.change_blocks(&adds) {
@@ -134,6 +112,96 @@ pub fn import(edge: &mut Edge, plan: &Plan) -> Result<Outcome, LegacyError> {
         }
     }
     Ok(outcome)
+}
+
+/// The new certificates, each on the runtime path; a failure undoes those installed before.
+fn install_certificates(
+    edge: &mut Edge,
+    plan: &Plan,
+    outcome: &mut Outcome,
+) -> Result<Vec<CertName>, LegacyError> {
+    let mut installed: Vec<CertName> = Vec::new();
+    for c in new(&plan.certificates) {
+        match edge.import_certificate(&c.name, &c.pem, std::slice::from_ref(&c.host)) {
+            Ok(report) => {
+                installed.push(c.name.clone());
+                outcome.certificates.push(report);
+            }
+            Err(e) => {
+                let message = format!("certificate {} was not installed: {e}", c.name);
+                return Err(undo(edge, message, Done::certs(&installed), None));
+            }
+        }
+    }
+    Ok(installed)
+}
+
+/// Why the desired state was not applied, with the apply's report when it holds HAProxy's
+/// verdict.
+struct NotApplied {
+    message: String,
+    report: Option<Box<ApplyReport>>,
+}
+
+impl NotApplied {
+    fn because(message: String) -> NotApplied {
+        NotApplied {
+            message,
+            report: None,
+        }
+    }
+}
+
+/// The one apply of the plan's changes of the desired state (none without any), and the
+/// changes that undo it. When HAProxy refuses it, the rows it refuses leave the plan and the
+/// rest is applied once more.
+fn apply_state(
+    edge: &mut Edge,
+    plan: &mut Plan,
+) -> Result<(Option<ApplyReport>, Vec<StateChange>), NotApplied> {
+    let failed = |e: LegacyError| NotApplied::because(e.to_string());
+    let (todo, undo) = state_changes(edge, plan).map_err(failed)?;
+    if todo.is_empty() {
+        return Ok((None, undo));
+    }
+    let report = apply_changes(edge, &todo)?;
+    if report.outcome != ApplyOutcome::Rejected {
+        return applied(report, undo);
+    }
+    let refused = plan.refused.len();
+    plan.haproxy_check = check(edge, plan).map_err(failed)?;
+    let rows_left_out = plan.refused.len() > refused;
+    if plan.haproxy_check != Some(HaproxyCheck::Valid) || !rows_left_out {
+        return applied(report, undo);
+    }
+    let (todo, undo) = state_changes(edge, plan).map_err(failed)?;
+    if todo.is_empty() {
+        return Ok((None, undo));
+    }
+    applied(apply_changes(edge, &todo)?, undo)
+}
+
+fn apply_changes(edge: &mut Edge, todo: &[StateChange]) -> Result<ApplyReport, NotApplied> {
+    edge.apply_state_changes("import-legacy", todo)
+        .map_err(|e| NotApplied::because(format!("the apply failed: {e}")))
+}
+
+fn applied(
+    report: ApplyReport,
+    undo: Vec<StateChange>,
+) -> Result<(Option<ApplyReport>, Vec<StateChange>), NotApplied> {
+    if report.outcome.is_success() {
+        return Ok((Some(report), undo));
+    }
+    let message = format!(
+        "the apply was {}: {}",
+        report.outcome.as_str(),
+        report.message
+    );
+    Err(NotApplied {
+        message,
+        report: Some(Box::new(report)),
+    })
 }
 
 /// What was done before a step failed.
@@ -159,7 +227,7 @@ fn undo(
     edge: &mut Edge,
     message: String,
     done: Done<'_>,
-    report: Option<ApplyReport>,
+    report: Option<Box<ApplyReport>>,
 ) -> LegacyError {
     let mut problems = Vec::new();
     let removes: Vec<BlockChange> = done
@@ -202,6 +270,6 @@ fn undo(
     LegacyError::NotApplied {
         message,
         undone,
-        report: report.map(Box::new),
+        report,
     }
 }

@@ -14,14 +14,17 @@ use serde::Serialize;
 
 use crate::apply::ApplyReport;
 use crate::edge::EdgeError;
-use crate::model::{Backend, Block, BlockKey, CertName, Domain, EdgeState, ProxyNet};
+use crate::model::{Backend, BackendLabel, Block, BlockKey, CertName, Domain, EdgeState, ProxyNet};
+use crate::resolve::Resolution;
 
 mod apply;
+mod check;
 mod plan;
 mod read;
 mod values;
 
 pub use apply::{import, Outcome};
+pub use check::{check, HaproxyCheck};
 pub use plan::{plan, Context};
 pub use read::{local_to_unix, read, Legacy, LIST_FILES};
 pub use values::Naive;
@@ -73,6 +76,8 @@ pub struct Refused {
 pub struct DomainImport {
     pub domain: Domain,
     pub backend: Backend,
+    /// The old backend's name, kept for `GET /api/domains` (`None` when it is not a label).
+    pub backend_name: Option<BackendLabel>,
 }
 
 /// A checked bundle of the certificate folder. `Debug` and JSON leave the PEM out: it holds
@@ -113,6 +118,12 @@ pub struct Plan {
     pub wp_admin_gate_off: Vec<Item<Domain>>,
     pub suspended: Vec<Item<Domain>>,
     pub refused: Vec<Refused>,
+    /// The new domains' servers whose host name does not resolve now (they would wait in
+    /// maintenance): filled by [`Plan::look_up_names`].
+    pub resolution: Resolution,
+    /// `haproxy -c` of the set the import makes, when it ran (a dry run; a real run HAProxy
+    /// refused).
+    pub haproxy_check: Option<HaproxyCheck>,
 }
 
 impl Plan {
@@ -132,6 +143,54 @@ impl Plan {
                 + count(&self.suspended, s)
         };
         (by(Status::New), by(Status::Unchanged))
+    }
+
+    /// Looks the host names of the new domains' servers up (the system resolver, as HAProxy's
+    /// `libc` init-addr will when it loads them); `follows`: `[resolvers]` is configured.
+    pub fn look_up_names(&mut self, follows: bool) {
+        let servers = self
+            .domains
+            .iter()
+            .filter(|i| i.status == Status::New)
+            .flat_map(|i| {
+                i.value
+                    .backend
+                    .servers()
+                    .iter()
+                    .map(|s| (&i.value.domain, s))
+            });
+        self.resolution = crate::resolve::by_lookup(servers, follows);
+    }
+
+    /// Leaves a new domain out with `reason`, and the list items that name it (they need it).
+    pub fn refuse_domain(&mut self, domain: &Domain, reason: &str) {
+        let new = |d: &Domain, s: Status| d == domain && s == Status::New;
+        if let Some(at) = self
+            .domains
+            .iter()
+            .position(|i| new(&i.value.domain, i.status))
+        {
+            let item = self.domains.remove(at);
+            self.refused.push(Refused {
+                source: item.source,
+                value: domain.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        self.resolution.unresolved.retain(|u| &u.domain != domain);
+        let needs = format!("its domain {domain} is refused");
+        for list in [&mut self.wp_admin_gate_off, &mut self.suspended] {
+            let (gone, kept) = std::mem::take(list)
+                .into_iter()
+                .partition(|i| new(&i.value, i.status));
+            *list = kept;
+            self.refused
+                .extend(gone.into_iter().map(|i: Item<Domain>| Refused {
+                    source: i.source,
+                    value: domain.to_string(),
+                    reason: needs.clone(),
+                }));
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use super::read::{Legacy, OldFile, OldList, Row};
 use super::values::{self, show, Naive};
 use super::{CertImport, Current, DomainImport, Item, Plan, Refused, Status};
 use crate::model::{
-    Backend, Block, BlockKey, CertName, Domain, Invalid, Note, Profile, ProxyNet, Server,
-    ServerAddr, ServerName, TextContext,
+    Backend, BackendLabel, Block, BlockKey, CertName, Domain, Invalid, Note, Profile, ProxyNet,
+    Server, ServerAddr, ServerName, TextContext,
 };
 use crate::tls::bundle::{parse_bundle, BundleCheck};
 use crate::tls::x509::{rfc3339, serial_matches};
@@ -126,7 +126,10 @@ impl Planner<'_> {
                     seen.insert(d.domain.clone(), source.clone());
                     match self.conflict(&d) {
                         Err(reason) => self.refuse(&source, &d.domain.to_string(), reason),
-                        Ok(unchanged) => self.plan.domains.push(item(source, unchanged, d)),
+                        Ok(unchanged) => {
+                            self.label_left_out(backends);
+                            self.plan.domains.push(item(source, unchanged, d));
+                        }
                     }
                 }
             }
@@ -149,19 +152,19 @@ impl Planner<'_> {
             name
         };
         let domain: Domain = name.parse().map_err(invalid)?;
-        let backend = match backends {
+        let backend_row = match backends {
             [] => return Err("no backend: a certificate-only row, nothing to route (its certificate comes from the certificate folder)".into()),
             [one] => one,
             many => return Err(format!("has {} backends; the old manager kept one per domain", many.len())),
         };
         let rows = servers_of
-            .get(&backend.id)
+            .get(&backend_row.id)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         if rows.is_empty() {
             return Err(format!(
                 "backend {} has no servers (the old edge pointed it at a backend it never rendered)",
-                show(&backend.cells[0])
+                show(&backend_row.cells[0])
             ));
         }
         let servers = rows
@@ -176,10 +179,24 @@ impl Planner<'_> {
                 &template_name,
                 domain.is_wildcard(),
             ));
-        Ok(DomainImport { domain, backend })
+        Ok(DomainImport {
+            domain,
+            backend,
+            backend_name: label(backend_row).ok(),
+        })
     }
 
-    /// `Ok(true)` when hapctl has the same domain already.
+    /// The domain comes without its old backend name when that is not a label.
+    fn label_left_out(&mut self, backends: &[&Row]) {
+        if let [b] = backends {
+            if let Err(why) = label(b) {
+                let reason = format!("backend_name not kept ({why}); the domain is imported and listed under hapctl's backend name");
+                self.refuse(&format!("backends id {}", b.id), &show(&b.cells[0]), reason);
+            }
+        }
+    }
+
+    /// `Ok(true)` when hapctl has the same domain already (whatever its label).
     fn conflict(&self, d: &DomainImport) -> Result<bool, String> {
         let state = &self.current.state;
         if let Some(app) = state.app_domains.get(&d.domain) {
@@ -314,6 +331,14 @@ impl Planner<'_> {
         }
         Ok(())
     }
+}
+
+/// The old backend's name as the label `GET /api/domains` shows.
+fn label(backend: &Row) -> Result<BackendLabel, String> {
+    values::text("backend name", &backend.cells[0])?
+        .unwrap_or_default()
+        .parse()
+        .map_err(invalid)
 }
 
 /// A list entry seen twice (or in both trusted-IP files) is one item.

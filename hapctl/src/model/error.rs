@@ -29,8 +29,13 @@ impl Invalid {
 /// At most 80 characters of `value`, so messages stay bounded even for megabyte-long hostile
 /// input (print it with `{:?}` so control characters are escaped).
 pub fn bounded(value: &str) -> String {
-    if value.chars().count() > 80 {
-        let head: String = value.chars().take(80).collect();
+    bounded_to(value, 80)
+}
+
+/// At most `max` characters of `value`, and how long it was when cut.
+pub fn bounded_to(value: &str, max: usize) -> String {
+    if value.chars().count() > max {
+        let head: String = value.chars().take(max).collect();
         format!("{head}… ({} bytes)", value.len())
     } else {
         value.to_string()

@@ -5,6 +5,7 @@ mod app;
 mod block;
 mod block_query;
 mod error;
+mod label;
 mod limits;
 mod name;
 mod placement;
@@ -20,7 +21,8 @@ mod waf;
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
 pub use block_query::{BlockQuery, DEFAULT_PAGE, MAX_PAGE};
-pub use error::{bounded, Invalid};
+pub use error::{bounded, bounded_to, Invalid};
+pub use label::{BackendLabel, MAX_LABEL_CHARS};
 pub use limits::{
     check_secs, parse_secs, LimitAction, LimitPolicy, LimitRule, LimitStatus, Limits, Slot,
     Windows, LOCAL_NETS, MAX_TARPIT_SECS, MAX_THRESHOLD, MAX_WINDOW_SECS,

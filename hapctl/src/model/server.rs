@@ -54,11 +54,18 @@ impl FromStr for HostName {
     }
 }
 
+impl HostName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for HostName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
+serde_via_str!(HostName);
 
 /// A TCP port, 1–65535.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -223,8 +223,13 @@ fn section(
         if !options.is_empty() {
             let _ = write!(out, " {options}");
         }
-        if let (Some(r), ServerHost::Name(_)) = (resolvers, &s.addr.host) {
-            let _ = write!(out, " resolvers {r} init-addr last,libc,none");
+        // A name that does not resolve leaves its server in maintenance, never the whole
+        // configuration refused; `[resolvers]` also follow the name at runtime.
+        if let ServerHost::Name(_) = &s.addr.host {
+            if let Some(r) = resolvers {
+                let _ = write!(out, " resolvers {r}");
+            }
+            out.push_str(" init-addr last,libc,none");
         }
         out.push('\n');
     }

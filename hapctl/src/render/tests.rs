@@ -126,6 +126,11 @@ fn backends_follow_their_profile() {
     assert!(ws.contains("server s1 [2001:db8::1]:8080\n"), "{ws}");
     let hc = section("w_eu.example.com");
     assert!(hc.contains("option httpchk GET /healthz"), "{hc}");
+    // Without [resolvers] too: a name that does not resolve leaves its server in maintenance.
+    assert!(
+        hc.contains("server s1 app.internal:9000 check init-addr last,libc,none\n"),
+        "{hc}"
+    );
     let sse = section("d_events.example.org");
     assert!(sse.contains("timeout server 1h"), "{sse}");
 }

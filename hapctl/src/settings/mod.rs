@@ -306,7 +306,8 @@ buffer = "16MiB"
 
 # [resolvers]
 # DNS servers that resolve the servers' host names at runtime (e.g. Docker's 127.0.0.11:53
-# for container names such as wp_site_1). Without it, names resolve once when HAProxy loads.
+# for container names such as wp_site_1). Without it, names resolve only when HAProxy loads
+# (a reload): a server whose name does not resolve then stays down until the next one.
 # nameservers = ["127.0.0.11:53"]
 # hold_valid = "10s"
 

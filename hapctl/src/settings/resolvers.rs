@@ -1,8 +1,9 @@
 //! `[resolvers]`: the DNS servers HAProxy asks, at runtime, for the addresses of servers named
-//! by host name (a container's name on Docker's network, a service name). Without it, names
-//! are resolved once when HAProxy loads its configuration (libc), and a name that does not
-//! resolve then fails the check; with it, HAProxy starts even before the name resolves
-//! (`init-addr last,libc,none`: the server waits in maintenance) and follows its address.
+//! by host name (a container's name on Docker's network, a service name). Either way a server
+//! whose name does not resolve when HAProxy loads waits in maintenance (`init-addr
+//! last,libc,none`) while the others serve. Without it, names are resolved only then (libc),
+//! so such a server stays down until a reload finds its name; with it, HAProxy follows the
+//! name and puts the server in service as soon as it resolves.
 
 use std::net::SocketAddr;
 

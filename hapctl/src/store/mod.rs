@@ -21,6 +21,7 @@ mod cache;
 mod certs;
 mod history;
 mod ids;
+mod labels;
 mod schema;
 mod state;
 

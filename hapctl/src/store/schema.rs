@@ -106,6 +106,7 @@ CREATE TABLE suspended_domains (
     super::placement::MIGRATION,
     super::waf::MIGRATION,
     super::history::MIGRATION,
+    super::labels::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

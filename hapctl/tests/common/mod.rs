@@ -186,6 +186,14 @@ impl Edge {
         std::fs::write(self.path("hapctl.toml"), text).unwrap();
     }
 
+    /// `[resolvers]` asking `nameserver`, each answer held 1 s.
+    pub fn set_resolvers(&self, nameserver: std::net::SocketAddr) {
+        self.write_settings(&format!(
+            "{}\n[resolvers]\nnameservers = [\"{nameserver}\"]\nhold_valid = \"1s\"\n",
+            self.settings_text()
+        ));
+    }
+
     /// Sets `key = "value"` (TOML strings) in `[section]` of hapctl.toml, replacing the keys
     /// already there (commented-out lines are left alone); appends the section if missing.
     pub fn set_setting_keys(&self, section: &str, keys: &[(&str, String)]) {
@@ -645,17 +653,37 @@ impl Drop for Backend {
 pub fn counting_haproxy(dir: &Path) -> (PathBuf, PathBuf) {
     let log = dir.join("haproxy-calls.log");
     let script = dir.join("haproxy-counting");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
-            log.display(),
-            haproxy_bin().display()
-        ),
-    )
-    .unwrap();
+    let text = format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+        log.display(),
+        haproxy_bin().display()
+    );
+    write_script(&script, &text);
+    (script, log)
+}
+
+/// Writes an executable shell script.
+fn write_script(path: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A wrapper in front of the real haproxy whose `haproxy -c` refuses a set holding `needle`: it
+/// first runs `sed -i <sed>` on each checked file that contains `needle` (in place, so HAProxy
+/// names the file and line hapctl wrote), then the real check. It stands for an HAProxy that
+/// refuses what hapctl rendered for one item: the real one accepts every server the model
+/// admits. It logs its calls as [`counting_haproxy`] does. `needle` and `sed` must not contain
+/// `'`.
+pub fn refusing_haproxy(dir: &Path, needle: &str, sed: &str) -> (PathBuf, PathBuf) {
+    assert!(!needle.contains('\'') && !sed.contains('\''));
+    let (script, log) = (dir.join("haproxy-refusing"), dir.join("haproxy-calls.log"));
+    let text = format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\ncase \" $* \" in *\" -c \"*)\n  prev=\n  for a in \"$@\"; do\n    if [ \"$prev\" = -f ] && grep -qF '{needle}' \"$a\"; then sed -i '{sed}' \"$a\"; fi\n    prev=\"$a\"\n  done;;\nesac\nexec '{}' \"$@\"\n",
+        log.display(),
+        haproxy_bin().display()
+    );
+    write_script(&script, &text);
     (script, log)
 }
 

@@ -5,7 +5,8 @@
 //!   `openssl`: trust `ca_root_path()` for the ACME connection) and a management API on its
 //!   own HTTPS port (`/roots/0`, `/intermediates/0`: a NEW issuing root on every start).
 //! - `pebble-challtestsrv` is Pebble's DNS server (`-dnsserver`): it answers every A query with
-//!   127.0.0.1, no AAAA, and the TXT records set through its plain-HTTP management API
+//!   127.0.0.1 (`set_default_ipv4`, or a name's own `add_a`), no AAAA, and the TXT records set
+//!   through its plain-HTTP management API
 //!   (`management_url()`, `set_txt`/`clear_txt`, or `tests/fixtures/dns-hook.sh`). Its HTTP-01,
 //!   HTTPS-01 and TLS-ALPN-01 listeners are off.
 //! - HTTP-01: Pebble's validator resolves the identifier through challtestsrv (→ 127.0.0.1)
@@ -327,6 +328,19 @@ impl Pebble {
     pub fn clear_txt(&self, host: &str) {
         let body = serde_json::json!({ "host": fqdn(host) });
         self.chall_post("/clear-txt", &body.to_string());
+    }
+
+    /// The address challtestsrv answers for every A query without a record of its own; `""`
+    /// for none (such a name then has no address).
+    pub fn set_default_ipv4(&self, ip: &str) {
+        let body = serde_json::json!({ "ip": ip });
+        self.chall_post("/set-default-ipv4", &body.to_string());
+    }
+
+    /// Answer `A <host>` with `ip` from now on.
+    pub fn add_a(&self, host: &str, ip: &str) {
+        let body = serde_json::json!({ "host": fqdn(host), "addresses": [ip] });
+        self.chall_post("/add-a", &body.to_string());
     }
 
     fn chall_post(&self, path: &str, body: &str) {

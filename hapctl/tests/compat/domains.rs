@@ -87,7 +87,12 @@ fn domains_answer_with_the_old_shapes_codes_and_stable_ids() {
         ),
         (&json!(0), &json!(0), &Value::Null, &Value::Null)
     );
-    assert!(rows[1]["backend_name"].is_string(), "{r:?}");
+    // The backend_name each client gave; the CLI's domain shows hapctl's own name.
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|d| d["backend_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["d_shop.example.com", "legacy_backend", "w_backend"]);
 
     // DELETE: a wildcard posted bare (with is_wildcard) is deleted under the same bare name.
     let r = api.call(
@@ -136,6 +141,69 @@ fn domains_answer_with_the_old_shapes_codes_and_stable_ids() {
         .map(|d| d["id"].as_i64().unwrap())
         .collect();
     assert_eq!(ids, [1, 2, 4]);
+}
+
+#[test]
+fn the_backend_name_a_client_gave_is_what_it_reads_back() {
+    let (edge, app, api) = old_edge();
+    let label = |api: &Daemon| {
+        let list = api.get("/api/domains").json;
+        let row = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["domain"] == "blog.example.com");
+        row.map(|d| d["backend_name"].as_str().unwrap().to_string())
+    };
+    let server = json!({"name": "web1", "address": "127.0.0.1", "port": app.port});
+    let body =
+        json!({"domain": "blog.example.com", "backend_name": "WP blog #1", "servers": [server]});
+    assert_eq!(api.call("POST", "/api/domain", Some(&body)).status, 200);
+    assert_eq!(label(&api).as_deref(), Some("WP blog #1"));
+    let cfg = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap();
+    assert!(!cfg.contains("WP blog"), "a label is never rendered");
+
+    // Changed through /v1 or the CLI, the domain keeps it; across a restart too.
+    let put = json!({"servers": [{"address": format!("127.0.0.1:{}", app.port), "weight": 5}]});
+    assert_eq!(
+        api.call("PUT", "/v1/domains/blog.example.com", Some(&put))
+            .status,
+        200
+    );
+    edge.ok(&["domain", "add", "blog.example.com", "--server", &app.addr()]);
+    drop(api);
+    let api = Daemon::start(&edge);
+    assert_eq!(label(&api).as_deref(), Some("WP blog #1"));
+
+    // Posted again, it is replaced; a label that is not printable text is refused.
+    let mut again = body.clone();
+    again["backend_name"] = json!("blog_backend");
+    assert_eq!(api.call("POST", "/api/domain", Some(&again)).status, 200);
+    assert_eq!(label(&api).as_deref(), Some("blog_backend"));
+    for bad in [json!("a\nb"), json!("x".repeat(129)), json!("  ")] {
+        let mut refused = body.clone();
+        refused["backend_name"] = bad;
+        assert_e1(
+            &api.call("POST", "/api/domain", Some(&refused)),
+            400,
+            "backend_name",
+        );
+    }
+    assert_eq!(label(&api).as_deref(), Some("blog_backend"));
+
+    // It goes with the domain: added again without one, hapctl's own name is shown.
+    let r = api.call(
+        "DELETE",
+        "/api/domain",
+        Some(&json!({"domain": "blog.example.com"})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        api.call("PUT", "/v1/domains/blog.example.com", Some(&put))
+            .status,
+        201
+    );
+    assert_eq!(label(&api).as_deref(), Some("d_blog.example.com"));
 }
 
 #[test]

@@ -84,11 +84,7 @@ fn a_container_name_resolves_at_runtime_through_the_configured_resolvers() {
     let app = Backend::start("from the container");
     // A real DNS server on loopback: challtestsrv answers every A query with 127.0.0.1.
     let dns = Pebble::start(edge.port);
-    edge.write_settings(&format!(
-        "{}\n[resolvers]\nnameservers = [\"{}\"]\nhold_valid = \"1s\"\n",
-        edge.settings_text(),
-        dns.dns_server()
-    ));
+    edge.set_resolvers(dns.dns_server());
     let api = Daemon::start(&edge);
     let body = json!({"domain": "blog.example.com", "backend_name": "blog",
         "servers": [{"name": "wp", "address": "wp_site_1", "port": app.port.to_string(),

@@ -257,10 +257,14 @@ fn the_old_clients_calls_work_unchanged() {
         "/api/domain",
         &json!({"domain": "x.example.com", "backend_name": "x", "servers": [{"name": "w", "address": "wp_site_1", "port": 80, "options": "check"}]}),
     );
-    // A container name is accepted, but without [resolvers] it must resolve when HAProxy
-    // loads: here it does not, HAProxy refuses, the old 500 says why, nothing changes.
-    assert_eq!(r.status, 500, "{r:?}");
-    assert!(php_message(&r).contains("wp_site_1"), "{r:?}");
+    // A container name that does not resolve (yet) is accepted: its server waits in
+    // maintenance, every other domain is served.
+    assert_eq!(
+        (r.status, &r.json["status"]),
+        (200, &json!("success")),
+        "{r:?}"
+    );
+    assert_eq!(edge.get("php.example.com", "/").body, "ok");
     let r = php("GET", "/api/domains", &json!({}));
     let names: Vec<&str> = r
         .json
@@ -269,7 +273,10 @@ fn the_old_clients_calls_work_unchanged() {
         .iter()
         .map(|d| d["domain"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["shop.example.com", "php.example.com"]);
+    assert_eq!(
+        names,
+        ["shop.example.com", "php.example.com", "x.example.com"]
+    );
 }
 
 #[test]

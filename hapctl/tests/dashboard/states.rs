@@ -1,8 +1,8 @@
 //! Smaller parts of the pages: a domain's rate-limit preset chosen in its editor (off, then
 //! standard) is what the API then holds; "Renew all due" on the Certificates page says what it
 //! did (nothing is due on this edge); the blocked maps rebuilt from the Blocks page, the block
-//! still enforced; the Deliveries page shows an error state for each list it cannot read (the
-//! daemon gone).
+//! still enforced; the Overview's notice of a server whose host name does not resolve; the
+//! Deliveries page shows an error state for each list it cannot read (the daemon gone).
 
 use std::net::Ipv4Addr;
 
@@ -46,6 +46,16 @@ fn a_limits_preset_renewals_a_block_sync_and_the_deliveries_error_states() {
         edge.get_from(Ipv4Addr::new(127, 0, 0, 8), SHOP, "/").status,
         403
     );
+
+    edge.ok(&["domain", "add", "blog.test", "--server", "wp_site_1:80"]);
+    open(&b, &api, "overview", "Overview");
+    b.wait_text("#ov-names", "1 server(s) do not resolve now");
+    b.wait_text("#ov-names", "wp_site_1: blog.test, server s1");
+    b.wait_text(
+        "#ov-names",
+        "until its name resolves at a reload; set [resolvers]",
+    );
+    b.screenshot("overview-unresolved");
 
     open(&b, &api, "deliveries", "Deliveries");
     b.wait_text("main tbody", "No delivery yet");

@@ -12,12 +12,14 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::super::error::{ApiError, ValuesBody};
-use super::super::v1::backend;
+use super::super::v1::{backend, resolution_after};
 use super::super::AppState;
 use super::certs::cert_path;
 use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
 use crate::edge::{DomainChange, DomainResult};
-use crate::model::{Domain, Port, Profile, ServerAddr, ServerName, ServerOptions, TextContext};
+use crate::model::{
+    BackendLabel, Domain, Port, Profile, ServerAddr, ServerName, ServerOptions, TextContext,
+};
 
 #[derive(Deserialize)]
 pub struct DomainBody {
@@ -189,8 +191,10 @@ async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
     let ValuesBody(req) = body?;
     let missing = "Domain and backend_name are required";
     let name = required(req.domain.as_ref(), "domain", missing)?;
-    // Required, as before; hapctl names its backends itself (`docs/compat.md`).
-    required(req.backend_name.as_ref(), "backend_name", missing)?;
+    // Required, as before, and kept to be shown back; hapctl names its backends itself.
+    let label = required(req.backend_name.as_ref(), "backend_name", missing)?
+        .parse::<BackendLabel>()
+        .map_err(|e| ApiError::invalid("backend_name", e.to_string()))?;
     let domain = parse_domain(&name, truthy(req.is_wildcard.as_ref())?)?;
     let template = text(req.template_override.as_ref(), "template_override")?;
     let backend = backend(
@@ -206,14 +210,26 @@ async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
         template.as_deref().unwrap_or(""),
         domain.is_wildcard(),
     ));
+    let put = DomainChange::Put(domain.clone(), backend.clone());
     let (report, _) = app
-        .domain_job(Some(DomainChange::Put(domain.clone(), backend)))
+        .domain_job(Some(DomainChange::WithLabel(Box::new(put), label)))
         .await
         .map_err(as_500)?;
+    // Only a domain with a server named by host name says anything more than the old shape.
+    let named = crate::resolve::has_names(&backend);
+    let resolution = resolution_after(&app, &report, domain.clone(), backend)
+        .await?
+        .filter(|_| named);
     loaded(report)?;
     let stored = domain.to_string();
     let id = app.read(move |edge| edge.domain_id(&stored)).await?;
-    Ok(Json(json!({"status": "success", "domain_id": id})).into_response())
+    // The old shape, and which servers wait for their name to resolve.
+    let body = json!({"status": "success", "domain_id": id});
+    let body = match &resolution {
+        Some(r) => r.merged_into(body),
+        None => body,
+    };
+    Ok(Json(body).into_response())
 }
 
 #[derive(Deserialize)]
@@ -268,6 +284,7 @@ pub async fn list_domains(State(app): State<AppState>) -> Response {
         .read(move |edge| {
             let state = edge.state()?;
             let ids = edge.domain_ids()?;
+            let labels = edge.backend_labels()?;
             let certs = edge.certificates()?;
             let mut rows: Vec<(Option<i64>, Value)> = state
                 .domains
@@ -285,7 +302,11 @@ pub async fn list_domains(State(app): State<AppState>) -> Response {
                         "ssl_cert_path": cert.map(|v| cert_path(&dir, &v.record.name)),
                         "template_override": template_name(backend.profile()),
                         "is_wildcard": i32::from(domain.is_wildcard()),
-                        "backend_name": domain.backend_name(),
+                        // What the client gave, else hapctl's own name.
+                        "backend_name": labels.get(&name).map_or_else(
+                            || domain.backend_name(),
+                            |l| l.to_string()
+                        ),
                     });
                     (id, row)
                 })

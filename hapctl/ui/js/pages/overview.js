@@ -1,6 +1,7 @@
 // Overview: HAProxy master and workers, live = known-good, counts, certificates, the WAF
-// agent, generations, the last applies with their outcome, durations and reload reasons; and
-// recovery: apply now, HAProxy start / reload / stop (asked twice), each with its outcome.
+// agent, generations, the last applies with their outcome, durations and reload reasons, a
+// notice of the servers whose host name does not resolve; and recovery: apply now, HAProxy
+// start / reload / stop (asked twice), each with its outcome.
 
 import { call } from '../api.js';
 import { h, fill, rows, table, state, confirmButton } from '../dom.js';
@@ -70,6 +71,21 @@ function waf(w) {
     ]));
 }
 
+// The servers HAProxy holds in maintenance because their host name does not resolve (GET
+// /v1/status `resolution`, null when HAProxy does not answer); hidden when there are none.
+function names(el, r) {
+  const down = r ? r.unresolved_servers : [];
+  el.hidden = down.length === 0;
+  if (el.hidden) return;
+  const until = r.runtime_resolvers
+    ? 'Each is down (in maintenance) until its name resolves: the [resolvers] then put it in service without a reload.'
+    : 'Each is down (in maintenance) until its name resolves at a reload; set [resolvers] in hapctl.toml to follow the names at runtime.';
+  fill(el,
+    h('p', null, `${down.length} server(s) do not resolve now; every other server is served.`),
+    h('ul', { class: 'files' }, down.map((u) => h('li', null, `${u.host}: ${u.domain}, server ${u.server}`))),
+    h('p', null, until));
+}
+
 /** The recovery actions, each answered below them; `done` re-reads the status. */
 function recovery(done) {
   const outcome = h('p', { id: 'ov-outcome', class: 'summary', role: 'status' });
@@ -112,11 +128,12 @@ export default {
   title: 'Overview',
   mount(main) {
     const status = h('p', { class: 'state loading', role: 'status' }, 'Loading…');
+    const unresolved = h('section', { id: 'ov-names', class: 'state bad', 'aria-label': 'Server names that do not resolve', hidden: true });
     const grid = h('div', { class: 'cards' });
     const applies = table('Last applies', ['When', 'Trigger', 'Outcome', 'Duration', 'Checks', 'Reloads', 'Reload reasons']);
     const gens = table('Generations', ['App', 'Version', 'Role', 'Port', 'Running', 'Ready']);
     const actions = recovery(() => p.now());
-    fill(main, h('h1', null, 'Overview'), status, grid, actions, applies.el, gens.el);
+    fill(main, h('h1', null, 'Overview'), status, unresolved, grid, actions, applies.el, gens.el);
     // Its own poll; the card element stays in the grid when the status redraws the others.
     const wafBody = h('div', null, h('p', { class: 'state loading' }, 'Loading…'));
     const wafCard = card('WAF agent', wafBody);
@@ -125,6 +142,7 @@ export default {
     const p = poll('/v1/status', 2000, (s) => {
       status.hidden = true;
       stamp();
+      names(unresolved, s.resolution);
       fill(grid,
         card('HAProxy', haproxy(s)),
         card('Live configuration', live(s)),
