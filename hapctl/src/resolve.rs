@@ -186,9 +186,9 @@ pub fn by_haproxy(
         if only.is_some_and(|d| d != domain) || !has_names(backend) {
             continue;
         }
-        backends.insert(domain.backend_name(), (domain, backend));
         // The SSE twin holds the same servers.
-        backends.insert(crate::render::sse_twin(domain), (domain, backend));
+        backends.insert(state.placement.backend_name(domain), (domain, backend));
+        backends.insert(state.placement.sse_twin(domain), (domain, backend));
     }
     let mut found = BTreeMap::new();
     for s in held
@@ -198,7 +198,10 @@ pub fn by_haproxy(
         let Some((domain, backend)) = backends.get(&s.backend) else {
             continue;
         };
-        let server = backend.servers().iter().find(|x| x.name.as_str() == s.name);
+        let server = backend
+            .servers()
+            .iter()
+            .find(|x| state.placement.server_name(domain, &x.name) == s.name);
         if let Some((server, host)) = server.and_then(|x| Some((x, host_of(x)?))) {
             let key = ((*domain).clone(), server.name.clone());
             found.entry(key).or_insert_with(|| host.clone());

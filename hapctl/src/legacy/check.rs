@@ -82,7 +82,7 @@ fn blame(
     for item in plan.domains.iter().filter(|i| i.status == Status::New) {
         let d = &item.value.domain;
         backends.insert(d.backend_name(), d);
-        backends.insert(crate::render::sse_twin(d), d);
+        backends.insert(d.sse_twin_name(), d);
     }
     let path = scratch.config_path.display().to_string();
     let mut out: BTreeMap<Domain, Vec<String>> = BTreeMap::new();
