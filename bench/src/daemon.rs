@@ -111,6 +111,21 @@ impl Daemon {
         Memory::of(pid)
     }
 
+    /// The names of the daemon's threads (`/proc/PID/task/*/comm`), sorted.
+    pub fn thread_names(&self) -> anyhow::Result<Vec<String>> {
+        let pid = self.pid().context("the daemon is not running")?;
+        let mut names = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let comm = task?.path().join("comm");
+            // A thread that ended since the listing has no comm left to read.
+            if let Ok(name) = std::fs::read_to_string(comm) {
+                names.push(name.trim().to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     fn signal(&self, signal: i32) {
         if let Some(pid) = self.pid() {
             // SAFETY: kill(2) on our own child's PID (not reaped yet, so not reused).

@@ -1,8 +1,11 @@
 //! rss: the daemon's memory with 10,000 domains and 100,000 blocked entries, after a few
 //! requests, read from `/proc/PID/status` (VmRSS now, VmHWM the peak, RssAnon / RssFile).
-//! The same steps on a small edge (10 domains, 300 blocks) give the baseline.
+//! The same steps on a small edge (10 domains, 300 blocks) give the baseline. Then the daemon
+//! of a 1,000-domain edge at rest (nothing asked after `/health`), and the same for the older
+//! binary `HAPCTL_BENCH_BASELINE` names, alternately, when it is set.
 
 use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,6 +22,17 @@ const BODY: &str = "hapctl-bench backend\n";
 const DOMAINS: usize = 10_000;
 const BLOCKS: usize = 100_000;
 const TARGET_MIB: f64 = 50.0;
+
+/// At rest: the daemon of an edge of this many domains (and the fixture's blocks).
+const REST_DOMAINS: usize = 1_000;
+const REST_TARGET_MIB: f64 = 15.0;
+/// The readings at rest, counted from `/health` 200: one once the startup work is over, one
+/// past tokio's 10 s keep-alive, after which an idle blocking thread has ended.
+const REST_AFTER: [Duration; 2] = [Duration::from_secs(3), Duration::from_secs(12)];
+/// Daemons at rest per binary (alternating with the baseline's when there is one).
+const REST_ROUNDS: usize = 2;
+const REST_LABEL: &str = "at rest";
+const REST_BASELINE_LABEL: &str = "at rest, HAPCTL_BENCH_BASELINE";
 
 /// Fields drop in order: the daemon before the edge.
 struct Served {
@@ -63,6 +77,8 @@ struct Run {
     haproxy_start_ms: f64,
     startup: Duration,
     readings: Vec<Reading>,
+    /// The daemon's threads after its last reading (at rest only).
+    thread_names: Vec<String>,
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
@@ -116,9 +132,12 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             haproxy_start_ms,
             startup: s.daemon.startup,
             readings,
+            thread_names: Vec::new(),
         });
         drop(s);
     }
+    let baseline = std::env::var_os(crate::blocks_scale::BASELINE_ENV).map(PathBuf::from);
+    let rest = rest_rounds(&hapctl, baseline.as_deref(), &addr)?;
 
     let mut table = Table::new(
         "rss: `hapctl serve` memory after each step (MiB, from /proc/PID/status)",
@@ -135,7 +154,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         ],
     );
     let mut json_runs = Vec::new();
-    for run in &runs {
+    for run in runs.iter().chain(&rest) {
         for r in &run.readings {
             table.row(vec![
                 format!(
@@ -167,6 +186,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "blocked_entries": run.entries,
             "haproxy_start_ms": run.haproxy_start_ms,
             "daemon_startup_ms": run.startup.as_secs_f64() * 1000.0,
+            "thread_names": run.thread_names,
             "readings": run.readings.iter().map(|r| json!({
                 "step": r.step,
                 "request_ms": r.ms,
@@ -189,7 +209,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         .max()
         .unwrap_or(0);
     let limit_kb = (TARGET_MIB * 1024.0) as u64;
-    let targets = vec![Target {
+    let targets = vec![
+        Target {
         goal: format!("daemon RSS under {TARGET_MIB} MiB at {DOMAINS} domains and {BLOCKS} blocked entries"),
         met: Some(brief < limit_kb && last.rss_kb < limit_kb),
         detail: format!(
@@ -202,7 +223,9 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             mib(last.file_kb),
             mib(one_arena)
         ),
-    }];
+        },
+        rest_target(&rest),
+    ];
     let mut sizes_table = Table::new(
         format!("rss: heap bytes in use while the bench itself holds what the daemon loads, at {DOMAINS} domains and {} blocks (glibc mallinfo2, MiB)", BLOCKS + fixture::BLOCKS),
         &["Store::load_state (domains + blocks)", "Store::blocks (blocks only)", "GET /v1/domains answer as serde_json::Value"],
@@ -213,7 +236,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         mib(sizes.blocks / 1024),
         mib(sizes.domains_json / 1024),
     ]);
-    let notes = vec![
+    let mut notes = vec![
         format!(
             "edges: `hapctl init`; N fixture domains (servers at one in-process backend, checks off) and the \
              blocks written to the database directly (the fixture's {} plus 10.0.0.0 + i for the big edge); \
@@ -226,7 +249,20 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             crate::stats::ms(runs[1].haproxy_start_ms),
             crate::stats::ms(runs[1].startup.as_secs_f64() * 1000.0)
         ),
+        format!(
+            "at rest: {REST_DOMAINS} fixture domains and {} blocks, HAProxy started, `hapctl serve`, then nothing \
+             asked after its first /health 200; {REST_ROUNDS} daemons per binary. Baseline: {}",
+            fixture::BLOCKS,
+            baseline.as_ref().map_or("none (set HAPCTL_BENCH_BASELINE)".into(), |b| b.display().to_string())
+        ),
     ];
+    for run in &rest {
+        notes.push(format!(
+            "threads of a daemon {}: {}",
+            run.label,
+            run.thread_names.join(", ")
+        ));
+    }
     Ok(Report {
         tables: vec![table, sizes_table],
         targets,
@@ -234,6 +270,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         json: json!({
             "runs": json_runs,
             "target_mib": TARGET_MIB,
+            "rest_target_mib": REST_TARGET_MIB,
             "in_use_bytes": {
                 "load_state": sizes.state,
                 "blocks": sizes.blocks,
@@ -241,6 +278,99 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             },
         }),
     })
+}
+
+/// The daemons at rest: `REST_ROUNDS` of `hapctl`, each after one of `baseline` when given.
+fn rest_rounds(hapctl: &Path, baseline: Option<&Path>, addr: &str) -> anyhow::Result<Vec<Run>> {
+    let mut sides = Vec::new();
+    if let Some(b) = baseline {
+        sides.push((REST_BASELINE_LABEL, b));
+    }
+    sides.push((REST_LABEL, hapctl));
+    let mut runs = Vec::new();
+    for round in 1..=REST_ROUNDS {
+        for &(label, bin) in &sides {
+            eprintln!("rss: {REST_DOMAINS} domains at rest ({label}, round {round})…");
+            runs.push(at_rest(bin, label, addr)?);
+        }
+    }
+    Ok(runs)
+}
+
+/// The daemon of a `REST_DOMAINS`-domain edge, read at each of `REST_AFTER` with nothing asked.
+fn at_rest(hapctl: &Path, label: &'static str, addr: &str) -> anyhow::Result<Run> {
+    let mut edge = Edge::init(hapctl, "rss-rest")?;
+    edge.load(&fixture::state(REST_DOMAINS, Servers::At(addr)))?;
+    let t = Instant::now();
+    edge.start()?;
+    let haproxy_start_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let daemon = Daemon::start(&edge, Duration::from_secs(300))?;
+    let answered = Instant::now();
+    let s = Served {
+        daemon,
+        _edge: edge,
+    };
+    let mut readings = Vec::new();
+    for after in REST_AFTER {
+        thread::sleep(after.saturating_sub(answered.elapsed()));
+        readings.push(Reading {
+            step: format!("{label}, {} s after /health 200", after.as_secs()),
+            ms: 0.0,
+            bytes: 0,
+            memory: s.daemon.memory()?,
+        });
+    }
+    Ok(Run {
+        label,
+        env: &[],
+        domains: REST_DOMAINS,
+        entries: fixture::BLOCKS,
+        haproxy_start_ms,
+        startup: s.daemon.startup,
+        readings,
+        thread_names: s.daemon.thread_names()?,
+    })
+}
+
+/// The highest VmRSS at rest of the daemons labelled `label`, with that reading.
+fn rest_peak<'a>(rest: &'a [Run], label: &str) -> Option<&'a Memory> {
+    rest.iter()
+        .filter(|r| r.label == label)
+        .flat_map(|r| r.readings.iter().map(|x| &x.memory))
+        .max_by_key(|m| m.rss_kb)
+}
+
+fn rest_target(rest: &[Run]) -> Target {
+    let goal =
+        format!("daemon RSS at rest at most {REST_TARGET_MIB} MiB with {REST_DOMAINS} domains");
+    let Some(after) = rest_peak(rest, REST_LABEL) else {
+        return Target {
+            goal,
+            met: None,
+            detail: "no daemon at rest was measured".into(),
+        };
+    };
+    let before = rest_peak(rest, REST_BASELINE_LABEL).map_or(String::new(), |b| {
+        format!(
+            "; HAPCTL_BENCH_BASELINE: {} MiB (anon {}, file {}), {} threads; after ÷ before {:.2}",
+            mib(b.rss_kb),
+            mib(b.anon_kb),
+            mib(b.file_kb),
+            b.threads,
+            after.rss_kb as f64 / b.rss_kb.max(1) as f64
+        )
+    });
+    Target {
+        goal,
+        met: Some(after.rss_kb as f64 <= REST_TARGET_MIB * 1024.0),
+        detail: format!(
+            "highest VmRSS at rest {} MiB (anon {}, file {}), {} threads{before}",
+            mib(after.rss_kb),
+            mib(after.anon_kb),
+            mib(after.file_kb),
+            after.threads
+        ),
+    }
 }
 
 /// The brief's requests (GET /v1/domains, a PUT, a block), then a few more, reading the memory

@@ -305,20 +305,15 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
     trim_heap();
 
     let metrics = Arc::new(Metrics::default());
-    let _supervision = supervision::start(state_dir, metrics.clone())?;
+    let _supervision = supervision::start(edge.connection()?, metrics.clone());
     let orders = Arc::new(renewals::OrderGate::default());
+    renewals::start(edge.connection()?, metrics.clone(), orders.clone());
     // The startup apply ran on the connection the apply worker keeps: what an apply leaves
     // for the next one (the committed state, the rendered backend sections: 11 MiB at 10,000
     // domains) serves its next apply. The handlers read through a connection of their own,
     // which never applies.
-    let reads = Arc::new(Mutex::new(Edge::open(state_dir)?));
-    let (domains, blocks) = workers::start(
-        state_dir.to_path_buf(),
-        metrics.clone(),
-        reads.clone(),
-        edge,
-    )?;
-    renewals::start(state_dir.to_path_buf(), metrics.clone(), orders.clone())?;
+    let reads = Arc::new(Mutex::new(edge.connection()?));
+    let (domains, blocks) = workers::start(metrics.clone(), reads.clone(), edge)?;
     let app = AppState(Arc::new(Inner {
         state_dir: state_dir.to_path_buf(),
         token,

@@ -368,10 +368,9 @@ mod tests {
         // No other test of this binary starts the workers.
         assert!(workers_alive().is_err());
         let metrics = Arc::new(super::super::metrics::Metrics::default());
-        let open = || crate::edge::Edge::open(dir.path()).unwrap();
-        let reads = Arc::new(std::sync::Mutex::new(open()));
-        let senders =
-            super::super::workers::start(dir.path().to_path_buf(), metrics, reads, open()).unwrap();
+        let edge = crate::edge::Edge::open(dir.path()).unwrap();
+        let reads = Arc::new(std::sync::Mutex::new(edge.connection().unwrap()));
+        let senders = super::super::workers::start(metrics, reads, edge).unwrap();
         // A new thread takes its name a moment after `spawn` returns.
         assert_eq!(wait_for(|| workers_alive().is_ok()), Ok(()));
         // Without senders both workers return, as after a panic.

@@ -8,7 +8,6 @@
 //! tokio context, so the edge runs each order on a small runtime of its own instead of
 //! borrowing the daemon's, which stops first at shutdown.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -81,14 +80,10 @@ pub fn record(metrics: &Metrics, outcomes: &[RenewOutcome]) {
     }
 }
 
-/// Starts the renewal worker. It runs until the process exits: an install it is in the middle
-/// of is crash-safe (the certificate path leaves the old or the new one served).
-pub fn start(
-    state_dir: PathBuf,
-    metrics: Arc<Metrics>,
-    gate: Arc<OrderGate>,
-) -> Result<(), crate::edge::EdgeError> {
-    let mut edge = Edge::open(&state_dir)?;
+/// Starts the renewal worker on its own connection (`edge`). It runs until the process exits:
+/// an install it is in the middle of is crash-safe (the certificate path leaves the old or the
+/// new one served).
+pub fn start(mut edge: Edge, metrics: Arc<Metrics>, gate: Arc<OrderGate>) {
     std::thread::Builder::new()
         .name("renewal-worker".into())
         .spawn(move || {
@@ -99,7 +94,6 @@ pub fn start(
             }
         })
         .expect("spawn the renewal worker");
-    Ok(())
 }
 
 fn renew_once(edge: &mut Edge, metrics: &Metrics, gate: &OrderGate) {

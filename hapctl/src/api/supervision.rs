@@ -4,14 +4,13 @@
 //! loop only notices a new master, rebuilds the worker's runtime state and counts it. An
 //! intentional stop (`hapctl haproxy stop`) is respected in both modes.
 
-use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
-use crate::edge::{Edge, EdgeError, Look, Restart, SupervisorState, Watched};
+use crate::edge::{Edge, Look, Restart, SupervisorState, Watched};
 use crate::settings::Mode;
 
 /// Between two looks at the master: a dead one is started again well within a second.
@@ -69,9 +68,10 @@ impl Drop for Supervision {
     }
 }
 
-/// Starts the loop on its own connection. `HAProxy` has been started (or left stopped) by then.
-pub fn start(state_dir: &Path, metrics: Arc<Metrics>) -> Result<Supervision, EdgeError> {
-    let mut watch = Watch::new(Edge::open(state_dir)?, metrics);
+/// Starts the loop on its own connection (`edge`). `HAProxy` has been started (or left
+/// stopped) by then.
+pub fn start(edge: Edge, metrics: Arc<Metrics>) -> Supervision {
+    let mut watch = Watch::new(edge, metrics);
     // The first look before `serve` goes on, not after the thread's first pause and state
     // file write (an fsync, slow under I/O load): a master killed from here on is one the loop
     // already watches, so the status it is reaped with says how it ended.
@@ -87,10 +87,10 @@ pub fn start(state_dir: &Path, metrics: Arc<Metrics>) -> Result<Supervision, Edg
             watch.edge.withdraw_supervision();
         })
         .expect("spawn the supervision loop");
-    Ok(Supervision {
+    Supervision {
         stop: Some(stop),
         thread: Some(thread),
-    })
+    }
 }
 
 /// What the loop last saw.

@@ -7,7 +7,6 @@
 //!   slow reload. It keeps the key set in memory between changes, and when idle (it wakes every
 //!   second) lifts expired blocks and folds the blocked delta map into the base map.
 
-use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
@@ -41,14 +40,13 @@ pub enum BlockJob {
 /// connection, whose copy of the state the apply worker drops when it starts an apply;
 /// `apply_edge` is the apply worker's own (the one the daemon's startup apply ran on).
 pub fn start(
-    state_dir: PathBuf,
     metrics: Arc<Metrics>,
     reads: Arc<Mutex<Edge>>,
     apply_edge: Edge,
 ) -> Result<(mpsc::Sender<DomainJob>, mpsc::Sender<BlockJob>), crate::edge::EdgeError> {
     let (domain_tx, domain_rx) = mpsc::channel::<DomainJob>();
     let (block_tx, block_rx) = mpsc::channel::<BlockJob>();
-    let block_edge = Edge::open(&state_dir)?;
+    let block_edge = apply_edge.connection()?;
     let m = metrics.clone();
     std::thread::Builder::new()
         .name("apply-worker".into())

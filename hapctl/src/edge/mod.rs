@@ -107,6 +107,16 @@ impl Edge {
     pub fn open(state_dir: &Path) -> Result<Edge, EdgeError> {
         let settings = Settings::load(state_dir)?;
         let templates = Templates::load(settings.render.templates_dir.as_deref())?;
+        Edge::with_store(settings, templates)
+    }
+
+    /// Another connection to this edge's databases, with its settings and its compiled
+    /// templates (shared, not compiled again): each thread of the daemon owns one.
+    pub fn connection(&self) -> Result<Edge, EdgeError> {
+        Edge::with_store(self.settings.clone(), self.templates.clone())
+    }
+
+    fn with_store(settings: Settings, templates: Templates) -> Result<Edge, EdgeError> {
         let paths = &settings.paths;
         std::fs::create_dir_all(&paths.run_dir).map_err(io_err(format!(
             "cannot create {} (paths.run_dir)",

@@ -1,6 +1,7 @@
 //! The templates: embedded defaults, each replaceable by a file of the same name.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use minijinja::Environment;
 
@@ -61,9 +62,11 @@ pub enum TemplateError {
     Syntax { file: String, message: String },
 }
 
-/// Compiled templates, ready to render.
+/// Compiled templates, ready to render. A clone shares them: the daemon's connections
+/// (`Edge::connection`) render with one compiled set instead of one each.
+#[derive(Clone)]
 pub struct Templates {
-    env: Environment<'static>,
+    env: Arc<Environment<'static>>,
 }
 
 impl std::fmt::Debug for Templates {
@@ -122,7 +125,7 @@ impl Templates {
                     message: e.to_string(),
                 })?;
         }
-        Ok(Templates { env })
+        Ok(Templates { env: Arc::new(env) })
     }
 
     pub(super) fn render(&self, name: &str, ctx: &minijinja::Value) -> Result<String, String> {

@@ -69,7 +69,7 @@ impl Committed {
         let copy = match self.take(&tx)? {
             Some(copy) => checked(copy, &tx)?,
             None => Copy {
-                state: load_state(&tx)?,
+                state: parse(&tx)?,
                 changes: tx.total_changes(),
             },
         };
@@ -106,7 +106,7 @@ impl Mirror {
             let copy = self.0.borrow().clone().expect("exact implies a copy");
             return Ok(checked(copy, conn)?.state);
         }
-        let state = load_state(conn)?;
+        let state = parse(conn)?;
         *self.0.borrow_mut() = Some(Copy {
             state: state.clone(),
             changes: conn.total_changes(),
@@ -130,6 +130,15 @@ impl Mirror {
         }
         Ok(out)
     }
+}
+
+/// The state parsed from the rows, for a copy. The parse reads every page once and the copy
+/// then holds what they say, so the connection's page cache hands them back instead of keeping
+/// them too (the next parse reads them from the OS's page cache).
+fn parse(conn: &Connection) -> Result<EdgeState, StoreError> {
+    let state = load_state(conn)?;
+    conn.execute_batch("PRAGMA shrink_memory")?;
+    Ok(state)
 }
 
 /// In debug builds, a hit must equal what the rows say.

@@ -41,9 +41,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// SQLite's page cache per connection, in KiB. The default (2,000) is filled by the first
 /// full read and kept while the connection is open: the daemon has five (reads, the two
-/// workers, each with both files), 10 MB of its heap at 10,000 domains and 100,000 blocks
-/// (BENCHMARKS.md, daemon memory). The big reads scan every row once, so a larger cache spares
-/// no I/O there (the pages come from the OS page cache); the B-tree pages a lookup walks fit.
+/// workers, supervision, renewals; each with both files), 10 MB of its heap at 10,000 domains
+/// and 100,000 blocks (BENCHMARKS.md, daemon memory). The big reads scan every row once, so a
+/// larger cache spares no I/O there (the pages come from the OS page cache; a full parse of the
+/// state hands its pages back at once, `cache.rs`); the B-tree pages a lookup walks fit.
 const PAGE_CACHE_KIB: i64 = 256;
 
 #[derive(Debug, thiserror::Error)]
