@@ -23,7 +23,7 @@ usage: demo-app --version V --port P [options]
   -h, --help              print this help
 
 Routes: GET <ready-path>, GET /version, GET /, GET /stream?lines=N&interval_ms=M.
-Every response carries `x-version: V`. SIGTERM ends the process immediately
+Every response of the app carries `x-version: V`. SIGTERM ends the process immediately
 (no graceful drain): stop a generation only once nothing routes to it.
 Exit status: 0 on --help, 1 if the socket cannot be opened, 2 on a bad argument.";
 
