@@ -3,8 +3,11 @@
 //!
 //! See `README.md` next to `Cargo.toml` for the CLI and the routes.
 
+mod app;
 mod args;
+mod limits;
 mod log;
+mod refusal;
 mod routes;
 mod server;
 mod stream;
@@ -17,8 +20,8 @@ use std::time::Instant;
 
 use axum::http::HeaderValue;
 
+use app::App;
 use args::Command;
-use routes::App;
 
 fn main() -> ExitCode {
     let config = match args::parse_args(std::env::args_os().skip(1)) {

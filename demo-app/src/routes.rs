@@ -14,28 +14,18 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use axum::http::header::{HeaderValue, ALLOW};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
+use crate::app::{text, App};
 use crate::stream;
 
 /// Paths that `--ready-path` may not shadow.
 pub const BUILTIN_PATHS: [&str; 3] = ["/", "/version", "/stream"];
-
-/// Shared, read-only application state.
-pub struct App {
-    pub version: Arc<str>,
-    /// `version` as the value of the `x-version` header of every response.
-    pub x_version: HeaderValue,
-    pub ready_path: String,
-    /// The instant from which `ready_path` answers 200.
-    pub ready_at: Instant,
-}
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -46,15 +36,6 @@ pub fn router(app: Arc<App>) -> Router {
         // that axum's path syntax reserves (`{`, `*`, ...).
         .fallback(ready_or_not_found)
         .with_state(app)
-}
-
-/// A `text/plain` response.
-pub fn text(status: StatusCode, body: impl Into<Body>) -> Response {
-    let mut res = Response::new(body.into());
-    *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    res
 }
 
 async fn root(State(app): State<Arc<App>>) -> Response {
@@ -89,7 +70,8 @@ mod tests {
     use std::net::SocketAddr;
     use std::time::Duration;
 
-    use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH};
+    use axum::body::Body;
+    use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
     use axum::http::{HeaderMap, Request, Version};
     use tower::ServiceExt;
 

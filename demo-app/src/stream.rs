@@ -14,8 +14,8 @@ use axum::response::Response;
 use axum::Extension;
 use futures_util::stream;
 
+use crate::app::{text, App};
 use crate::log::{LoggedByBody, RequestLog};
-use crate::routes::{text, App};
 
 /// Default and maximum number of lines of `/stream`.
 pub const DEFAULT_LINES: u64 = 10;
