@@ -15,7 +15,8 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use crate::api::Api;
-use crate::blocks::{addr, block_body, latency_series, map_size, Latency};
+use crate::blocks_latency::{latency_series, map_size, Latency};
+use crate::blocks_load::{addr, block_body};
 use crate::daemon::{mib, Daemon};
 use crate::harness::{Edge, HttpBackend};
 use crate::stats::{ms, Summary};

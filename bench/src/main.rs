@@ -13,6 +13,7 @@ mod api;
 mod api_domains;
 mod app_edge;
 mod blocks;
+mod blocks_latency;
 mod blocks_load;
 mod blocks_pieces;
 mod blocks_scale;
