@@ -69,12 +69,25 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let body = json!({"servers": [{"address": addr}]});
 
     eprintln!("api-domains: {SEQUENTIAL} sequential PUTs at {DOMAINS} domains…");
+    let puts = sequential_puts(&s.edge, &api, &body)?;
+    let rounds = concurrent_rounds(&s.edge, &api, &body)?;
+    let total_domains = api
+        .call("GET", "/v1/domains", None)?
+        .json()
+        .as_array()
+        .map_or(0, Vec::len);
+    drop(s);
+    Ok(report(&puts, &rounds, &body, total_domains))
+}
+
+/// [`SEQUENTIAL`] PUTs of new domains, each timed to routed.
+fn sequential_puts(edge: &Edge, api: &Api, body: &Value) -> anyhow::Result<Vec<Put>> {
     let mut puts = Vec::new();
     for i in 0..SEQUENTIAL {
-        if !s.edge.wait_old_workers_gone(Duration::from_secs(10))? {
+        if !edge.wait_old_workers_gone(Duration::from_secs(10))? {
             eprintln!("  (old workers still draining after 10 s; measuring anyway)");
         }
-        let p = put_once(&s.edge, &api, &format!("put-{i}.example.com"), &body)?;
+        let p = put_once(edge, api, &format!("put-{i}.example.com"), body)?;
         eprintln!(
             "  {}: routed after {} ms, answer {} ms (apply {} ms), reloads {}",
             p.host,
@@ -85,11 +98,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         );
         puts.push(p);
     }
+    Ok(puts)
+}
 
+/// [`ROUNDS`] rounds of [`CONCURRENT`] PUTs at once.
+fn concurrent_rounds(edge: &Edge, api: &Api, body: &Value) -> anyhow::Result<Vec<Round>> {
     let mut rounds = Vec::new();
     for r in 0..ROUNDS {
-        s.edge.wait_old_workers_gone(Duration::from_secs(10))?;
-        let round = concurrent_round(&s.edge, &api, r, &body)?;
+        edge.wait_old_workers_gone(Duration::from_secs(10))?;
+        let round = concurrent_round(edge, api, r, body)?;
         eprintln!(
             "  round {}: {} PUTs answered ok in {} ms; {} applies, {} reloads, {} haproxy -c; {} routed",
             r + 1,
@@ -102,15 +119,71 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         );
         rounds.push(round);
     }
-    let total_domains = api
-        .call("GET", "/v1/domains", None)?
-        .json()
-        .as_array()
-        .map_or(0, Vec::len);
-    drop(s);
+    Ok(rounds)
+}
 
+fn report(puts: &[Put], rounds: &[Round], body: &Value, total_domains: usize) -> Report {
     let routed = Summary::of(&puts.iter().map(|p| p.routed_ms).collect::<Vec<_>>()).expect("> 0");
     let answered = Summary::of(&puts.iter().map(|p| p.api_ms).collect::<Vec<_>>()).expect("> 0");
+    let mut notes = vec![
+        format!(
+            "edge: `hapctl init`, {DOMAINS} fixture domains written to the database, `hapctl haproxy start`, \
+             `hapctl serve --listen 127.0.0.1:<free>`. Each PUT body is {body} (health checks on, the API default); \
+             every fixture server points at the same in-process backend, checks off."
+        ),
+        "latency: the PUT runs on its own thread (one connection); from the moment it is sent the bench requests \
+         GET / with the new Host on a fresh connection every ~2 ms until the backend's 200. Before each PUT the \
+         bench waits until the master has no old worker left."
+            .into(),
+        format!(
+            "concurrent: {CONCURRENT} threads wait on a barrier, then each sends one PUT on its own connection; \
+             applies = distinct `apply.started_at_ms` among the answers; reloads = master reload count after the \
+             last answer − before; then each new Host is requested once through the edge. {total_domains} domains \
+             at the end."
+        ),
+    ];
+    for r in rounds {
+        if !r.failed.is_empty() {
+            notes.push(format!("failed PUTs: {}", r.failed.join("; ")));
+        }
+    }
+    Report {
+        tables: vec![
+            latency_table(puts, &routed, &answered),
+            split_table(puts, &routed, &answered),
+            rounds_table(rounds),
+        ],
+        targets: targets(rounds, &routed, &answered),
+        notes,
+        json: json!({
+            "domains": DOMAINS,
+            "sequential": {
+                "routed_ms": routed.to_json(),
+                "api_ms": answered.to_json(),
+                "ops": puts.iter().map(|p| json!({
+                    "host": p.host,
+                    "routed_ms": p.routed_ms,
+                    "api_ms": p.api_ms,
+                    "apply_ms": p.apply_ms,
+                    "steps_ms": p.steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
+                    "reloads": p.reloads,
+                })).collect::<Vec<_>>(),
+            },
+            "concurrent": rounds.iter().map(|r| json!({
+                "puts": CONCURRENT,
+                "ok": r.ok,
+                "wall_ms": r.wall_ms,
+                "answer_ms": Summary::of(&r.latencies).map(Summary::to_json),
+                "applies": r.applies,
+                "reloads": r.reloads,
+                "haproxy_c": r.checks,
+                "routed": r.routed,
+            })).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+fn latency_table(puts: &[Put], routed: &Summary, answered: &Summary) -> Table {
     let mut lat = Table::new(
         format!("api-domains: PUT /v1/domains/{{name}} (new domain) at {DOMAINS} domains, send → first 200 through HAProxy, ms"),
         &["ops", "median", "p95", "min", "max", "API answer (median)", "reloads/op"],
@@ -127,6 +200,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             puts.iter().map(|p| p.reloads).sum::<i64>() as f64 / puts.len() as f64
         ),
     ]);
+    lat
+}
+
+fn split_table(puts: &[Put], routed: &Summary, answered: &Summary) -> Table {
     let mut split = Table::new(
         "api-domains: the apply of one PUT (medians, ms; from the answer's `apply`)",
         &[
@@ -164,7 +241,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     row.push(ms(answered.median));
     row.push(ms(routed.median));
     split.row(row);
+    split
+}
 
+fn rounds_table(rounds: &[Round]) -> Table {
     let mut conc = Table::new(
         format!("api-domains: {CONCURRENT} concurrent PUTs of new domains, per round"),
         &[
@@ -193,11 +273,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             format!("{}/{CONCURRENT}", r.routed),
         ]);
     }
+    conc
+}
+
+fn targets(rounds: &[Round], routed: &Summary, answered: &Summary) -> Vec<Target> {
     let worst = rounds.iter().map(|r| r.reloads).max().unwrap_or(0);
     let all_ok = rounds
         .iter()
         .all(|r| r.ok == CONCURRENT && r.routed == CONCURRENT);
-    let targets = vec![
+    vec![
         Target {
             goal: format!("at most {TARGET_RELOADS} reloads per {CONCURRENT} concurrent PUTs"),
             met: Some(worst <= TARGET_RELOADS && all_ok),
@@ -218,59 +302,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 ms(answered.median)
             ),
         },
-    ];
-    let mut notes = vec![
-        format!(
-            "edge: `hapctl init`, {DOMAINS} fixture domains written to the database, `hapctl haproxy start`, \
-             `hapctl serve --listen 127.0.0.1:<free>`. Each PUT body is {body} (health checks on, the API default); \
-             every fixture server points at the same in-process backend, checks off."
-        ),
-        "latency: the PUT runs on its own thread (one connection); from the moment it is sent the bench requests \
-         GET / with the new Host on a fresh connection every ~2 ms until the backend's 200. Before each PUT the \
-         bench waits until the master has no old worker left."
-            .into(),
-        format!(
-            "concurrent: {CONCURRENT} threads wait on a barrier, then each sends one PUT on its own connection; \
-             applies = distinct `apply.started_at_ms` among the answers; reloads = master reload count after the \
-             last answer − before; then each new Host is requested once through the edge. {total_domains} domains \
-             at the end."
-        ),
-    ];
-    for r in &rounds {
-        if !r.failed.is_empty() {
-            notes.push(format!("failed PUTs: {}", r.failed.join("; ")));
-        }
-    }
-    Ok(Report {
-        tables: vec![lat, split, conc],
-        targets,
-        notes,
-        json: json!({
-            "domains": DOMAINS,
-            "sequential": {
-                "routed_ms": routed.to_json(),
-                "api_ms": answered.to_json(),
-                "ops": puts.iter().map(|p| json!({
-                    "host": p.host,
-                    "routed_ms": p.routed_ms,
-                    "api_ms": p.api_ms,
-                    "apply_ms": p.apply_ms,
-                    "steps_ms": p.steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
-                    "reloads": p.reloads,
-                })).collect::<Vec<_>>(),
-            },
-            "concurrent": rounds.iter().map(|r| json!({
-                "puts": CONCURRENT,
-                "ok": r.ok,
-                "wall_ms": r.wall_ms,
-                "answer_ms": Summary::of(&r.latencies).map(Summary::to_json),
-                "applies": r.applies,
-                "reloads": r.reloads,
-                "haproxy_c": r.checks,
-                "routed": r.routed,
-            })).collect::<Vec<_>>(),
-        }),
-    })
+    ]
 }
 
 fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<Put> {

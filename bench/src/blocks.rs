@@ -12,20 +12,22 @@
 //! Reloads (master `show proc`) and `haproxy -c` runs (counting wrapper) are counted around
 //! every phase: the fast path must make none.
 
-use std::net::Ipv4Addr;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use hapctl::render::FileId;
 use serde_json::{json, Value};
 
 use crate::api::Api;
-use crate::blocks_load::throughput;
-use crate::blocks_pieces as pieces;
-use crate::daemon::Daemon;
+use crate::blocks_latency::{
+    bulk_post, check_enforced, latency_series, map_size, Bulk, Latency, BULK_SIZE,
+};
+use crate::blocks_load::{throughput, Throughput, THROUGHPUT_FOR};
+use crate::blocks_pieces::{self as pieces, Pieces};
+use crate::daemon::{Daemon, Memory};
 use crate::fixture::{self, Servers};
-use crate::harness::{http_get_from, Edge, HttpBackend};
+use crate::harness::{Edge, HttpBackend};
 use crate::stats::{ms, Summary};
 use crate::{Ctx, Report, Table, Target};
 
@@ -37,36 +39,10 @@ const TARGET_BULK_PER_S: f64 = 50_000.0;
 /// Sequential single blocks timed to enforced, on the small map and on the 100k map.
 const LATENCY_OPS: usize = 200;
 const LATENCY_OPS_BIG: usize = 100;
-/// Bound on a latency series.
-const SERIES_BOUND: Duration = Duration::from_secs(120);
-/// Bound on one block reaching enforcement.
-const ENFORCE_BOUND: Duration = Duration::from_secs(10);
 const CLIENTS: usize = 32;
-pub const THROUGHPUT_FOR: Duration = Duration::from_secs(5);
-const BULK_SIZE: usize = 10_000;
 const BULK_GOAL: usize = 100_000;
 /// Bound on the number of bulk requests.
 const BULK_MAX_POSTS: usize = 15;
-
-/// The `i`-th address of a series: 127.`set`.x.y, never 127.0.0.x (the bench's own traffic).
-pub fn addr(set: u8, i: usize) -> Ipv4Addr {
-    assert!(set >= 2 && i < 250 * 256);
-    Ipv4Addr::new(127, set, (i / 250) as u8, (i % 250 + 1) as u8)
-}
-
-/// One block timed to enforced.
-pub struct Latency {
-    /// Send → the API's answer (the block committed, on disk, enforced and read back).
-    pub api_ms: f64,
-    /// Send → first 403 through the edge from the blocked address, probed from the moment
-    /// the request is sent.
-    pub enforced_ms: f64,
-    /// The block worker's own duration for the batch (`duration_ms` of the answer).
-    pub server_ms: f64,
-    /// The 403 came before the answer did.
-    pub before_answer: bool,
-    pub enforcement: String,
-}
 
 /// What the edge and HAProxy did during a phase.
 #[derive(Clone, Copy)]
@@ -96,7 +72,7 @@ struct Served {
 }
 
 impl Served {
-    fn start(hapctl: &std::path::Path, backend: &str, label: &str) -> anyhow::Result<Served> {
+    fn start(hapctl: &Path, backend: &str, label: &str) -> anyhow::Result<Served> {
         let mut edge = Edge::init(hapctl, label)?;
         edge.load(&fixture::state(10, Servers::At(backend)))?;
         edge.start()?;
@@ -111,60 +87,152 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let addr_text = backend.addr();
     let host = fixture::domain(0).to_string();
     let mut phases = Vec::new();
-    let mut notes = Vec::new();
+    let small = small_map(&hapctl, &addr_text, &host, &mut phases)?;
+    let big = big_map(&hapctl, &addr_text, &host, &mut phases)?;
+    report(&host, &phases, &small, &big)
+}
 
-    // Edge A: latency and kept-alive throughput at the small map.
-    let a = Served::start(&hapctl, &addr_text, "blocks-a")?;
+/// A phase's name and the reloads and `haproxy -c` runs seen during it.
+type Phase = (String, i64, usize);
+
+/// Runs `measure`, recording the reloads and checks `edge` made meanwhile as a phase.
+fn phase<T>(
+    phases: &mut Vec<Phase>,
+    edge: &Edge,
+    name: String,
+    measure: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let c0 = counts(edge)?;
+    let measured = measure()?;
+    let (reloads, checks) = delta(c0, counts(edge)?);
+    phases.push((name, reloads, checks));
+    Ok(measured)
+}
+
+/// What edge A measured: latency and kept-alive throughput at the small map.
+struct SmallMap {
+    /// Blocks in the database before and after the latency series.
+    entries: (usize, usize),
+    latency: Vec<Latency>,
+    pieces: Pieces,
+    keep: Throughput,
+}
+
+fn small_map(
+    hapctl: &Path,
+    backend: &str,
+    host: &str,
+    phases: &mut Vec<Phase>,
+) -> anyhow::Result<SmallMap> {
+    let a = Served::start(hapctl, backend, "blocks-a")?;
     let (edge, api) = (&a.edge, a.daemon.api.clone());
     eprintln!("blocks: {LATENCY_OPS} sequential blocks timed to 403…");
-    let c0 = counts(edge)?;
-    let small_before = map_size(&api)?;
-    let small = latency_series(&api, edge, &host, 10, LATENCY_OPS)?;
-    let (reloads, checks) = delta(c0, counts(edge)?);
-    phases.push(("latency, small map".to_string(), reloads, checks));
-    let small_entries = map_size(&api)?;
-    let small_pieces = pieces::time(edge)?;
+    let (before, latency) = phase(phases, edge, "latency, small map".into(), || {
+        Ok((
+            map_size(&api)?,
+            latency_series(&api, edge, host, 10, LATENCY_OPS)?,
+        ))
+    })?;
+    let entries = (before, map_size(&api)?);
+    let pieces = pieces::time(edge)?;
 
     eprintln!("blocks: {CLIENTS} clients for {THROUGHPUT_FOR:?} on kept-alive connections…");
-    let c0 = counts(edge)?;
-    let mut keep = throughput(&api, CLIENTS, true, 20)?;
-    keep.entries = (small_entries, map_size(&api)?);
-    let (reloads, checks) = delta(c0, counts(edge)?);
-    phases.push((
-        "throughput kept-alive, small map".to_string(),
-        reloads,
-        checks,
-    ));
-    check_enforced(edge, &host, &keep.sample)?;
-    drop(a);
+    let name = "throughput kept-alive, small map".to_string();
+    let keep = phase(phases, edge, name, || {
+        let mut keep = throughput(&api, CLIENTS, true, 20)?;
+        keep.entries = (entries.1, map_size(&api)?);
+        Ok(keep)
+    })?;
+    check_enforced(edge, host, &keep.sample)?;
+    Ok(SmallMap {
+        entries,
+        latency,
+        pieces,
+        keep,
+    })
+}
 
-    // Edge B: a fresh small map for new-connection throughput, then bulk to 100k, then the
-    // single-entry measurements again at 100k.
-    let b = Served::start(&hapctl, &addr_text, "blocks-b")?;
+/// What edge B measured: a fresh small map for new-connection throughput, then bulk lists to
+/// 100k, then the single-entry measurements again at 100k.
+struct BigMap {
+    fresh: Throughput,
+    /// Blocks in the database before the bulk lists.
+    before_bulk: usize,
+    bulk: Vec<Bulk>,
+    /// Blocks in the database after the bulk lists, and in the map file at the end.
+    entries: usize,
+    file_entries: usize,
+    latency: Vec<Latency>,
+    keep: Throughput,
+    pieces: Pieces,
+    memory: Option<Memory>,
+}
+
+fn big_map(
+    hapctl: &Path,
+    backend: &str,
+    host: &str,
+    phases: &mut Vec<Phase>,
+) -> anyhow::Result<BigMap> {
+    let b = Served::start(hapctl, backend, "blocks-b")?;
     let (edge, api) = (&b.edge, b.daemon.api.clone());
     eprintln!("blocks: {CLIENTS} clients for {THROUGHPUT_FOR:?}, a new connection per request…");
-    let c0 = counts(edge)?;
-    let before = map_size(&api)?;
-    let mut fresh = throughput(&api, CLIENTS, false, 60)?;
-    fresh.entries = (before, map_size(&api)?);
-    let (reloads, checks) = delta(c0, counts(edge)?);
-    phases.push((
-        "throughput new connections, small map".to_string(),
-        reloads,
-        checks,
-    ));
-    check_enforced(edge, &host, &fresh.sample)?;
+    let name = "throughput new connections, small map".to_string();
+    let fresh = phase(phases, edge, name, || {
+        let before = map_size(&api)?;
+        let mut fresh = throughput(&api, CLIENTS, false, 60)?;
+        fresh.entries = (before, map_size(&api)?);
+        Ok(fresh)
+    })?;
+    check_enforced(edge, host, &fresh.sample)?;
 
     let before_bulk = map_size(&api)?;
     eprintln!("blocks: bulk lists of {BULK_SIZE} from {before_bulk} entries to {BULK_GOAL}…");
-    let c0 = counts(edge)?;
+    let bulk = phase(phases, edge, "bulk".into(), || {
+        bulk_lists(&api, edge, host, before_bulk)
+    })?;
+    let entries = map_size(&api)?;
+    if entries < BULK_GOAL {
+        bail!("after the bulk lists the database holds {entries} blocks, not {BULK_GOAL}");
+    }
+    let file_entries = map_file_entries(edge);
+
+    eprintln!("blocks: {LATENCY_OPS_BIG} sequential blocks at {entries} entries…");
+    let name = format!("latency + throughput, {entries}-entry map");
+    let (latency, keep) = phase(phases, edge, name, || {
+        let latency = latency_series(&api, edge, host, 9, LATENCY_OPS_BIG)?;
+        let before = map_size(&api)?;
+        let mut keep = throughput(&api, CLIENTS, true, 140)?;
+        keep.entries = (before, map_size(&api)?);
+        Ok((latency, keep))
+    })?;
+    check_enforced(edge, host, &keep.sample)?;
+
+    // Where a block's time goes at 100k: the pieces the block path runs, in-process.
+    let pieces = pieces::time(edge)?;
+    let memory = b.daemon.memory().ok();
+    Ok(BigMap {
+        fresh,
+        before_bulk,
+        bulk,
+        entries,
+        file_entries,
+        latency,
+        keep,
+        pieces,
+        memory,
+    })
+}
+
+/// Bulk lists until the database holds [`BULK_GOAL`] blocks (at most [`BULK_MAX_POSTS`]).
+fn bulk_lists(api: &Api, edge: &Edge, host: &str, before: usize) -> anyhow::Result<Vec<Bulk>> {
     let mut bulk = Vec::new();
-    let mut size = before_bulk;
+    let mut size = before;
     for k in 0..BULK_MAX_POSTS {
         if size >= BULK_GOAL {
             break;
         }
-        let one = bulk_post(&api, edge, &host, 100 + k as u8)?;
+        let one = bulk_post(api, edge, host, 100 + k as u8)?;
         eprintln!(
             "  list {}: {} ms ({:.0} entries/s), server {} ms, last entry enforced at {} ms",
             k + 1,
@@ -176,40 +244,59 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         size += one.created;
         bulk.push(one);
     }
-    let (reloads, checks) = delta(c0, counts(edge)?);
-    phases.push(("bulk".to_string(), reloads, checks));
-    let big_entries = map_size(&api)?;
-    if big_entries < BULK_GOAL {
-        bail!("after the bulk lists the database holds {big_entries} blocks, not {BULK_GOAL}");
-    }
-    let file_entries = std::fs::read_to_string(FileId::BlockedMap.path(&edge.settings.paths))
+    Ok(bulk)
+}
+
+/// Entries in the blocked map file (0 when it cannot be read).
+fn map_file_entries(edge: &Edge) -> usize {
+    std::fs::read_to_string(FileId::BlockedMap.path(&edge.settings.paths))
         .map(|t| {
             t.lines()
                 .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
                 .count()
         })
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
 
-    eprintln!("blocks: {LATENCY_OPS_BIG} sequential blocks at {big_entries} entries…");
-    let c0 = counts(edge)?;
-    let big = latency_series(&api, edge, &host, 9, LATENCY_OPS_BIG)?;
-    let before = map_size(&api)?;
-    let mut big_keep = throughput(&api, CLIENTS, true, 140)?;
-    big_keep.entries = (before, map_size(&api)?);
-    let (reloads, checks) = delta(c0, counts(edge)?);
-    phases.push((
-        format!("latency + throughput, {big_entries}-entry map"),
-        reloads,
-        checks,
-    ));
-    check_enforced(edge, &host, &big_keep.sample)?;
+fn report(host: &str, phases: &[Phase], small: &SmallMap, big: &BigMap) -> anyhow::Result<Report> {
+    let (lat, lat_json) = latency_table(small, big);
+    let throughputs = [&small.keep, &big.fresh, &big.keep];
+    let (tput, tput_json) = throughput_table(&throughputs);
+    let bulk_rate = Summary::of(&big.bulk.iter().map(Bulk::per_s).collect::<Vec<_>>())
+        .context("no bulk list was sent")?;
+    let mut counts_table = Table::new(
+        "blocks: reloads and haproxy -c runs during each phase (expected 0)",
+        &["phase", "reloads", "haproxy -c"],
+    );
+    for (phase, r, c) in phases {
+        counts_table.row(vec![phase.clone(), r.to_string(), c.to_string()]);
+    }
+    let pieces_table = pieces::table(&[&small.pieces, &big.pieces]);
+    Ok(Report {
+        tables: vec![lat, tput, bulk_table(big), pieces_table, counts_table],
+        targets: targets(phases, small, big, &bulk_rate),
+        notes: notes(host, big),
+        json: json!({
+            "latency": lat_json,
+            "throughput": tput_json,
+            "bulk": big.bulk.iter().map(|b| json!({
+                "entries": BULK_SIZE,
+                "created": b.created,
+                "api_ms": b.api_ms,
+                "entries_per_s": b.per_s(),
+                "server_ms": b.server_ms,
+                "enforcement": b.enforcement,
+                "last_entry_enforced_ms": b.enforced_ms,
+            })).collect::<Vec<_>>(),
+            "bulk_entries_per_s": bulk_rate.to_json(),
+            "map_entries": {"small": small.entries.1, "big": big.entries, "file": big.file_entries},
+            "pieces_ms": [pieces::json(&small.pieces), pieces::json(&big.pieces)],
+            "phases": phases.iter().map(|(p, r, c)| json!({"phase": p, "reloads": r, "haproxy_c": c})).collect::<Vec<_>>(),
+        }),
+    })
+}
 
-    // Where a block's time goes at 100k: the pieces the block path runs, in-process.
-    let pieces = pieces::time(edge)?;
-    let memory = b.daemon.memory().ok();
-    drop(b);
-
-    // Tables.
+fn latency_table(small: &SmallMap, big: &BigMap) -> (Table, Vec<Value>) {
     let mut lat = Table::new(
         "blocks: single-entry POST /v1/blocked-ips, send → first 403 through the edge from that address (ms)",
         &[
@@ -226,8 +313,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     );
     let mut lat_json = Vec::new();
     for (entries, series) in [
-        ((small_before, small_entries), &small),
-        ((big_entries, big_entries + big.len()), &big),
+        (small.entries, &small.latency),
+        ((big.entries, big.entries + big.latency.len()), &big.latency),
     ] {
         let e = Summary::of(&series.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
             .expect("ops > 0");
@@ -258,6 +345,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "samples_enforced_ms": series.iter().map(|l| l.enforced_ms).collect::<Vec<_>>(),
         }));
     }
+    (lat, lat_json)
+}
+
+fn throughput_table(runs: &[&Throughput]) -> (Table, Vec<Value>) {
     let mut tput = Table::new(
         format!(
             "blocks: single-entry POSTs from {CLIENTS} concurrent clients for {THROUGHPUT_FOR:?}"
@@ -277,7 +368,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         ],
     );
     let mut tput_json = Vec::new();
-    for t in [&keep, &fresh, &big_keep] {
+    for t in runs {
         let label = format!("{} → {}", t.entries.0, t.entries.1);
         let l = Summary::of(&t.latencies).unwrap_or(Summary::of(&[0.0]).expect("one"));
         let sb = Summary::of(&t.batch_ms).unwrap_or(Summary::of(&[0.0]).expect("one"));
@@ -313,6 +404,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "server_ms_per_batch": sb.to_json(),
         }));
     }
+    (tput, tput_json)
+}
+
+fn bulk_table(big: &BigMap) -> Table {
     let mut bulk_table = Table::new(
         format!("blocks: bulk POST /v1/blocked-ips of {BULK_SIZE} entries each"),
         &[
@@ -325,8 +420,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "last entry 403 at ms",
         ],
     );
-    let mut at = before_bulk;
-    for (i, b) in bulk.iter().enumerate() {
+    let mut at = big.before_bulk;
+    for (i, b) in big.bulk.iter().enumerate() {
         bulk_table.row(vec![
             (i + 1).to_string(),
             at.to_string(),
@@ -338,28 +433,22 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         ]);
         at += b.created;
     }
-    let bulk_rate = Summary::of(&bulk.iter().map(Bulk::per_s).collect::<Vec<_>>())
-        .context("no bulk list was sent")?;
+    bulk_table
+}
+
+fn targets(phases: &[Phase], small: &SmallMap, big: &BigMap, bulk_rate: &Summary) -> Vec<Target> {
+    let p50 = |series: &[Latency]| {
+        Summary::of(&series.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
+            .expect("ops > 0")
+            .median
+    };
+    let (small_p50, big_p50) = (p50(&small.latency), p50(&big.latency));
+    let (small_entries, big_entries) = (small.entries.1, big.entries);
+    let bulk = &big.bulk;
     let bulk_total_s: f64 = bulk.iter().map(|b| b.api_ms).sum::<f64>() / 1000.0;
     let bulk_entries: usize = bulk.iter().map(|b| b.created).sum();
-
-    let mut counts_table = Table::new(
-        "blocks: reloads and haproxy -c runs during each phase (expected 0)",
-        &["phase", "reloads", "haproxy -c"],
-    );
-    for (phase, r, c) in &phases {
-        counts_table.row(vec![phase.clone(), r.to_string(), c.to_string()]);
-    }
-    let pieces_table = pieces::table(&[&small_pieces, &pieces]);
-
-    let small_p50 = Summary::of(&small.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
-        .expect("ops > 0")
-        .median;
-    let big_p50 = Summary::of(&big.iter().map(|l| l.enforced_ms).collect::<Vec<_>>())
-        .expect("ops > 0")
-        .median;
     let no_reloads = phases.iter().all(|(_, r, c)| *r == 0 && *c == 0);
-    let targets = vec![
+    vec![
         Target {
             goal: format!(
                 "block p50 under {TARGET_P50_MS} ms, request → enforced (403), on a small map"
@@ -376,12 +465,12 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         },
         Target {
             goal: format!("at least {TARGET_SINGLE_PER_S} single blocks/s over HTTP"),
-            met: Some(keep.per_s().max(fresh.per_s()) >= TARGET_SINGLE_PER_S),
+            met: Some(small.keep.per_s().max(big.fresh.per_s()) >= TARGET_SINGLE_PER_S),
             detail: format!(
                 "{CLIENTS} clients, small map: {:.0}/s kept-alive, {:.0}/s new connection each; at {big_entries} entries {:.0}/s kept-alive",
-                keep.per_s(),
-                fresh.per_s(),
-                big_keep.per_s()
+                small.keep.per_s(),
+                big.fresh.per_s(),
+                big.keep.per_s()
             ),
         },
         Target {
@@ -389,10 +478,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             met: Some(bulk_entries as f64 / bulk_total_s >= TARGET_BULK_PER_S),
             detail: format!(
                 "{bulk_entries} entries in {:.2} s of requests = {:.0} entries/s overall; per list of {BULK_SIZE}: \
-                 first {:.0}/s (at {before_bulk} entries), last {:.0}/s (at {} entries), median {:.0}/s",
+                 first {:.0}/s (at {} entries), last {:.0}/s (at {} entries), median {:.0}/s",
                 bulk_total_s,
                 bulk_entries as f64 / bulk_total_s,
                 bulk.first().map_or(0.0, Bulk::per_s),
+                big.before_bulk,
                 bulk.last().map_or(0.0, Bulk::per_s),
                 big_entries - bulk.last().map_or(0, |b| b.created),
                 bulk_rate.median,
@@ -407,189 +497,34 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 .collect::<Vec<_>>()
                 .join("; "),
         },
-    ];
-    notes.push(format!(
-        "edge: `hapctl init`, 10 fixture domains ({} blocks) written to the database, `hapctl haproxy start`, \
-         `hapctl serve --listen 127.0.0.1:<free>`. Blocked addresses are 127.S.x.y (never 127.0.0.x); a probe is \
-         GET / with Host {host} on a fresh connection bound to that source address; before its block it gets 200.",
-        fixture::BLOCKS
-    ));
-    notes.push(
+    ]
+}
+
+fn notes(host: &str, big: &BigMap) -> Vec<String> {
+    let mut notes = vec![
+        format!(
+            "edge: `hapctl init`, 10 fixture domains ({} blocks) written to the database, `hapctl haproxy start`, \
+             `hapctl serve --listen 127.0.0.1:<free>`. Blocked addresses are 127.S.x.y (never 127.0.0.x); a probe is \
+             GET / with Host {host} on a fresh connection bound to that source address; before its block it gets 200.",
+            fixture::BLOCKS
+        ),
         "latency: one request per connection; the clock starts before connect() and stops at the first 403, \
          polled every 0.1 ms from the moment the block is sent. The API answers once the runtime change is read back \
          and the map's folder synced, so the 403 can come first ('403 before the answer')."
             .into(),
-    );
-    notes.push(format!(
-        "throughput: each client posts {{\"ip\": A, \"reason\": \"hapctl-bench\"}} with a new A each time; a batch \
-         is one run of the daemon's block worker (answers sharing one duration_ms); after each run 5 addresses \
-         are checked to get 403. The map file holds {file_entries} entries at the end."
-    ));
-    if let Some(m) = memory {
+        format!(
+            "throughput: each client posts {{\"ip\": A, \"reason\": \"hapctl-bench\"}} with a new A each time; a batch \
+             is one run of the daemon's block worker (answers sharing one duration_ms); after each run 5 addresses \
+             are checked to get 403. The map file holds {} entries at the end.",
+            big.file_entries
+        ),
+    ];
+    if let Some(m) = &big.memory {
         notes.push(format!(
             "daemon memory at the end: VmRSS {} MiB, VmHWM {} MiB",
             crate::daemon::mib(m.rss_kb),
             crate::daemon::mib(m.hwm_kb)
         ));
     }
-    Ok(Report {
-        tables: vec![lat, tput, bulk_table, pieces_table, counts_table],
-        targets,
-        notes,
-        json: json!({
-            "latency": lat_json,
-            "throughput": tput_json,
-            "bulk": bulk.iter().map(|b| json!({
-                "entries": BULK_SIZE,
-                "created": b.created,
-                "api_ms": b.api_ms,
-                "entries_per_s": b.per_s(),
-                "server_ms": b.server_ms,
-                "enforcement": b.enforcement,
-                "last_entry_enforced_ms": b.enforced_ms,
-            })).collect::<Vec<_>>(),
-            "bulk_entries_per_s": bulk_rate.to_json(),
-            "map_entries": {"small": small_entries, "big": big_entries, "file": file_entries},
-            "pieces_ms": [pieces::json(&small_pieces), pieces::json(&pieces)],
-            "phases": phases.iter().map(|(p, r, c)| json!({"phase": p, "reloads": r, "haproxy_c": c})).collect::<Vec<_>>(),
-        }),
-    })
-}
-
-/// Blocks in the database (`counts.blocked` of `GET /v1/status`, which every version has).
-pub fn map_size(api: &Api) -> anyhow::Result<usize> {
-    let a = api.call("GET", "/v1/status", None)?;
-    if a.status != 200 {
-        bail!("GET /v1/status: {}", a.describe());
-    }
-    a.json()["counts"]["blocked"]
-        .as_u64()
-        .map(|n| n as usize)
-        .context("GET /v1/status has no counts.blocked")
-}
-
-pub fn block_body(ip: Ipv4Addr) -> Value {
-    json!({"ip": ip.to_string(), "reason": "hapctl-bench"})
-}
-
-/// GET / through the edge from `ip`: the status.
-fn status_from(edge: &Edge, host: &str, ip: Ipv4Addr) -> anyhow::Result<u16> {
-    Ok(http_get_from(ip, edge.port, host)
-        .with_context(|| format!("GET / from {ip} through the edge"))?
-        .0)
-}
-
-/// Polls from `ip` until 403 (bounded), from `t0` on; returns when the 403 came, from `t0`.
-fn wait_403(edge: &Edge, host: &str, ip: Ipv4Addr, t0: Instant) -> anyhow::Result<Duration> {
-    let deadline = t0 + ENFORCE_BOUND;
-    loop {
-        let status = status_from(edge, host, ip)?;
-        if status == 403 {
-            return Ok(t0.elapsed());
-        }
-        if Instant::now() > deadline {
-            bail!("{ip} still got {status}, not 403, {ENFORCE_BOUND:?} after its block was sent");
-        }
-        // A probe costs ~0.2 ms; the pause leaves the CPUs to the block path.
-        thread::sleep(Duration::from_micros(100));
-    }
-}
-
-/// `n` sequential single blocks, each timed from sending it to its answer and to the first
-/// 403 from its address, probed while the request is in flight (the path enforces before it
-/// answers: the answer also waits for the map's folder sync).
-pub fn latency_series(
-    api: &Api,
-    edge: &Edge,
-    host: &str,
-    set: u8,
-    n: usize,
-) -> anyhow::Result<Vec<Latency>> {
-    let started = Instant::now();
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        if started.elapsed() > SERIES_BOUND {
-            eprintln!("  (stopped after {i} blocks: {SERIES_BOUND:?} bound)");
-            break;
-        }
-        let ip = addr(set, i);
-        let before = status_from(edge, host, ip)?;
-        if before == 403 {
-            bail!("{ip} got 403 before it was blocked");
-        }
-        let body = serde_json::to_vec(&block_body(ip))?;
-        let t0 = Instant::now();
-        let (answer, answered, enforced) = thread::scope(|s| {
-            let post = s.spawn(|| {
-                let answer = api.call_raw("POST", "/v1/blocked-ips", Some(&body));
-                (answer, t0.elapsed())
-            });
-            let enforced = wait_403(edge, host, ip, t0);
-            let (answer, answered) = post.join().expect("the POST thread does not panic");
-            anyhow::Ok((answer?, answered, enforced?))
-        })?;
-        if answer.status != 201 && answer.status != 200 {
-            bail!("POST /v1/blocked-ips {ip}: {}", answer.describe());
-        }
-        let j = answer.json();
-        out.push(Latency {
-            api_ms: answered.as_secs_f64() * 1000.0,
-            enforced_ms: enforced.as_secs_f64() * 1000.0,
-            server_ms: j["duration_ms"].as_f64().unwrap_or(f64::NAN),
-            before_answer: enforced < answered,
-            enforcement: j["enforcement"].as_str().unwrap_or("?").to_string(),
-        });
-    }
-    Ok(out)
-}
-
-fn check_enforced(edge: &Edge, host: &str, sample: &[Ipv4Addr]) -> anyhow::Result<()> {
-    for &ip in sample {
-        let status = status_from(edge, host, ip)?;
-        if status != 403 {
-            bail!("{ip} was blocked (the API said so) but gets {status}");
-        }
-    }
-    Ok(())
-}
-
-struct Bulk {
-    created: usize,
-    api_ms: f64,
-    server_ms: f64,
-    enforcement: String,
-    /// Send → the list's last entry refused with 403.
-    enforced_ms: f64,
-}
-
-impl Bulk {
-    fn per_s(&self) -> f64 {
-        BULK_SIZE as f64 / (self.api_ms / 1000.0)
-    }
-}
-
-/// One list of [`BULK_SIZE`] entries, 127.`set`.x.y.
-fn bulk_post(api: &Api, edge: &Edge, host: &str, set: u8) -> anyhow::Result<Bulk> {
-    let list: Vec<Value> = (0..BULK_SIZE).map(|i| block_body(addr(set, i))).collect();
-    let body = serde_json::to_vec(&list)?;
-    let last = addr(set, BULK_SIZE - 1);
-    let t0 = Instant::now();
-    let answer = api.call_raw("POST", "/v1/blocked-ips", Some(&body))?;
-    let api_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    if answer.status != 201 && answer.status != 200 {
-        bail!("bulk POST of {BULK_SIZE}: {}", answer.describe());
-    }
-    let enforced_ms = wait_403(edge, host, last, t0)?.as_secs_f64() * 1000.0;
-    check_enforced(edge, host, &[addr(set, 0), addr(set, BULK_SIZE / 2)])?;
-    let j = answer.json();
-    let created = j["results"]
-        .as_array()
-        .map_or(0, |r| r.iter().filter(|x| *x == "created").count());
-    Ok(Bulk {
-        created,
-        api_ms,
-        server_ms: j["duration_ms"].as_f64().unwrap_or(f64::NAN),
-        enforcement: j["enforcement"].as_str().unwrap_or("?").to_string(),
-        enforced_ms,
-    })
+    notes
 }

@@ -5,10 +5,25 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
 
 use crate::api::Api;
-use crate::blocks::{addr, block_body, THROUGHPUT_FOR};
+
+/// How long each throughput run posts.
+pub const THROUGHPUT_FOR: Duration = Duration::from_secs(5);
+
+/// The `i`-th address of a series: 127.`set`.x.y, never 127.0.0.x (the bench's own traffic).
+pub fn addr(set: u8, i: usize) -> Ipv4Addr {
+    assert!(set >= 2 && i < 250 * 256);
+    Ipv4Addr::new(127, set, (i / 250) as u8, (i % 250 + 1) as u8)
+}
+
+/// The body of a single block of `ip`.
+pub fn block_body(ip: Ipv4Addr) -> Value {
+    json!({"ip": ip.to_string(), "reason": "hapctl-bench"})
+}
 
 /// What a throughput run measured.
 pub struct Throughput {

@@ -15,7 +15,8 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use crate::api::Api;
-use crate::blocks::{addr, block_body, latency_series, map_size, Latency};
+use crate::blocks_latency::{latency_series, map_size, Latency};
+use crate::blocks_load::{addr, block_body};
 use crate::daemon::{mib, Daemon};
 use crate::harness::{Edge, HttpBackend};
 use crate::stats::{ms, Summary};
@@ -116,10 +117,35 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         sides.push(Side::start("before", b, &backend.addr())?);
     }
     sides.push(Side::start("after", &hapctl, &backend.addr())?);
+    let series = measure_series(&mut sides)?;
+    let mut pages = Vec::new();
+    for side in &sides {
+        pages.push(page_times(side)?);
+    }
+    let (lat, lat_json) = latency_table(&series)?;
+    let (page_table, page_json) = pages_table(&pages);
+    let notes = vec![
+        format!(
+            "edges: `hapctl init`, `hapctl haproxy start`, `hapctl domain add {HOST}`, `hapctl serve`; filled with lists of {LIST} \
+             (127.{FILL_SET}.x.y…); before each series 1.5 s idle. A probe is GET / from the blocked 127.20S.x.y on a fresh \
+             connection, polled every 0.1 ms from the moment the block is sent until 403; the API answer comes after the \
+             map's folder sync, so it can trail the 403. Baseline: {}.",
+            baseline.as_ref().map_or("none (set HAPCTL_BENCH_BASELINE)".into(), |b| b.display().to_string())
+        ),
+    ];
+    Ok(Report {
+        tables: vec![lat, page_table],
+        targets: vec![target(&series)?],
+        notes,
+        json: json!({"latency": lat_json, "pages": page_json}),
+    })
+}
 
+/// At each size, each side filled to it, then [`OPS`] single blocks timed to enforced.
+fn measure_series(sides: &mut [Side]) -> anyhow::Result<Vec<Series>> {
     let mut series = Vec::new();
     for (s, size) in SIZES.iter().enumerate() {
-        for side in &mut sides {
+        for side in sides.iter_mut() {
             eprintln!("blocks-scale: {}: filling to {size}…", side.label);
             side.fill_to(*size)?;
             // Idle first, as between two operators' blocks (the daemon folds when idle).
@@ -137,17 +163,16 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             });
         }
     }
-    let mut pages = Vec::new();
-    for side in &sides {
-        pages.push(page_times(side)?);
-    }
+    Ok(series)
+}
 
+fn latency_table(series: &[Series]) -> anyhow::Result<(Table, Vec<Value>)> {
     let mut lat = Table::new(
         format!("blocks-scale: single-entry POST /v1/blocked-ips, send → first 403 from that address, probed while the request is in flight (ms), {OPS} per row"),
         &["hapctl", "entries", "enforced p50", "p95", "p99", "max", "API answer p50", "worker p50", "403 before the answer"],
     );
     let mut lat_json = Vec::new();
-    for s in &series {
+    for s in series {
         let enforced: Vec<f64> = s.samples.iter().map(|l| l.enforced_ms).collect();
         let e = Summary::of(&enforced).context("no samples")?;
         let a = Summary::of(&s.samples.iter().map(|l| l.api_ms).collect::<Vec<_>>())
@@ -173,12 +198,16 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "samples_enforced_ms": enforced,
         }));
     }
+    Ok((lat, lat_json))
+}
+
+fn pages_table(pages: &[Pages]) -> (Table, Vec<Value>) {
     let mut page_table = Table::new(
         format!("blocks-scale: GET /v1/blocked-ips at 100,000+ entries, median of {GETS} (ms), daemon memory"),
         &["hapctl", "request", "median ms", "max ms", "answer", "blocks", "VmRSS after MiB", "VmHWM after MiB"],
     );
     let mut page_json = Vec::new();
-    for p in &pages {
+    for p in pages {
         for c in &p.cases {
             page_table.row(vec![
                 p.label.to_string(),
@@ -194,7 +223,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 "blocks": c.blocks, "vm_rss_kb": c.rss_kb, "vm_hwm_kb": c.hwm_kb, "vm_rss_before_kb": p.rss_before_kb}));
         }
     }
+    (page_table, page_json)
+}
 
+/// The p50 of this hapctl's last series, the one at the most entries.
+fn target(series: &[Series]) -> anyhow::Result<Target> {
     let after_big = series
         .iter()
         .rfind(|s| s.label == "after")
@@ -208,25 +241,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     )
     .context("no samples")?
     .median;
-    let targets = vec![Target {
+    Ok(Target {
         goal: format!("block → enforced p50 under {TARGET_P50_MS} ms at 100,000 entries"),
         met: Some(big_p50 < TARGET_P50_MS),
         detail: format!("p50 {} ms at {} entries", ms(big_p50), after_big.entries),
-    }];
-    let notes = vec![
-        format!(
-            "edges: `hapctl init`, `hapctl haproxy start`, `hapctl domain add {HOST}`, `hapctl serve`; filled with lists of {LIST} \
-             (127.{FILL_SET}.x.y…); before each series 1.5 s idle. A probe is GET / from the blocked 127.20S.x.y on a fresh \
-             connection, polled every 0.1 ms from the moment the block is sent until 403; the API answer comes after the \
-             map's folder sync, so it can trail the 403. Baseline: {}.",
-            baseline.as_ref().map_or("none (set HAPCTL_BENCH_BASELINE)".into(), |b| b.display().to_string())
-        ),
-    ];
-    Ok(Report {
-        tables: vec![lat, page_table],
-        targets,
-        notes,
-        json: json!({"latency": lat_json, "pages": page_json}),
     })
 }
 

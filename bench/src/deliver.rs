@@ -87,7 +87,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let pairs = ctx.deliveries;
     eprintln!("deliver: {pairs} deliver/rollback pairs…");
     let app = AppEdge::start(&hapctl, &demo, "deliver", FIRST)?;
+    let ops = deliveries(&app, pairs)?;
+    let alone = haproxy_alone(&app)?;
+    let generations_left = app.generation_pids().len();
+    drop(app);
+    Ok(report(pairs, &ops, &alone, generations_left))
+}
 
+/// `pairs` deliveries of a new version, each followed by a rollback.
+fn deliveries(app: &AppEdge, pairs: usize) -> anyhow::Result<Vec<Op>> {
     let mut ops = Vec::with_capacity(pairs * 2);
     for i in 1..=pairs {
         for kind in ["deliver", "rollback"] {
@@ -99,7 +107,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             } else {
                 FIRST.to_string()
             };
-            let op = once(&app, kind, &version)?;
+            let op = once(app, kind, &version)?;
             eprintln!(
                 "  {kind} {version}: served after {} ms, exit {} ms (ready {}, check {}, reload {}, own {})",
                 ms(op.served_ms),
@@ -112,24 +120,39 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             ops.push(op);
         }
     }
+    Ok(ops)
+}
 
-    // HAProxy alone on the same live set: the floor of any cutover through the safe apply.
-    let mut raw_check = Vec::new();
-    let mut raw_reload = Vec::new();
+/// HAProxy alone on the same live set: `haproxy -c` and a reload through the master socket.
+struct HaproxyAlone {
+    check: Summary,
+    reload: Summary,
+}
+
+/// The floor of any cutover through the safe apply, [`RAW_RUNS`] times each.
+fn haproxy_alone(app: &AppEdge) -> anyhow::Result<HaproxyAlone> {
+    let mut check = Vec::new();
+    let mut reload = Vec::new();
     for _ in 0..RAW_RUNS {
-        raw_check.push(app.time_haproxy_check()?);
+        check.push(app.time_haproxy_check()?);
         app.wait_old_workers_gone(Duration::from_secs(10))?;
         let t = Instant::now();
         app.master()
             .reload(Duration::from_secs(60))
             .context("reload through the master socket")?;
-        raw_reload.push(t.elapsed().as_secs_f64() * 1000.0);
+        reload.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let raw_check = Summary::of(&raw_check).expect("RAW_RUNS > 0");
-    let raw_reload = Summary::of(&raw_reload).expect("RAW_RUNS > 0");
-    let generations_left = app.generation_pids().len();
-    drop(app);
+    Ok(HaproxyAlone {
+        check: Summary::of(&check).expect("RAW_RUNS > 0"),
+        reload: Summary::of(&reload).expect("RAW_RUNS > 0"),
+    })
+}
 
+fn summary(set: &[&Op], f: &dyn Fn(&Op) -> f64) -> Summary {
+    Summary::of(&set.iter().map(|o| f(o)).collect::<Vec<_>>()).expect("non-empty")
+}
+
+fn report(pairs: usize, ops: &[Op], alone: &HaproxyAlone, generations_left: usize) -> Report {
     let groups: [(&str, Vec<&Op>); 3] = [
         (
             "deliver",
@@ -141,10 +164,6 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         ),
         ("all", ops.iter().collect()),
     ];
-    let summary = |set: &[&Op], f: &dyn Fn(&Op) -> f64| {
-        Summary::of(&set.iter().map(|o| f(o)).collect::<Vec<_>>()).expect("non-empty")
-    };
-
     let mut latency = Table::new(
         "deliver: spawn of the command → first request through HAProxy answered by the new version, ms",
         &[
@@ -181,86 +200,131 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     );
     let mut groups_json = serde_json::Map::new();
     for (name, set) in &groups {
-        let served = summary(set, &|o| o.served_ms);
-        let exit = summary(set, &|o| o.exit_ms);
-        let own = summary(set, &|o| o.own_ms());
-        let checks = set.iter().map(|o| o.checks).sum::<usize>() as f64 / set.len() as f64;
-        let reloads = set.iter().map(|o| o.reloads).sum::<i64>() as f64 / set.len() as f64;
-        latency.row(vec![
-            name.to_string(),
-            set.len().to_string(),
-            ms(served.median),
-            ms(served.min),
-            ms(served.max),
-            ms(served.p95),
-            ms(exit.median),
-            ms(own.median),
-            ms(own.max),
-            format!("{checks:.2}"),
-            format!("{reloads:.2}"),
-        ]);
-        let med = |f: &dyn Fn(&Op) -> f64| summary(set, f).median;
-        split.row(vec![
-            name.to_string(),
-            ms(med(&|o| o.outside_ms())),
-            ms(med(&|o| o.step("start"))),
-            ms(med(&|o| o.step("ready"))),
-            ms(med(&|o| o.apply_step("render"))),
-            ms(med(&|o| o.apply_step("snapshot"))),
-            ms(med(&|o| o.apply_step("write"))),
-            ms(med(&|o| o.apply_step("check"))),
-            ms(med(&|o| o.apply_step("reload"))),
-            ms(med(&|o| o.apply_other_ms())),
-            ms(med(&|o| o.step("retire"))),
-            ms(exit.median),
-            ms(own.median),
-        ]);
-        let mut steps_json = serde_json::Map::new();
-        for s in STEPS {
-            steps_json.insert(s.into(), summary(set, &|o| o.step(s)).to_json());
-        }
-        for s in APPLY_STEPS {
-            steps_json.insert(
-                format!("apply.{s}"),
-                summary(set, &|o| o.apply_step(s)).to_json(),
-            );
-        }
-        steps_json.insert(
-            "outside_report".into(),
-            summary(set, &|o| o.outside_ms()).to_json(),
-        );
-        steps_json.insert(
-            "apply_other".into(),
-            summary(set, &|o| o.apply_other_ms()).to_json(),
-        );
-        groups_json.insert(
-            name.to_string(),
-            json!({
-                "ops": set.len(),
-                "served_ms": served.to_json(),
-                "exit_ms": exit.to_json(),
-                "own_work_ms": own.to_json(),
-                "steps_ms": steps_json,
-                "haproxy_c_per_op": checks,
-                "reloads_per_op": reloads,
-            }),
-        );
+        latency.row(latency_row(name, set));
+        split.row(split_row(name, set));
+        groups_json.insert(name.to_string(), group_json(set));
     }
     let mut raw = Table::new(
         format!("deliver: HAProxy alone on the same live set, no hapctl around it (median of {RAW_RUNS}, ms)"),
         &["haproxy -c", "reload (master socket, confirmed)", "sum"],
     );
     raw.row(vec![
-        ms(raw_check.median),
-        ms(raw_reload.median),
-        ms(raw_check.median + raw_reload.median),
+        ms(alone.check.median),
+        ms(alone.reload.median),
+        ms(alone.check.median + alone.reload.median),
     ]);
+    Report {
+        tables: vec![latency, split, raw],
+        targets: targets(&groups[0].1, &groups[2].1),
+        notes: notes(pairs, ops, generations_left),
+        json: json!({
+            "pairs": pairs,
+            "groups": groups_json,
+            "haproxy_alone": {"check_ms": alone.check.to_json(), "reload_ms": alone.reload.to_json()},
+            "ops": ops.iter().map(op_json).collect::<Vec<_>>(),
+        }),
+    }
+}
 
-    let all = &groups[2].1;
+/// haproxy -c runs and reloads per operation of `set`.
+fn per_op(set: &[&Op]) -> (f64, f64) {
+    let checks = set.iter().map(|o| o.checks).sum::<usize>() as f64 / set.len() as f64;
+    let reloads = set.iter().map(|o| o.reloads).sum::<i64>() as f64 / set.len() as f64;
+    (checks, reloads)
+}
+
+fn latency_row(name: &str, set: &[&Op]) -> Vec<String> {
+    let served = summary(set, &|o| o.served_ms);
+    let exit = summary(set, &|o| o.exit_ms);
+    let own = summary(set, &|o| o.own_ms());
+    let (checks, reloads) = per_op(set);
+    vec![
+        name.to_string(),
+        set.len().to_string(),
+        ms(served.median),
+        ms(served.min),
+        ms(served.max),
+        ms(served.p95),
+        ms(exit.median),
+        ms(own.median),
+        ms(own.max),
+        format!("{checks:.2}"),
+        format!("{reloads:.2}"),
+    ]
+}
+
+fn split_row(name: &str, set: &[&Op]) -> Vec<String> {
+    let med = |f: &dyn Fn(&Op) -> f64| summary(set, f).median;
+    vec![
+        name.to_string(),
+        ms(med(&|o| o.outside_ms())),
+        ms(med(&|o| o.step("start"))),
+        ms(med(&|o| o.step("ready"))),
+        ms(med(&|o| o.apply_step("render"))),
+        ms(med(&|o| o.apply_step("snapshot"))),
+        ms(med(&|o| o.apply_step("write"))),
+        ms(med(&|o| o.apply_step("check"))),
+        ms(med(&|o| o.apply_step("reload"))),
+        ms(med(&|o| o.apply_other_ms())),
+        ms(med(&|o| o.step("retire"))),
+        ms(med(&|o| o.exit_ms)),
+        ms(med(&|o| o.own_ms())),
+    ]
+}
+
+fn group_json(set: &[&Op]) -> Value {
+    let mut steps_json = serde_json::Map::new();
+    for s in STEPS {
+        steps_json.insert(s.into(), summary(set, &|o| o.step(s)).to_json());
+    }
+    for s in APPLY_STEPS {
+        steps_json.insert(
+            format!("apply.{s}"),
+            summary(set, &|o| o.apply_step(s)).to_json(),
+        );
+    }
+    steps_json.insert(
+        "outside_report".into(),
+        summary(set, &|o| o.outside_ms()).to_json(),
+    );
+    steps_json.insert(
+        "apply_other".into(),
+        summary(set, &|o| o.apply_other_ms()).to_json(),
+    );
+    let (checks, reloads) = per_op(set);
+    json!({
+        "ops": set.len(),
+        "served_ms": summary(set, &|o| o.served_ms).to_json(),
+        "exit_ms": summary(set, &|o| o.exit_ms).to_json(),
+        "own_work_ms": summary(set, &|o| o.own_ms()).to_json(),
+        "steps_ms": steps_json,
+        "haproxy_c_per_op": checks,
+        "reloads_per_op": reloads,
+    })
+}
+
+fn op_json(o: &Op) -> Value {
+    json!({
+        "kind": o.kind,
+        "to": o.to,
+        "served_ms": o.served_ms,
+        "exit_ms": o.exit_ms,
+        "total_ms": o.total_ms,
+        "own_work_ms": o.own_ms(),
+        "steps_ms": o.steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
+        "apply_steps_ms": o.apply_steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
+        "apply_ms": o.apply_ms,
+        "haproxy_c": o.checks,
+        "reloads": o.reloads,
+        "probes": o.probes,
+    })
+}
+
+fn targets(deliveries: &[&Op], all: &[&Op]) -> Vec<Target> {
     let served = summary(all, &|o| o.served_ms);
     let own = summary(all, &|o| o.own_ms());
-    let deliver_served = summary(&groups[0].1, &|o| o.served_ms);
-    let targets = vec![
+    let deliver_served = summary(deliveries, &|o| o.served_ms);
+    vec![
         Target {
             goal: format!("deliver/rollback under {TARGET_TOTAL_MS} ms, spawn → new version served (median)"),
             met: Some(served.median < TARGET_TOTAL_MS),
@@ -284,8 +348,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 ms(own.max)
             ),
         },
-    ];
-    let counts_ok = ops.iter().all(|o| o.checks == 1 && o.reloads == 1);
+    ]
+}
+
+fn notes(pairs: usize, ops: &[Op], generations_left: usize) -> Vec<String> {
     let mut notes = vec![
         format!(
             "edge: `hapctl init`, an [[app]] `shop` (exec runner `run-app.sh {{version}} {{port}}` → the release demo-app \
@@ -303,6 +369,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             .into(),
         format!("generation processes running at the end (before the bench killed them): {generations_left}"),
     ];
+    let counts_ok = ops.iter().all(|o| o.checks == 1 && o.reloads == 1);
     if !counts_ok {
         notes.push(format!(
             "haproxy -c / reload counts per op (expected 1 / 1): {:?}",
@@ -311,30 +378,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 .collect::<Vec<_>>()
         ));
     }
-    Ok(Report {
-        tables: vec![latency, split, raw],
-        targets,
-        notes,
-        json: json!({
-            "pairs": pairs,
-            "groups": groups_json,
-            "haproxy_alone": {"check_ms": raw_check.to_json(), "reload_ms": raw_reload.to_json()},
-            "ops": ops.iter().map(|o| json!({
-                "kind": o.kind,
-                "to": o.to,
-                "served_ms": o.served_ms,
-                "exit_ms": o.exit_ms,
-                "total_ms": o.total_ms,
-                "own_work_ms": o.own_ms(),
-                "steps_ms": o.steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
-                "apply_steps_ms": o.apply_steps.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
-                "apply_ms": o.apply_ms,
-                "haproxy_c": o.checks,
-                "reloads": o.reloads,
-                "probes": o.probes,
-            })).collect::<Vec<_>>(),
-        }),
-    })
+    notes
 }
 
 /// Runs `hapctl deliver VERSION --json` or `hapctl rollback --json` and probes the edge until

@@ -13,6 +13,7 @@ mod api;
 mod api_domains;
 mod app_edge;
 mod blocks;
+mod blocks_latency;
 mod blocks_load;
 mod blocks_pieces;
 mod blocks_scale;
@@ -413,24 +414,7 @@ fn main() -> ExitCode {
 
 /// Returns false when a section failed.
 fn run(args: Args) -> anyhow::Result<bool> {
-    if args.sizes.is_empty() || args.sizes.contains(&0) {
-        bail!("--sizes needs one or more positive numbers of domains, e.g. 10,1000,10000");
-    }
-    for name in &args.only {
-        if !SECTIONS.iter().any(|s| s.name == name) {
-            let known: Vec<_> = SECTIONS.iter().map(|s| s.name).collect();
-            bail!(
-                "--only: unknown section {name:?}; known: {}",
-                known.join(", ")
-            );
-        }
-    }
-    if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
-        bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
-    }
-    if args.deliveries == 0 || args.count == 0 || args.changes == 0 || args.handshake_rate == 0 {
-        bail!("--deliveries, --count, --changes and --handshake-rate need a positive number");
-    }
+    check_args(&args)?;
     let ctx = Ctx {
         sizes: args.sizes.clone(),
         runs: args.runs,
@@ -469,62 +453,9 @@ fn run(args: Args) -> anyhow::Result<bool> {
         }
     };
     for section in SECTIONS.iter().filter(chosen) {
-        let load_before = sys::load_average();
-        println!(
-            "\n=== {} — {} (load average {})",
-            section.name,
-            section.about,
-            load_before.map(|l| l.to_string()).unwrap_or("?".into())
-        );
-        let started = Instant::now();
-        match (section.run)(&ctx) {
-            Ok(report) => {
-                let load_after = sys::load_average();
-                for t in &report.tables {
-                    t.print();
-                }
-                for n in &report.notes {
-                    println!("\n  note: {n}");
-                }
-                println!(
-                    "\n  1-min load average: {} before, {} after ({} CPUs)",
-                    load_before.map(|l| l.to_string()).unwrap_or("?".into()),
-                    load_after.map(|l| l.to_string()).unwrap_or("?".into()),
-                    machine["nproc"]
-                );
-                if !report.targets.is_empty() {
-                    println!("\n  targets:");
-                }
-                for t in &report.targets {
-                    println!("  [{}] {} — {}", t.verdict(), t.goal, t.detail);
-                    all_targets.push(json!({
-                        "section": section.name,
-                        "goal": t.goal,
-                        "met": t.met,
-                        "detail": t.detail,
-                    }));
-                }
-                sections.insert(
-                    section.name.to_string(),
-                    json!({
-                        "seconds": started.elapsed().as_secs_f64(),
-                        "load_average_before": load_before,
-                        "load_average_after": load_after,
-                        "tables": report.tables.iter().map(Table::to_json).collect::<Vec<_>>(),
-                        "notes": report.notes,
-                        "results": report.json,
-                    }),
-                );
-            }
-            Err(e) => {
-                ok = false;
-                eprintln!("section {} failed: {e:#}", section.name);
-                sections.insert(
-                    section.name.to_string(),
-                    json!({ "error": format!("{e:#}") }),
-                );
-            }
-        }
+        let (section_ok, results) = run_section(section, &ctx, &machine, &mut all_targets);
+        ok &= section_ok;
+        sections.insert(section.name.to_string(), results);
     }
 
     if let Some(path) = &args.json {
@@ -541,4 +472,85 @@ fn run(args: Args) -> anyhow::Result<bool> {
         println!("\nJSON written to {}", path.display());
     }
     Ok(ok)
+}
+
+fn check_args(args: &Args) -> anyhow::Result<()> {
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        bail!("--sizes needs one or more positive numbers of domains, e.g. 10,1000,10000");
+    }
+    for name in &args.only {
+        if !SECTIONS.iter().any(|s| s.name == name) {
+            let known: Vec<_> = SECTIONS.iter().map(|s| s.name).collect();
+            bail!(
+                "--only: unknown section {name:?}; known: {}",
+                known.join(", ")
+            );
+        }
+    }
+    if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
+        bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
+    }
+    if args.deliveries == 0 || args.count == 0 || args.changes == 0 || args.handshake_rate == 0 {
+        bail!("--deliveries, --count, --changes and --handshake-rate need a positive number");
+    }
+    Ok(())
+}
+
+/// Runs one section and prints its report; returns whether it ran and its JSON, and adds its
+/// targets to `all_targets`.
+fn run_section(
+    section: &Section,
+    ctx: &Ctx,
+    machine: &Value,
+    all_targets: &mut Vec<Value>,
+) -> (bool, Value) {
+    let load_before = sys::load_average();
+    println!(
+        "\n=== {} — {} (load average {})",
+        section.name,
+        section.about,
+        load_before.map(|l| l.to_string()).unwrap_or("?".into())
+    );
+    let started = Instant::now();
+    let report = match (section.run)(ctx) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("section {} failed: {e:#}", section.name);
+            return (false, json!({ "error": format!("{e:#}") }));
+        }
+    };
+    let load_after = sys::load_average();
+    for t in &report.tables {
+        t.print();
+    }
+    for n in &report.notes {
+        println!("\n  note: {n}");
+    }
+    println!(
+        "\n  1-min load average: {} before, {} after ({} CPUs)",
+        load_before.map(|l| l.to_string()).unwrap_or("?".into()),
+        load_after.map(|l| l.to_string()).unwrap_or("?".into()),
+        machine["nproc"]
+    );
+    if !report.targets.is_empty() {
+        println!("\n  targets:");
+    }
+    for t in &report.targets {
+        println!("  [{}] {} — {}", t.verdict(), t.goal, t.detail);
+        all_targets.push(json!({
+            "section": section.name,
+            "goal": t.goal,
+            "met": t.met,
+            "detail": t.detail,
+        }));
+    }
+    let results = json!({
+        "seconds": started.elapsed().as_secs_f64(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "tables": report.tables.iter().map(Table::to_json).collect::<Vec<_>>(),
+        "notes": report.notes,
+        "results": report.json,
+    });
+    (true, results)
 }

@@ -8,7 +8,7 @@ use anyhow::Context;
 use hapctl::model::EdgeState;
 use hapctl::render::{render, FileId, Templates};
 use hapctl::settings::{Settings, DEFAULT_SETTINGS_TOML};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::fixture::{self, Servers};
 use crate::stats::{bytes, ms, Summary};
@@ -23,6 +23,9 @@ const WARMUP: usize = 3;
 const MIN_ITERATIONS: usize = 15;
 const MAX_ITERATIONS: usize = 5_000;
 
+/// The two cut-down template sets of the split, and the directory that holds them.
+type SplitTemplates = (TempDir, Templates, Templates);
+
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let settings = Settings::parse(
         Path::new("/var/lib/hapctl"),
@@ -32,7 +35,100 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     .context("the default settings")?;
     let templates = Templates::embedded();
     let budget = Duration::from_millis(ctx.render_budget_ms);
+    let variants = split_templates()?;
+    let runs = ctx
+        .sizes
+        .iter()
+        .map(|&n| measure_size(n, &settings, &templates, variants.as_ref(), budget))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(report(&runs, variants.is_some(), budget))
+}
 
+/// The renders of one fixture size.
+struct SizeRun {
+    domains: usize,
+    wildcards: usize,
+    servers: usize,
+    timing: Summary,
+    samples: Vec<f64>,
+    cfg_bytes: usize,
+    total_bytes: usize,
+    file_bytes: serde_json::Map<String, Value>,
+    /// Full, without backend sections, with an empty backend loop: when the template could be
+    /// cut.
+    split: Option<Vec<Summary>>,
+}
+
+fn measure_size(
+    n: usize,
+    settings: &Settings,
+    templates: &Templates,
+    variants: Option<&SplitTemplates>,
+    budget: Duration,
+) -> anyhow::Result<SizeRun> {
+    let state = fixture::state(n, Servers::Spread);
+    let set = render(&state, settings, templates).context("render failed")?;
+    let (timing, samples) = time_renders(&state, settings, templates, budget)?;
+    let split = match variants {
+        // Interleaved, so that load from other processes hits the three variants alike.
+        Some((_dir, without, empty_loop)) => Some(time_interleaved(
+            &state,
+            settings,
+            &[templates, without, empty_loop],
+            budget,
+        )?),
+        None => None,
+    };
+    Ok(SizeRun {
+        domains: n,
+        wildcards: state.domains.keys().filter(|d| d.is_wildcard()).count(),
+        servers: state.domains.values().map(|b| b.servers().len()).sum(),
+        timing,
+        samples,
+        cfg_bytes: set.get(FileId::Config).map(|f| f.bytes.len()).unwrap_or(0),
+        total_bytes: set.files().iter().map(|f| f.bytes.len()).sum(),
+        file_bytes: set
+            .files()
+            .iter()
+            .map(|f| (f.id.name().to_string(), json!(f.bytes.len())))
+            .collect(),
+        split,
+    })
+}
+
+fn report(runs: &[SizeRun], with_split: bool, budget: Duration) -> Report {
+    let mut tables = vec![timings_table(runs)];
+    let mut notes = vec![format!(
+        "fixture: 4 in 5 domains exact, 1 in 5 wildcard; 1-3 servers each; profiles mixed \
+         (default, websocket, sse, http-check); {} blocked keys in the state (blocked.map itself is written by \
+         the block path, not by render); 2 trusted proxies. \
+         Warm-up {WARMUP} renders, then at least {MIN_ITERATIONS} and up to {} ms of renders.",
+        fixture::BLOCKS,
+        budget.as_millis()
+    )];
+    if with_split {
+        tables.push(split_table(runs));
+        notes.push(
+            "split: 'no backend sections' renders haproxy.cfg.j2 without its backend loop (what is left: building and \
+             serialising the template context, the map files, the pages, the static text); 'empty backend loop' \
+             iterates backends and servers but prints nothing; so loop itself = empty loop - no sections, and \
+             backend text = full - empty loop."
+                .into(),
+        );
+    } else {
+        notes.push(format!(
+            "split skipped: haproxy.cfg.j2 has no `{LOOP}` line to cut at"
+        ));
+    }
+    Report {
+        tables,
+        targets: vec![target(runs)],
+        notes,
+        json: json!({ "sizes": runs.iter().map(size_json).collect::<Vec<_>>() }),
+    }
+}
+
+fn timings_table(runs: &[SizeRun]) -> Table {
     let mut table = Table::new(
         "render: the full rendered file set (haproxy.cfg, generation.cfg, host maps, proxy list, pages), ms per render",
         &[
@@ -47,7 +143,24 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "all files",
         ],
     );
-    let variants = split_templates()?;
+    for r in runs {
+        let s = &r.timing;
+        table.row(vec![
+            r.domains.to_string(),
+            s.n.to_string(),
+            ms(s.median),
+            ms(s.p95),
+            ms(s.min),
+            ms(s.max),
+            ms(s.spread()),
+            bytes(r.cfg_bytes),
+            bytes(r.total_bytes),
+        ]);
+    }
+    table
+}
+
+fn split_table(runs: &[SizeRun]) -> Table {
     let mut split = Table::new(
         "render split (medians, ms, the three renders interleaved): haproxy.cfg.j2 cut down, to see where the time goes",
         &[
@@ -60,46 +173,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "= backend text",
         ],
     );
-    let mut results = Vec::new();
-    let mut target = Target {
-        goal: format!("render of {TARGET_DOMAINS} domains under {TARGET_MS} ms (median)"),
-        met: None,
-        detail: format!("{TARGET_DOMAINS} not among --sizes"),
-    };
-    for &n in &ctx.sizes {
-        let state = fixture::state(n, Servers::Spread);
-        let set = render(&state, &settings, &templates).context("render failed")?;
-        let (s, samples) = time_renders(&state, &settings, &templates, budget)?;
-        let cfg = set.get(FileId::Config).map(|f| f.bytes.len()).unwrap_or(0);
-        let total: usize = set.files().iter().map(|f| f.bytes.len()).sum();
-        let files: serde_json::Map<String, serde_json::Value> = set
-            .files()
-            .iter()
-            .map(|f| (f.id.name().to_string(), json!(f.bytes.len())))
-            .collect();
-        table.row(vec![
-            n.to_string(),
-            s.n.to_string(),
-            ms(s.median),
-            ms(s.p95),
-            ms(s.min),
-            ms(s.max),
-            ms(s.spread()),
-            bytes(cfg),
-            bytes(total),
-        ]);
-        let mut split_json = json!(null);
-        if let Some((_dir, without, empty_loop)) = &variants {
-            // Interleaved, so that load from other processes hits the three variants alike.
-            let m = time_interleaved(
-                &state,
-                &settings,
-                &[&templates, without, empty_loop],
-                budget,
-            )?;
+    for r in runs {
+        if let Some(m) = &r.split {
             let (f, w, e) = (m[0].median, m[1].median, m[2].median);
             split.row(vec![
-                n.to_string(),
+                r.domains.to_string(),
                 ms(f),
                 ms(w),
                 ms(e),
@@ -107,64 +185,54 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 ms(e - w),
                 ms(f - e),
             ]);
-            split_json = json!({
-                "rounds": m[0].n,
-                "full_ms": f,
-                "no_backend_sections_ms": w,
-                "empty_backend_loop_ms": e,
-            });
-        }
-        results.push(json!({
-            "domains": n,
-            "wildcards": state.domains.keys().filter(|d| d.is_wildcard()).count(),
-            "servers": state.domains.values().map(|b| b.servers().len()).sum::<usize>(),
-            "blocks": crate::fixture::BLOCKS,
-            "ms": s.to_json(),
-            "haproxy_cfg_bytes": cfg,
-            "file_bytes": files,
-            "split": split_json,
-            "samples_ms": samples,
-        }));
-        if n == TARGET_DOMAINS {
-            target.met = Some(s.median < TARGET_MS);
-            target.detail = format!(
-                "median {} ms (p95 {} ms, min {} ms, max {} ms) over {} renders",
-                ms(s.median),
-                ms(s.p95),
-                ms(s.min),
-                ms(s.max),
-                s.n
-            );
         }
     }
-    let mut tables = vec![table];
-    let mut notes = vec![format!(
-        "fixture: 4 in 5 domains exact, 1 in 5 wildcard; 1-3 servers each; profiles mixed \
-         (default, websocket, sse, http-check); {} blocked keys in the state (blocked.map itself is written by \
-         the block path, not by render); 2 trusted proxies. \
-         Warm-up {WARMUP} renders, then at least {MIN_ITERATIONS} and up to {} ms of renders.",
-        fixture::BLOCKS,
-        budget.as_millis()
-    )];
-    if variants.is_some() {
-        tables.push(split);
-        notes.push(
-            "split: 'no backend sections' renders haproxy.cfg.j2 without its backend loop (what is left: building and \
-             serialising the template context, the map files, the pages, the static text); 'empty backend loop' \
-             iterates backends and servers but prints nothing; so loop itself = empty loop - no sections, and \
-             backend text = full - empty loop."
-                .into(),
-        );
-    } else {
-        notes.push(format!(
-            "split skipped: haproxy.cfg.j2 has no `{LOOP}` line to cut at"
-        ));
+    split
+}
+
+fn target(runs: &[SizeRun]) -> Target {
+    let goal = format!("render of {TARGET_DOMAINS} domains under {TARGET_MS} ms (median)");
+    let Some(r) = runs.iter().rev().find(|r| r.domains == TARGET_DOMAINS) else {
+        return Target {
+            goal,
+            met: None,
+            detail: format!("{TARGET_DOMAINS} not among --sizes"),
+        };
+    };
+    let s = &r.timing;
+    Target {
+        goal,
+        met: Some(s.median < TARGET_MS),
+        detail: format!(
+            "median {} ms (p95 {} ms, min {} ms, max {} ms) over {} renders",
+            ms(s.median),
+            ms(s.p95),
+            ms(s.min),
+            ms(s.max),
+            s.n
+        ),
     }
-    Ok(Report {
-        tables,
-        targets: vec![target],
-        notes,
-        json: json!({ "sizes": results }),
+}
+
+fn size_json(r: &SizeRun) -> Value {
+    let split = r.split.as_ref().map_or(json!(null), |m| {
+        json!({
+            "rounds": m[0].n,
+            "full_ms": m[0].median,
+            "no_backend_sections_ms": m[1].median,
+            "empty_backend_loop_ms": m[2].median,
+        })
+    });
+    json!({
+        "domains": r.domains,
+        "wildcards": r.wildcards,
+        "servers": r.servers,
+        "blocks": crate::fixture::BLOCKS,
+        "ms": r.timing.to_json(),
+        "haproxy_cfg_bytes": r.cfg_bytes,
+        "file_bytes": r.file_bytes,
+        "split": split,
+        "samples_ms": r.samples,
     })
 }
 
@@ -227,7 +295,7 @@ const LOOP: &str = "{% for b in backends %}";
 
 /// Two template sets for the split: without the backend sections, and with a loop over
 /// backends and servers that prints nothing. `None` when the template has no such loop.
-fn split_templates() -> anyhow::Result<Option<(TempDir, Templates, Templates)>> {
+fn split_templates() -> anyhow::Result<Option<SplitTemplates>> {
     let Some(at) = HAPROXY_CFG_J2.find(LOOP) else {
         return Ok(None);
     };

@@ -81,6 +81,9 @@ struct Run {
     thread_names: Vec<String>,
 }
 
+/// A daemon measured through the steps: its name, domains, extra blocks, environment.
+type Variant = (&'static str, usize, usize, Env);
+
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let backend = HttpBackend::start(BODY)?;
@@ -90,7 +93,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut sizes = None;
     // The big edge twice: as shipped, and with glibc malloc limited to one arena, to tell the
     // memory the daemon holds from the memory the allocator keeps after it was freed.
-    let variants: [(&str, usize, usize, Env); 3] = [
+    let variants: [Variant; 3] = [
         ("baseline", 10, 0, &[]),
         ("as shipped", DOMAINS, BLOCKS, &[]),
         (
@@ -100,45 +103,92 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             &[("MALLOC_ARENA_MAX", "1")],
         ),
     ];
-    for (label, domains, blocks, env) in variants {
-        eprintln!(
-            "rss: {domains} domains, {} blocked entries ({label})…",
-            blocks + fixture::BLOCKS
-        );
-        let mut edge = Edge::init(&hapctl, "rss")?;
-        let state = fixture::state(domains, Servers::At(&addr));
-        edge.load(&state)?;
-        let extra: Vec<_> = (0..blocks).map(block).collect();
-        edge.add_blocks(&extra)?;
-        let entries = fixture::BLOCKS + blocks;
-        drop(state);
-        if label == "as shipped" {
-            sizes = Some(live_sizes(&edge)?);
-        }
-        let t = Instant::now();
-        edge.start()?;
-        let haproxy_start_ms = t.elapsed().as_secs_f64() * 1000.0;
-        let daemon = Daemon::start_with_env(&edge, Duration::from_secs(300), env)?;
-        let s = Served {
-            daemon,
-            _edge: edge,
-        };
-        let readings = exercise(&s, &addr)?;
-        runs.push(Run {
-            label,
-            env,
-            domains,
-            entries,
-            haproxy_start_ms,
-            startup: s.daemon.startup,
-            readings,
-            thread_names: Vec::new(),
-        });
-        drop(s);
+    for variant in variants {
+        let (run, in_use) = measure_variant(&hapctl, &addr, variant)?;
+        sizes = sizes.or(in_use);
+        runs.push(run);
     }
     let baseline = std::env::var_os(crate::blocks_scale::BASELINE_ENV).map(PathBuf::from);
     let rest = rest_rounds(&hapctl, baseline.as_deref(), &addr)?;
+    let sizes = sizes.context("the big edge was not measured")?;
+    Ok(report(&runs, &rest, &sizes, baseline.as_deref()))
+}
 
+/// One edge and its daemon through the steps; the heap sizes of what it loads too for the
+/// big edge as shipped.
+fn measure_variant(
+    hapctl: &Path,
+    addr: &str,
+    (label, domains, blocks, env): Variant,
+) -> anyhow::Result<(Run, Option<Sizes>)> {
+    eprintln!(
+        "rss: {domains} domains, {} blocked entries ({label})…",
+        blocks + fixture::BLOCKS
+    );
+    let mut edge = Edge::init(hapctl, "rss")?;
+    let state = fixture::state(domains, Servers::At(addr));
+    edge.load(&state)?;
+    let extra: Vec<_> = (0..blocks).map(block).collect();
+    edge.add_blocks(&extra)?;
+    let entries = fixture::BLOCKS + blocks;
+    drop(state);
+    let sizes = if label == "as shipped" {
+        Some(live_sizes(&edge)?)
+    } else {
+        None
+    };
+    let t = Instant::now();
+    edge.start()?;
+    let haproxy_start_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let daemon = Daemon::start_with_env(&edge, Duration::from_secs(300), env)?;
+    let s = Served {
+        daemon,
+        _edge: edge,
+    };
+    let readings = exercise(&s, addr)?;
+    let run = Run {
+        label,
+        env,
+        domains,
+        entries,
+        haproxy_start_ms,
+        startup: s.daemon.startup,
+        readings,
+        thread_names: Vec::new(),
+    };
+    Ok((run, sizes))
+}
+
+fn report(runs: &[Run], rest: &[Run], sizes: &Sizes, baseline: Option<&Path>) -> Report {
+    let (table, json_runs) = readings_table(runs.iter().chain(rest));
+    let mut sizes_table = Table::new(
+        format!("rss: heap bytes in use while the bench itself holds what the daemon loads, at {DOMAINS} domains and {} blocks (glibc mallinfo2, MiB)", BLOCKS + fixture::BLOCKS),
+        &["Store::load_state (domains + blocks)", "Store::blocks (blocks only)", "GET /v1/domains answer as serde_json::Value"],
+    );
+    sizes_table.row(vec![
+        mib(sizes.state / 1024),
+        mib(sizes.blocks / 1024),
+        mib(sizes.domains_json / 1024),
+    ]);
+    Report {
+        tables: vec![table, sizes_table],
+        targets: vec![big_edge_target(runs), rest_target(rest)],
+        notes: notes(runs, rest, baseline),
+        json: json!({
+            "runs": json_runs,
+            "target_mib": TARGET_MIB,
+            "rest_target_mib": REST_TARGET_MIB,
+            "in_use_bytes": {
+                "load_state": sizes.state,
+                "blocks": sizes.blocks,
+                "domains_json_value": sizes.domains_json,
+            },
+        }),
+    }
+}
+
+/// Every reading of every daemon, and each daemon as JSON.
+fn readings_table<'r>(runs: impl Iterator<Item = &'r Run>) -> (Table, Vec<Value>) {
     let mut table = Table::new(
         "rss: `hapctl serve` memory after each step (MiB, from /proc/PID/status)",
         &[
@@ -154,7 +204,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         ],
     );
     let mut json_runs = Vec::new();
-    for run in runs.iter().chain(&rest) {
+    for run in runs {
         for r in &run.readings {
             table.row(vec![
                 format!(
@@ -179,22 +229,31 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 r.memory.threads.to_string(),
             ]);
         }
-        json_runs.push(json!({
-            "label": run.label,
-            "env": run.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-            "domains": run.domains,
-            "blocked_entries": run.entries,
-            "haproxy_start_ms": run.haproxy_start_ms,
-            "daemon_startup_ms": run.startup.as_secs_f64() * 1000.0,
-            "thread_names": run.thread_names,
-            "readings": run.readings.iter().map(|r| json!({
-                "step": r.step,
-                "request_ms": r.ms,
-                "answer_bytes": r.bytes,
-                "memory": r.memory.to_json(),
-            })).collect::<Vec<_>>(),
-        }));
+        json_runs.push(run_json(run));
     }
+    (table, json_runs)
+}
+
+fn run_json(run: &Run) -> Value {
+    json!({
+        "label": run.label,
+        "env": run.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "domains": run.domains,
+        "blocked_entries": run.entries,
+        "haproxy_start_ms": run.haproxy_start_ms,
+        "daemon_startup_ms": run.startup.as_secs_f64() * 1000.0,
+        "thread_names": run.thread_names,
+        "readings": run.readings.iter().map(|r| json!({
+            "step": r.step,
+            "request_ms": r.ms,
+            "answer_bytes": r.bytes,
+            "memory": r.memory.to_json(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The big edge as shipped under the target, with the one-arena peak beside it.
+fn big_edge_target(runs: &[Run]) -> Target {
     let big = &runs[1].readings;
     let peak_hwm = big.iter().map(|r| r.memory.hwm_kb).max().unwrap_or(0);
     let last = big.last().map(|r| r.memory).unwrap_or_default();
@@ -209,8 +268,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         .max()
         .unwrap_or(0);
     let limit_kb = (TARGET_MIB * 1024.0) as u64;
-    let targets = vec![
-        Target {
+    Target {
         goal: format!("daemon RSS under {TARGET_MIB} MiB at {DOMAINS} domains and {BLOCKS} blocked entries"),
         met: Some(brief < limit_kb && last.rss_kb < limit_kb),
         detail: format!(
@@ -223,19 +281,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             mib(last.file_kb),
             mib(one_arena)
         ),
-        },
-        rest_target(&rest),
-    ];
-    let mut sizes_table = Table::new(
-        format!("rss: heap bytes in use while the bench itself holds what the daemon loads, at {DOMAINS} domains and {} blocks (glibc mallinfo2, MiB)", BLOCKS + fixture::BLOCKS),
-        &["Store::load_state (domains + blocks)", "Store::blocks (blocks only)", "GET /v1/domains answer as serde_json::Value"],
-    );
-    let sizes = sizes.context("the big edge was not measured")?;
-    sizes_table.row(vec![
-        mib(sizes.state / 1024),
-        mib(sizes.blocks / 1024),
-        mib(sizes.domains_json / 1024),
-    ]);
+    }
+}
+
+fn notes(runs: &[Run], rest: &[Run], baseline: Option<&Path>) -> Vec<String> {
     let mut notes = vec![
         format!(
             "edges: `hapctl init`; N fixture domains (servers at one in-process backend, checks off) and the \
@@ -253,31 +302,17 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "at rest: {REST_DOMAINS} fixture domains and {} blocks, HAProxy started, `hapctl serve`, then nothing \
              asked after its first /health 200; {REST_ROUNDS} daemons per binary. Baseline: {}",
             fixture::BLOCKS,
-            baseline.as_ref().map_or("none (set HAPCTL_BENCH_BASELINE)".into(), |b| b.display().to_string())
+            baseline.map_or("none (set HAPCTL_BENCH_BASELINE)".into(), |b| b.display().to_string())
         ),
     ];
-    for run in &rest {
+    for run in rest {
         notes.push(format!(
             "threads of a daemon {}: {}",
             run.label,
             run.thread_names.join(", ")
         ));
     }
-    Ok(Report {
-        tables: vec![table, sizes_table],
-        targets,
-        notes,
-        json: json!({
-            "runs": json_runs,
-            "target_mib": TARGET_MIB,
-            "rest_target_mib": REST_TARGET_MIB,
-            "in_use_bytes": {
-                "load_state": sizes.state,
-                "blocks": sizes.blocks,
-                "domains_json_value": sizes.domains_json,
-            },
-        }),
-    })
+    notes
 }
 
 /// The daemons at rest: `REST_ROUNDS` of `hapctl`, each after one of `baseline` when given.

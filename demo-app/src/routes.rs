@@ -9,350 +9,172 @@
 //! | other path                              | 404                                      |
 //! | known path, method not GET/HEAD         | 405 with `allow: GET, HEAD`              |
 //!
-//! `HEAD` is answered like `GET` without the body (and, for `/stream`,
-//! immediately, without waiting for the lines).
+//! `HEAD` is answered like `GET` without the body (axum drops it).
 
-use std::io::Write;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
-use crate::http::{self, BodyLen, Framing, Request};
+use axum::extract::State;
+use axum::http::header::{HeaderValue, ALLOW};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
 
-/// Default and maximum number of lines of `/stream`.
-pub const DEFAULT_LINES: u64 = 10;
-pub const MAX_LINES: u64 = 100_000;
-/// Default and maximum pause between two lines of `/stream`.
-pub const DEFAULT_INTERVAL_MS: u64 = 200;
-pub const MAX_INTERVAL_MS: u64 = 60_000;
+use crate::app::{text, App};
+use crate::stream;
 
 /// Paths that `--ready-path` may not shadow.
 pub const BUILTIN_PATHS: [&str; 3] = ["/", "/version", "/stream"];
 
-/// Shared, read-only application state.
-pub struct App {
-    pub version: String,
-    pub ready_path: String,
-    /// The instant from which `ready_path` answers 200.
-    pub ready_at: Instant,
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(root).fallback(not_allowed))
+        .route("/version", get(version).fallback(not_allowed))
+        .route("/stream", get(stream::stream).fallback(not_allowed))
+        // The ready path is not a route: `--ready-path` may hold characters
+        // that axum's path syntax reserves (`{`, `*`, ...).
+        .fallback(ready_or_not_found)
+        .with_state(app)
 }
 
-/// How a response went, for the request log.
-pub struct Outcome {
-    pub status: u16,
-    pub note: String,
-    /// False when the response could not be written entirely: the
-    /// connection must then be closed.
-    pub completed: bool,
+async fn root(State(app): State<Arc<App>>) -> Response {
+    text(StatusCode::OK, format!("{}\n", app.version))
 }
 
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub struct StreamParams {
-    pub lines: u64,
-    pub interval_ms: u64,
+async fn version(State(app): State<Arc<App>>) -> Response {
+    text(StatusCode::OK, app.version.to_string())
 }
 
-fn parse_bounded(name: &str, value: &str, max: u64) -> Result<u64, String> {
-    let err = || format!("{name} must be an integer between 0 and {max}, got {value:?}");
-    if value.is_empty() || value.len() > 10 || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(err());
-    }
-    match value.parse::<u64>() {
-        Ok(n) if n <= max => Ok(n),
-        _ => Err(err()),
-    }
+async fn not_allowed() -> Response {
+    let mut res = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    res.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+    res
 }
 
-/// Parses the query of `/stream`. Unknown parameters are ignored; a known
-/// one given twice, or with a value that is not a plain decimal integer in
-/// range, is an error (no percent-decoding is done).
-pub fn parse_stream_query(query: &str) -> Result<StreamParams, String> {
-    let mut lines = None;
-    let mut interval_ms = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let (slot, max) = match key {
-            "lines" => (&mut lines, MAX_LINES),
-            "interval_ms" => (&mut interval_ms, MAX_INTERVAL_MS),
-            _ => continue,
-        };
-        if slot.is_some() {
-            return Err(format!("{key} given more than once"));
-        }
-        *slot = Some(parse_bounded(key, value, max)?);
-    }
-    Ok(StreamParams {
-        lines: lines.unwrap_or(DEFAULT_LINES),
-        interval_ms: interval_ms.unwrap_or(DEFAULT_INTERVAL_MS),
-    })
-}
-
-/// Line `i` (1-based) of a stream of `n` lines.
-pub fn stream_line(version: &str, i: u64, n: u64) -> String {
-    format!("{version} {i}/{n}\n")
-}
-
-fn decimal_len(mut n: u64) -> u64 {
-    let mut len = 1;
-    while n >= 10 {
-        n /= 10;
-        len += 1;
-    }
-    len
-}
-
-/// Total body length of a stream of `n` lines, announced as
-/// `content-length` to HTTP/1.0 clients, which cannot take chunked encoding.
-pub fn stream_body_len(version: &str, n: u64) -> u64 {
-    // Each line is "V i/n\n": len(V) + 1 + len(i) + 1 + len(n) + 1.
-    let fixed = version.len() as u64 + 3 + decimal_len(n);
-    let mut digits = 0;
-    let mut lo = 1;
-    while lo <= n {
-        let hi = (lo * 10 - 1).min(n);
-        digits += (hi - lo + 1) * decimal_len(lo);
-        lo *= 10;
-    }
-    n * fixed + digits
-}
-
-fn fixed(
-    w: &mut impl Write,
-    f: &Framing,
-    status: u16,
-    extra: &[(&str, &str)],
-    body: &[u8],
-) -> Outcome {
-    let result = http::write_fixed(w, f, status, extra, body);
-    Outcome {
-        status,
-        note: match &result {
-            Ok(()) => String::new(),
-            Err(e) => format!("write failed: {e}"),
-        },
-        completed: result.is_ok(),
-    }
-}
-
-/// Answers one request on `w`.
-pub fn respond<W: Write>(app: &App, req: &Request, f: &Framing, w: &mut W) -> Outcome {
-    let path = req.path();
-    let known = path == app.ready_path || BUILTIN_PATHS.contains(&path);
-    if !known {
-        return fixed(w, f, 404, &[], b"not found\n");
-    }
-    if req.method != "GET" && req.method != "HEAD" {
-        return fixed(
-            w,
-            f,
-            405,
-            &[("allow", "GET, HEAD")],
-            b"method not allowed\n",
-        );
-    }
-    let v = app.version.as_str();
-    if path == app.ready_path {
-        return if Instant::now() >= app.ready_at {
-            fixed(w, f, 200, &[], b"ready\n")
-        } else {
-            fixed(w, f, 503, &[], b"not ready\n")
-        };
-    }
-    match path {
-        "/version" => fixed(w, f, 200, &[], v.as_bytes()),
-        "/" => fixed(w, f, 200, &[], format!("{v}\n").as_bytes()),
-        _ => match parse_stream_query(req.query()) {
-            Ok(params) => stream(w, f, v, params),
-            Err(msg) => fixed(w, f, 400, &[], format!("{msg}\n").as_bytes()),
-        },
-    }
-}
-
-fn stream<W: Write>(w: &mut W, f: &Framing, v: &str, p: StreamParams) -> Outcome {
-    let n = p.lines;
-    let chunked = !f.http10;
-    let len = if chunked {
-        BodyLen::Chunked
+async fn ready_or_not_found(State(app): State<Arc<App>>, method: Method, uri: Uri) -> Response {
+    if uri.path() != app.ready_path {
+        text(StatusCode::NOT_FOUND, "not found\n")
+    } else if method != Method::GET && method != Method::HEAD {
+        not_allowed().await
+    } else if Instant::now() >= app.ready_at {
+        text(StatusCode::OK, "ready\n")
     } else {
-        BodyLen::Known(stream_body_len(v, n))
-    };
-    let mut sent = 0;
-    let result = (|| {
-        http::write_head(
-            w,
-            f,
-            200,
-            "text/plain",
-            &[("cache-control", "no-store")],
-            len,
-        )?;
-        if f.head_only {
-            return Ok(());
-        }
-        for i in 1..=n {
-            if i > 1 {
-                std::thread::sleep(Duration::from_millis(p.interval_ms));
-            }
-            let line = stream_line(v, i, n);
-            if chunked {
-                http::write_chunk(w, line.as_bytes())?;
-            } else {
-                w.write_all(line.as_bytes())?;
-                w.flush()?;
-            }
-            sent = i;
-        }
-        if chunked {
-            http::write_last_chunk(w)?;
-        }
-        Ok::<(), std::io::Error>(())
-    })();
-    let note = match &result {
-        Ok(()) if f.head_only => String::new(),
-        Ok(()) => format!("{n} lines"),
-        Err(e) => format!("aborted after {sent}/{n} lines: {e}"),
-    };
-    Outcome {
-        status: 200,
-        note,
-        completed: result.is_ok(),
+        text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+    use axum::http::{HeaderMap, Request, Version};
+    use tower::ServiceExt;
+
     use super::*;
-    use crate::http::read_request;
+    use crate::log::RequestLog;
 
-    #[test]
-    fn stream_query_defaults_and_values() {
-        let d = StreamParams {
-            lines: DEFAULT_LINES,
-            interval_ms: DEFAULT_INTERVAL_MS,
-        };
-        assert_eq!(parse_stream_query(""), Ok(d));
-        assert_eq!(parse_stream_query("&&other=x&flag"), Ok(d));
-        assert_eq!(
-            parse_stream_query("lines=5&interval_ms=20"),
-            Ok(StreamParams {
-                lines: 5,
-                interval_ms: 20
-            })
-        );
-        assert_eq!(
-            parse_stream_query("interval_ms=0&lines=100000"),
-            Ok(StreamParams {
-                lines: 100_000,
-                interval_ms: 0
-            })
-        );
-        assert_eq!(
-            parse_stream_query("interval_ms=60000").unwrap().interval_ms,
-            60_000
-        );
-        assert_eq!(parse_stream_query("lines=007").unwrap().lines, 7);
-    }
-
-    #[test]
-    fn stream_query_rejects_bad_values() {
-        for q in [
-            "lines=",
-            "lines",
-            "lines=abc",
-            "lines=-1",
-            "lines=+1",
-            "lines=1.5",
-            "lines=100001",
-            "lines=99999999999999999999",
-            "interval_ms=60001",
-            "interval_ms=%31",
-            "lines=1&lines=2",
-        ] {
-            assert!(parse_stream_query(q).is_err(), "{q}");
-        }
-    }
-
-    #[test]
-    fn stream_body_len_matches_lines() {
-        for v in ["1.4.2", "a"] {
-            for n in [0, 1, 9, 10, 11, 99, 100, 101, 1234] {
-                let actual: usize = (1..=n).map(|i| stream_line(v, i, n).len()).sum();
-                assert_eq!(stream_body_len(v, n), actual as u64, "{v} {n}");
-            }
-        }
-        assert_eq!(stream_line("1.5.0", 3, 5), "1.5.0 3/5\n");
-    }
-
-    fn run(app: &App, raw: &str) -> (Outcome, String) {
-        let req = read_request(&mut raw.as_bytes()).unwrap().unwrap();
-        let f = Framing {
-            x_version: &app.version,
-            keep_alive: req.keep_alive,
-            head_only: req.method == "HEAD",
-            http10: req.version == http::Version::Http10,
-        };
-        let mut out = Vec::new();
-        let o = respond(app, &req, &f, &mut out);
-        (o, String::from_utf8(out).unwrap())
-    }
-
-    fn app(ready_in: Duration) -> App {
-        App {
+    fn app(ready_in: Duration) -> Arc<App> {
+        Arc::new(App {
             version: "1.5.0".into(),
+            x_version: HeaderValue::from_static("1.5.0"),
             ready_path: "/pret".into(),
             ready_at: Instant::now() + ready_in,
-        }
+        })
+    }
+
+    /// Runs one request through the router, as the server does.
+    fn run_as(
+        app: &Arc<App>,
+        method: &str,
+        target: &str,
+        version: Version,
+    ) -> (StatusCode, HeaderMap, String) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(target)
+            .version(version)
+            .body(Body::empty())
+            .unwrap();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let log = RequestLog::new(Arc::clone(&app.version), peer, method, target);
+        req.extensions_mut().insert(log);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let res = router(Arc::clone(app)).oneshot(req).await.unwrap();
+            let (parts, body) = res.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            (
+                parts.status,
+                parts.headers,
+                String::from_utf8(body.to_vec()).unwrap(),
+            )
+        })
+    }
+
+    fn run(app: &Arc<App>, method: &str, target: &str) -> (StatusCode, HeaderMap, String) {
+        run_as(app, method, target, Version::HTTP_11)
     }
 
     #[test]
     fn routes_answer() {
         let a = app(Duration::ZERO);
-        let (o, out) = run(&a, "GET /version HTTP/1.1\r\n\r\n");
-        assert_eq!(o.status, 200);
-        assert!(out.ends_with("content-length: 5\r\n\r\n1.5.0"), "{out}");
-        let (_, out) = run(&a, "GET /?x=1 HTTP/1.1\r\n\r\n");
-        assert!(out.ends_with("\r\n\r\n1.5.0\n"), "{out}");
-        assert_eq!(run(&a, "GET /pret HTTP/1.1\r\n\r\n").0.status, 200);
-        assert_eq!(run(&a, "GET /ready HTTP/1.1\r\n\r\n").0.status, 404);
-        assert_eq!(
-            run(&a, "GET /stream?lines=x HTTP/1.1\r\n\r\n").0.status,
-            400
-        );
-        let (o, out) = run(&a, "DELETE /version HTTP/1.1\r\n\r\n");
-        assert_eq!(o.status, 405);
-        assert!(out.contains("allow: GET, HEAD\r\n"));
-        assert_eq!(run(&a, "DELETE /nope HTTP/1.1\r\n\r\n").0.status, 404);
-        let (o, out) = run(&a, "HEAD /version HTTP/1.1\r\n\r\n");
-        assert_eq!(o.status, 200);
-        assert!(out.ends_with("content-length: 5\r\n\r\n"), "{out}");
+        let (status, headers, body) = run(&a, "GET", "/version");
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "1.5.0"));
+        assert_eq!(headers[CONTENT_TYPE], "text/plain");
+        assert_eq!(run(&a, "GET", "/?x=1").2, "1.5.0\n");
+        assert_eq!(run(&a, "GET", "/pret").0, StatusCode::OK);
+        assert_eq!(run(&a, "GET", "/ready").0, StatusCode::NOT_FOUND);
+        assert_eq!(run(&a, "GET", "/stream?lines=x").0, StatusCode::BAD_REQUEST);
+        for path in ["/version", "/", "/stream", "/pret"] {
+            let (status, headers, _) = run(&a, "DELETE", path);
+            assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+            assert_eq!(headers[ALLOW], "GET, HEAD", "{path}");
+        }
+        assert_eq!(run(&a, "DELETE", "/nope").0, StatusCode::NOT_FOUND);
+        let (status, headers, body) = run(&a, "HEAD", "/version");
+        assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
+        assert_eq!(headers[CONTENT_LENGTH], "5");
 
         let late = app(Duration::from_secs(3600));
-        let (o, out) = run(&late, "GET /pret HTTP/1.1\r\n\r\n");
-        assert_eq!(o.status, 503);
-        assert!(out.ends_with("\r\n\r\nnot ready\n"));
+        let (status, _, body) = run(&late, "GET", "/pret");
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        );
     }
 
     #[test]
-    fn stream_framing() {
+    fn stream_bodies() {
         let a = app(Duration::ZERO);
-        let (o, out) = run(&a, "GET /stream?lines=2&interval_ms=0 HTTP/1.1\r\n\r\n");
-        assert_eq!(o.status, 200);
-        assert!(o.completed);
-        assert!(out.contains("transfer-encoding: chunked\r\n"));
+        let (status, headers, body) = run(&a, "GET", "/stream?lines=2&interval_ms=0");
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "1.5.0 1/2\n1.5.0 2/2\n")
+        );
+        assert_eq!(headers[CACHE_CONTROL], "no-store");
         assert!(
-            out.ends_with("\r\n\r\na\r\n1.5.0 1/2\n\r\na\r\n1.5.0 2/2\n\r\n0\r\n\r\n"),
-            "{out}"
+            headers.get(CONTENT_LENGTH).is_none(),
+            "chunked for HTTP/1.1"
         );
 
-        let (_, out) = run(&a, "GET /stream?lines=2&interval_ms=0 HTTP/1.0\r\n\r\n");
-        assert!(!out.contains("transfer-encoding"));
-        assert!(out.ends_with("content-length: 20\r\nconnection: close\r\ncache-control: no-store\r\n\r\n1.5.0 1/2\n1.5.0 2/2\n"), "{out}");
+        let (_, headers, body) =
+            run_as(&a, "GET", "/stream?lines=2&interval_ms=0", Version::HTTP_10);
+        assert_eq!(headers[CONTENT_LENGTH], "20");
+        assert_eq!(body, "1.5.0 1/2\n1.5.0 2/2\n");
 
-        let (_, out) = run(
-            &a,
-            "HEAD /stream?lines=2&interval_ms=60000 HTTP/1.1\r\n\r\n",
-        );
+        let (status, headers, body) = run(&a, "HEAD", "/stream?lines=2&interval_ms=60000");
+        assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
         assert!(
-            out.ends_with("transfer-encoding: chunked\r\ncache-control: no-store\r\n\r\n"),
-            "{out}"
+            headers.get(CONTENT_LENGTH).is_none(),
+            "not announced as empty"
         );
     }
 }

@@ -86,6 +86,7 @@ impl Server {
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         Client {
             reader: BufReader::new(s),
+            version: "HTTP/1.1",
         }
     }
 
@@ -139,10 +140,14 @@ impl Response {
 
 struct Client {
     reader: BufReader<TcpStream>,
+    /// The version of the last request sent, which the status line repeats.
+    version: &'static str,
 }
 
 impl Client {
     fn send(&mut self, raw: &[u8]) {
+        let http10 = raw.windows(10).any(|w| w == b" HTTP/1.0\r");
+        self.version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
         self.reader.get_mut().write_all(raw).unwrap();
     }
 
@@ -171,7 +176,10 @@ impl Client {
     fn read_response(&mut self, head_only: bool) -> Response {
         let status_line = self.crlf_line();
         let mut parts = status_line.splitn(3, ' ');
-        assert_eq!(parts.next(), Some("HTTP/1.1"), "{status_line}");
+        // Changed for hyper: it answers an HTTP/1.0 request with an HTTP/1.0
+        // status line (the old server always said HTTP/1.1); both are valid
+        // (RFC 9110, 2.5) and no hapctl test reads the status line's version.
+        assert_eq!(parts.next(), Some(self.version), "{status_line}");
         let status: u16 = parts.next().unwrap().parse().unwrap();
         let mut headers = Vec::new();
         loop {
@@ -217,6 +225,11 @@ impl Client {
                     r.body = self.exact(n);
                 }
             }
+            // Changed for hyper: it sends no transfer-encoding on a HEAD
+            // answer whose length is unknown (`/stream`), where the old
+            // server sent `chunked`; a HEAD answer has no body to frame
+            // (RFC 9112, 6.3) and no hapctl test sends HEAD to the app.
+            (None, None) if head_only => {}
             other => panic!("response without exactly one framing: {other:?} {r:?}"),
         }
         r
@@ -277,7 +290,9 @@ fn routes() {
     check_version_header(&r, v);
     let r = c.request("HEAD", "/stream?lines=3&interval_ms=60000");
     assert_eq!(r.status, 200);
-    assert!(r.chunked);
+    // Changed for hyper (was `assert!(r.chunked)`): no transfer-encoding on
+    // HEAD, see `read_response`; still not announced as an empty body.
+    assert_eq!(r.header("content-length"), None);
     let r = c.request("GET", "/version");
     assert_eq!(r.text(), v, "HEAD responses sent no body");
 

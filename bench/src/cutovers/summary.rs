@@ -34,21 +34,100 @@ fn spread(cutovers: &[&Cutover], of: impl Fn(&Cutover) -> Option<f64>) -> Option
     Some([percentile(&v, 50.0), percentile(&v, 99.0), v[v.len() - 1]])
 }
 
+/// What the whole series added up to.
+struct Overall {
+    total: usize,
+    passed: usize,
+    requests: u64,
+    failed: u64,
+    streams: usize,
+    intact: usize,
+    pid_changes: usize,
+}
+
+impl Overall {
+    fn of(cutovers: &[Cutover], t: &Totals) -> Overall {
+        Overall {
+            total: cutovers.len(),
+            passed: cutovers.iter().filter(|c| c.passed).count(),
+            requests: cutovers.iter().map(|c| c.requests).sum(),
+            failed: cutovers.iter().map(|c| c.failed).sum(),
+            streams: cutovers.iter().map(|c| c.streams).sum(),
+            intact: cutovers.iter().map(|c| c.intact).sum(),
+            pid_changes: cutovers.iter().filter(|c| !c.master_same).count()
+                + usize::from(t.master_start != t.master_end),
+        }
+    }
+}
+
 pub(super) fn summarize(
     cutovers: &[Cutover],
     change_log: Option<changes::Log>,
     t: Totals,
 ) -> anyhow::Result<Report> {
-    let total = cutovers.len();
-    let passed = cutovers.iter().filter(|c| c.passed).count();
-    let requests: u64 = cutovers.iter().map(|c| c.requests).sum();
-    let failed: u64 = cutovers.iter().map(|c| c.failed).sum();
-    let streams: usize = cutovers.iter().map(|c| c.streams).sum();
-    let intact: usize = cutovers.iter().map(|c| c.intact).sum();
-    let pid_changes = cutovers.iter().filter(|c| !c.master_same).count()
-        + usize::from(t.master_start != t.master_end);
+    let o = Overall::of(cutovers, &t);
+    let failures = failures(cutovers);
+    let mut tables = vec![
+        totals_table(cutovers, &o, &t, change_log.is_some()),
+        durations_table(cutovers),
+        slowest_table(cutovers),
+    ];
+    let mut targets = targets(cutovers, &o, &t);
+    let mut json_changes = Value::Null;
+    if let Some(log) = &change_log {
+        tables.push(log.table());
+        targets.push(log.target());
+        json_changes = log.to_json();
+    }
+    let mut notes = vec![
+        format!(
+            "edge: demo-app through an [[app]] with the exec runner (ready delay 0), first version {FIRST}; \
+             deliver 2.0.N (a new process each time; the generation replaced by the delivery before is removed) \
+             and rollback (to the previous generation, still running) alternating. Each cutover measured by \
+             hapctl::prove::run (the checks of `hapctl prove`): {STREAMS} streams (a line every \
+             {STREAM_INTERVAL_MS} ms) opened before the command and closed by the client {STREAM_HOLD:?} after it \
+             ended (whatever the command's duration), {RATE} short requests/s (a new connection each) \
+             from just before the command to {SETTLE:?} after it, 0 failures tolerated."
+        ),
+        format!("per-cutover records (JSON lines) and failed cutovers' journals: {}", t.out_dir.display()),
+    ];
+    notes.extend(failures.iter().take(20).cloned());
+    let all: Vec<&Cutover> = cutovers.iter().collect();
+    Ok(Report {
+        tables,
+        targets,
+        notes,
+        json: json!({
+            "count": t.count,
+            "cutovers": o.total,
+            "passed": o.passed,
+            "probe_requests": o.requests,
+            "failed_requests": o.failed,
+            "streams": o.streams,
+            "streams_intact": o.intact,
+            "master_pid_changes": o.pid_changes,
+            "listener_handovers_failed": cutovers.iter().filter(|c| c.handover_failed).count(),
+            "reloads": t.reloads,
+            "haproxy_c": t.checks,
+            "command_ms": spread(&all, |c| Some(c.command_ms)),
+            "failures": failures,
+            "changes": json_changes,
+            "records": t.out_dir.join("cutovers.jsonl"),
+        }),
+    })
+}
+
+fn totals_table(cutovers: &[Cutover], o: &Overall, t: &Totals, with_changes: bool) -> Table {
+    let Overall {
+        total,
+        passed,
+        requests,
+        failed,
+        streams,
+        intact,
+        pid_changes,
+    } = *o;
     let intact_pct = 100.0 * intact as f64 / streams.max(1) as f64;
-    let with_changes = change_log.is_some();
     let title = format!(
         "cutovers: {total} consecutive proven cutovers (deliver / rollback), {RATE} req/s, {STREAMS} streams held to {:?} after each command{}",
         STREAM_HOLD,
@@ -96,7 +175,10 @@ pub(super) fn summarize(
         t.reloads.to_string(),
         t.checks.to_string(),
     ]);
+    totals
+}
 
+fn durations_table(cutovers: &[Cutover]) -> Table {
     let mut durations = Table::new(
         "cutovers: durations (ms)",
         &["measure", "n", "p50", "p99", "max"],
@@ -122,23 +204,8 @@ pub(super) fn summarize(
         row(&format!("cutover command, {kind}"), &list, &|c| {
             Some(c.command_ms)
         });
-        // Every step name seen, in the order first seen (a step may occur twice: summed).
-        let mut names: Vec<&str> = Vec::new();
-        for (name, _) in list.iter().flat_map(|c| &c.steps) {
-            if !names.contains(&name.as_str()) {
-                names.push(name);
-            }
-        }
-        for step in names {
-            row(&format!("  {kind}: {step}"), &list, &|c| {
-                let of: Vec<f64> = c
-                    .steps
-                    .iter()
-                    .filter(|(n, _)| n == step)
-                    .map(|(_, ms)| *ms)
-                    .collect();
-                (!of.is_empty()).then(|| of.iter().sum())
-            });
+        for step in step_names(&list) {
+            row(&format!("  {kind}: {step}"), &list, &|c| step_ms(c, step));
         }
     }
     row("command start → probe sees the new version", &all, &|c| {
@@ -147,7 +214,32 @@ pub(super) fn summarize(
     row("whole proof (streams, probe, settle, checks)", &all, &|c| {
         Some(c.proof_ms)
     });
+    durations
+}
 
+/// Every step name seen, in the order first seen.
+fn step_names<'c>(list: &[&'c Cutover]) -> Vec<&'c str> {
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _) in list.iter().flat_map(|c| &c.steps) {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// A step's duration in a cutover (a step may occur twice: summed), if it ran.
+fn step_ms(c: &Cutover, step: &str) -> Option<f64> {
+    let of: Vec<f64> = c
+        .steps
+        .iter()
+        .filter(|(n, _)| n == step)
+        .map(|(_, ms)| *ms)
+        .collect();
+    (!of.is_empty()).then(|| of.iter().sum())
+}
+
+fn slowest_table(cutovers: &[Cutover]) -> Table {
     let mut slowest: Vec<&Cutover> = cutovers
         .iter()
         .filter(|c| c.command_ms.is_finite())
@@ -169,8 +261,12 @@ pub(super) fn summarize(
             c.changes.to_string(),
         ]);
     }
+    slow
+}
 
-    let failures: Vec<String> = cutovers
+/// One line per failed cutover: its failed checks and its journal.
+fn failures(cutovers: &[Cutover]) -> Vec<String> {
+    cutovers
         .iter()
         .filter(|c| !c.passed)
         .map(|c| {
@@ -186,8 +282,13 @@ pub(super) fn summarize(
                     .unwrap_or_default()
             )
         })
-        .collect();
-    let mut targets = vec![
+        .collect()
+}
+
+fn targets(cutovers: &[Cutover], o: &Overall, t: &Totals) -> Vec<Target> {
+    let (total, passed) = (o.total, o.passed);
+    let (failed, requests, intact, streams) = (o.failed, o.requests, o.intact, o.streams);
+    vec![
         Target {
             goal: format!("{} cutovers, 0 failures", t.count),
             met: Some(total == t.count && passed == total),
@@ -205,55 +306,13 @@ pub(super) fn summarize(
         },
         Target {
             goal: "0 master PID changes".into(),
-            met: Some(pid_changes == 0),
+            met: Some(o.pid_changes == 0),
             detail: format!(
                 "master {} at the start, {} at the end",
                 t.master_start, t.master_end
             ),
         },
-    ];
-    let mut tables = vec![totals, durations, slow];
-    let mut json_changes = Value::Null;
-    if let Some(log) = &change_log {
-        tables.push(log.table());
-        targets.push(log.target());
-        json_changes = log.to_json();
-    }
-    let mut notes = vec![
-        format!(
-            "edge: demo-app through an [[app]] with the exec runner (ready delay 0), first version {FIRST}; \
-             deliver 2.0.N (a new process each time; the generation replaced by the delivery before is removed) \
-             and rollback (to the previous generation, still running) alternating. Each cutover measured by \
-             hapctl::prove::run (the checks of `hapctl prove`): {STREAMS} streams (a line every \
-             {STREAM_INTERVAL_MS} ms) opened before the command and closed by the client {STREAM_HOLD:?} after it \
-             ended (whatever the command's duration), {RATE} short requests/s (a new connection each) \
-             from just before the command to {SETTLE:?} after it, 0 failures tolerated."
-        ),
-        format!("per-cutover records (JSON lines) and failed cutovers' journals: {}", t.out_dir.display()),
-    ];
-    notes.extend(failures.iter().take(20).cloned());
-    Ok(Report {
-        tables,
-        targets,
-        notes,
-        json: json!({
-            "count": t.count,
-            "cutovers": total,
-            "passed": passed,
-            "probe_requests": requests,
-            "failed_requests": failed,
-            "streams": streams,
-            "streams_intact": intact,
-            "master_pid_changes": pid_changes,
-            "listener_handovers_failed": cutovers.iter().filter(|c| c.handover_failed).count(),
-            "reloads": t.reloads,
-            "haproxy_c": t.checks,
-            "command_ms": spread(&all, |c| Some(c.command_ms)),
-            "failures": failures,
-            "changes": json_changes,
-            "records": t.out_dir.join("cutovers.jsonl"),
-        }),
-    })
+    ]
 }
 
 /// Failed cutovers per failed check (`streams`, `probe`, …), e.g. ` (streams: 6, probe: 1)`.

@@ -231,109 +231,117 @@ impl Mix {
     }
 
     fn make(&mut self, kind: Kind) -> Option<Request> {
-        let put = |d: &Dom| Request {
-            kind,
-            method: "PUT",
-            path: format!("/v1/domains/{}", d.name),
-            body: Some(d.put_body()),
-        };
-        Some(match kind {
-            Kind::ServerAdd => {
-                let i = self.pick(|d| d.servers.len() < MAX_SERVERS)?;
-                let addr = if self.rng.below(2) == 0 {
-                    self.b.clone()
-                } else {
-                    self.a.clone()
-                };
-                let d = &mut self.domains[i];
-                d.servers.push(Srv {
-                    name: format!("s{}", d.next_server),
-                    addr,
-                    weight: None,
-                    check: false,
-                });
-                d.next_server += 1;
-                put(d)
-            }
+        match kind {
+            Kind::ServerAdd => self.server_add(),
             Kind::ServerRemove => {
                 let i = self.pick(|d| d.servers.len() > 1)?;
                 let k = self.rng.below(self.domains[i].servers.len());
                 self.domains[i].servers.remove(k);
-                put(&self.domains[i])
+                Some(put(kind, &self.domains[i]))
             }
             Kind::ServerWeight => {
                 let i = self.pick(|_| true)?;
                 let k = self.rng.below(self.domains[i].servers.len());
                 let w = self.rng.below(101) as u16;
                 self.domains[i].servers[k].weight = Some(w);
-                put(&self.domains[i])
+                Some(put(kind, &self.domains[i]))
             }
-            Kind::DomainAdd => {
-                let profile = match self.rng.below(20) {
-                    0..=14 => "default",
-                    15..=17 => "websocket",
-                    _ => "long-lived",
-                };
-                let d = Dom {
-                    name: format!("new-{}.example.com", self.next_domain),
-                    profile: profile.into(),
-                    own_profile: profile.into(),
-                    servers: vec![Srv {
-                        name: "s1".into(),
-                        addr: self.a.clone(),
-                        weight: None,
-                        check: false,
-                    }],
-                    next_server: 2,
-                    fixture: false,
-                    https: false,
-                    suspended: false,
-                };
-                self.next_domain += 1;
-                let req = put(&d);
-                self.domains.push(d);
-                req
-            }
+            Kind::DomainAdd => Some(self.domain_add()),
             Kind::DomainRemove => {
                 let i = self.pick(|d| !d.fixture)?;
                 let d = self.domains.remove(i);
-                Request {
+                Some(Request {
                     kind,
                     method: "DELETE",
                     path: format!("/v1/domains/{}", d.name),
                     body: None,
-                }
+                })
             }
-            Kind::BlockAdd => {
-                let key = format!(
-                    "100.64.{}.{}",
-                    (self.next_block >> 8) & 0xff,
-                    self.next_block & 0xff
-                );
-                self.next_block += 1;
-                self.blocks.push(key.clone());
-                Request {
-                    kind,
-                    method: "POST",
-                    path: "/v1/blocked-ips".into(),
-                    body: Some(json!({"ip": key, "reason": BLOCK_REASON})),
-                }
-            }
+            Kind::BlockAdd => Some(self.block_add()),
             Kind::BlockRemove => {
                 if self.blocks.is_empty() {
                     return None;
                 }
                 let key = self.blocks.remove(self.rng.below(self.blocks.len()));
-                Request {
+                Some(Request {
                     kind,
                     method: "DELETE",
                     path: format!("/v1/blocked-ips/{key}"),
                     body: None,
-                }
+                })
             }
+            Kind::Https | Kind::Suspension | Kind::Profile | Kind::Check => self.toggle(kind),
+        }
+    }
+
+    fn server_add(&mut self) -> Option<Request> {
+        let i = self.pick(|d| d.servers.len() < MAX_SERVERS)?;
+        let addr = if self.rng.below(2) == 0 {
+            self.b.clone()
+        } else {
+            self.a.clone()
+        };
+        let d = &mut self.domains[i];
+        d.servers.push(Srv {
+            name: format!("s{}", d.next_server),
+            addr,
+            weight: None,
+            check: false,
+        });
+        d.next_server += 1;
+        Some(put(Kind::ServerAdd, d))
+    }
+
+    fn domain_add(&mut self) -> Request {
+        let profile = match self.rng.below(20) {
+            0..=14 => "default",
+            15..=17 => "websocket",
+            _ => "long-lived",
+        };
+        let d = Dom {
+            name: format!("new-{}.example.com", self.next_domain),
+            profile: profile.into(),
+            own_profile: profile.into(),
+            servers: vec![Srv {
+                name: "s1".into(),
+                addr: self.a.clone(),
+                weight: None,
+                check: false,
+            }],
+            next_server: 2,
+            fixture: false,
+            https: false,
+            suspended: false,
+        };
+        self.next_domain += 1;
+        let req = put(Kind::DomainAdd, &d);
+        self.domains.push(d);
+        req
+    }
+
+    fn block_add(&mut self) -> Request {
+        let key = format!(
+            "100.64.{}.{}",
+            (self.next_block >> 8) & 0xff,
+            self.next_block & 0xff
+        );
+        self.next_block += 1;
+        self.blocks.push(key.clone());
+        Request {
+            kind: Kind::BlockAdd,
+            method: "POST",
+            path: "/v1/blocked-ips".into(),
+            body: Some(json!({"ip": key, "reason": BLOCK_REASON})),
+        }
+    }
+
+    /// Flips one setting of a fixture domain: HTTPS, suspension, profile or its first
+    /// server's check.
+    fn toggle(&mut self, kind: Kind) -> Option<Request> {
+        let i = self.pick(|d| d.fixture)?;
+        let d = &mut self.domains[i];
+        Some(match kind {
             Kind::Https => {
-                let i = self.pick(|d| d.fixture)?;
-                let d = &mut self.domains[i];
                 d.https = !d.https;
                 let body = if d.https {
                     json!({"redirect": "301", "hsts_max_age": 31_536_000})
@@ -348,8 +356,6 @@ impl Mix {
                 }
             }
             Kind::Suspension => {
-                let i = self.pick(|d| d.fixture)?;
-                let d = &mut self.domains[i];
                 d.suspended = !d.suspended;
                 let verb = if d.suspended { "suspend" } else { "resume" };
                 Request {
@@ -360,21 +366,28 @@ impl Mix {
                 }
             }
             Kind::Profile => {
-                let i = self.pick(|d| d.fixture)?;
-                let d = &mut self.domains[i];
                 d.profile = if d.profile == d.own_profile {
                     "long-lived".into()
                 } else {
                     d.own_profile.clone()
                 };
-                put(d)
+                put(kind, d)
             }
             Kind::Check => {
-                let i = self.pick(|d| d.fixture)?;
-                let d = &mut self.domains[i];
                 d.servers[0].check = !d.servers[0].check;
-                put(d)
+                put(kind, d)
             }
+            other => unreachable!("{} is not a toggle", other.name()),
         })
+    }
+}
+
+/// The PUT of a domain's whole definition.
+fn put(kind: Kind, d: &Dom) -> Request {
+    Request {
+        kind,
+        method: "PUT",
+        path: format!("/v1/domains/{}", d.name),
+        body: Some(d.put_body()),
     }
 }
