@@ -5,7 +5,7 @@ use std::path::Path;
 
 use clap::Args;
 
-use hapctl::api::{self, ServeOptions};
+use hapctl::daemon::{self, ServeOptions};
 
 use super::Failure;
 
@@ -20,7 +20,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(dir: &Path, args: ServeArgs) -> Result<u8, Failure> {
-    api::serve(
+    daemon::serve(
         dir,
         ServeOptions {
             listen: args.listen,

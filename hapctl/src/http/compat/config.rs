@@ -14,9 +14,9 @@ use axum::Json;
 use serde_json::json;
 
 use super::super::error::ApiError;
-use super::super::AppState;
 use super::{as_500, e1, e2, Answer};
 use crate::apply::Outcome;
+use crate::daemon::AppState;
 use crate::haproxy::{Master, Supervisor};
 
 /// `{"status":"healthy","haproxy_status":"running"|"stopped","database":"connected"}`, 200

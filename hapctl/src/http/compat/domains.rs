@@ -13,9 +13,9 @@ use serde_json::{json, Map, Value};
 
 use super::super::error::{ApiError, ValuesBody};
 use super::super::v1::{backend, resolution_after};
-use super::super::AppState;
 use super::certs::cert_path;
 use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
+use crate::daemon::AppState;
 use crate::edge::{DomainChange, DomainResult};
 use crate::model::{
     BackendLabel, Domain, Port, Profile, ServerAddr, ServerName, ServerOptions, TextContext,

@@ -7,38 +7,16 @@
 //! The route table (`routes.rs`) builds both the router and `/openapi.json`, so the
 //! documentation cannot drift from what is served.
 
-mod auth;
-mod certs;
-mod compat;
-mod cutover;
-mod domain_page;
-mod error;
-mod haproxy;
-mod history;
-mod limits;
-mod logs;
 mod metrics;
 mod notify;
-mod policies;
-mod profiles;
-mod proving;
-mod proxies;
-mod renewals;
-mod routes;
+pub(crate) mod renewals;
 mod supervision;
-mod ui;
-mod v1;
-mod waf;
-mod workers;
+pub(crate) mod workers;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use tokio::sync::oneshot;
 
 use crate::apply::ApplyReport;
@@ -46,12 +24,9 @@ use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::edge::{DomainChange, DomainResult, Edge, EdgeError};
 use crate::settings::Settings;
 
-pub use error::ApiError;
-use metrics::Metrics;
+use crate::http::{compat, cutover, routes, ui, ApiError};
+pub(crate) use metrics::Metrics;
 use workers::{BlockJob, DomainJob};
-
-/// Largest accepted request body.
-const BODY_LIMIT: usize = 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -81,44 +56,44 @@ pub enum ServeError {
 
 /// Shared by every handler.
 #[derive(Clone)]
-pub struct AppState(Arc<Inner>);
+pub struct AppState(pub(crate) Arc<Inner>);
 
-struct Inner {
-    state_dir: PathBuf,
-    token: Option<String>,
+pub(crate) struct Inner {
+    pub(crate) state_dir: PathBuf,
+    pub(crate) token: Option<String>,
     /// Shared with the apply worker, which drops its copy of the state (see `workers.rs`).
-    reads: Arc<Mutex<Edge>>,
-    domains: mpsc::Sender<DomainJob>,
-    blocks: mpsc::Sender<BlockJob>,
-    metrics: Arc<Metrics>,
+    pub(crate) reads: Arc<Mutex<Edge>>,
+    pub(crate) domains: mpsc::Sender<DomainJob>,
+    pub(crate) blocks: mpsc::Sender<BlockJob>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Bounds the ACME orders in flight, shared with the renewal worker.
-    orders: Arc<renewals::OrderGate>,
+    pub(crate) orders: Arc<renewals::OrderGate>,
     /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
-    dns: compat::PendingDns,
+    pub(crate) dns: compat::PendingDns,
     /// The dashboard's signed-in sessions.
-    sessions: ui::Sessions,
+    pub(crate) sessions: ui::Sessions,
     /// The steps of the delivery or rollback in progress.
-    cutovers: cutover::Cutovers,
+    pub(crate) cutovers: cutover::Cutovers,
 }
 
 impl AppState {
-    fn token(&self) -> Option<&str> {
+    pub(crate) fn token(&self) -> Option<&str> {
         self.0.token.as_deref()
     }
 
-    fn sessions(&self) -> &ui::Sessions {
+    pub(crate) fn sessions(&self) -> &ui::Sessions {
         &self.0.sessions
     }
 
-    fn state_dir(&self) -> &std::path::Path {
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
         &self.0.state_dir
     }
 
-    fn cutovers(&self) -> &cutover::Cutovers {
+    pub(crate) fn cutovers(&self) -> &cutover::Cutovers {
         &self.0.cutovers
     }
 
-    fn settings(&self) -> Settings {
+    pub(crate) fn settings(&self) -> Settings {
         self.0
             .reads
             .lock()
@@ -128,7 +103,7 @@ impl AppState {
     }
 
     /// Runs `f` on the shared read connection, off the async threads.
-    async fn read<T: Send + 'static>(
+    pub(crate) async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Edge) -> Result<T, EdgeError> + Send + 'static,
     ) -> Result<T, ApiError> {
@@ -143,7 +118,7 @@ impl AppState {
     }
 
     /// Runs `f` on a fresh connection (deliveries: long, and they take their own locks).
-    async fn with_new_edge<T: Send + 'static>(
+    pub(crate) async fn with_new_edge<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
     ) -> Result<T, ApiError> {
@@ -156,7 +131,7 @@ impl AppState {
 
     /// [`AppState::with_new_edge`] for work that talks to the ACME CA: it waits for a slot of
     /// the order gate first, on the blocking thread.
-    async fn with_acme<T: Send + 'static>(
+    pub(crate) async fn with_acme<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
     ) -> Result<T, ApiError> {
@@ -169,7 +144,7 @@ impl AppState {
     }
 
     /// Queues a domain change for the apply worker; answers with the apply that contained it.
-    async fn domain_job(
+    pub(crate) async fn domain_job(
         &self,
         change: Option<DomainChange>,
     ) -> Result<(ApplyReport, Option<DomainResult>), ApiError> {
@@ -184,7 +159,7 @@ impl AppState {
             .map_err(ApiError::internal)
     }
 
-    async fn block_job(
+    pub(crate) async fn block_job(
         &self,
         changes: Vec<BlockChange>,
     ) -> Result<(Vec<ChangeResult>, BlockReport), ApiError> {
@@ -196,7 +171,7 @@ impl AppState {
             .map_err(ApiError::internal)
     }
 
-    async fn block_sync(&self) -> Result<(), ApiError> {
+    pub(crate) async fn block_sync(&self) -> Result<(), ApiError> {
         let (reply, answer) = oneshot::channel();
         self.send_block_job(BlockJob::Sync { reply })?;
         answer
@@ -205,7 +180,7 @@ impl AppState {
             .map_err(ApiError::internal)
     }
 
-    fn send_block_job(&self, job: BlockJob) -> Result<(), ApiError> {
+    pub(crate) fn send_block_job(&self, job: BlockJob) -> Result<(), ApiError> {
         self.0
             .blocks
             .send(job)
@@ -381,7 +356,7 @@ fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 }
 
 /// Returns the heap's free pages to the system (after the large transient work of an apply).
-fn trim_heap() {
+pub(crate) fn trim_heap() {
     // SAFETY: malloc_trim only releases free heap pages.
     unsafe {
         libc::malloc_trim(0);
@@ -396,20 +371,4 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("stopping the API; HAProxy keeps running");
-}
-
-/// Counts every request by route and status.
-async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    let method = req.method().to_string();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let started = Instant::now();
-    let response = next.run(req).await;
-    app.0
-        .metrics
-        .request(&method, &route, response.status().as_u16());
-    tracing::debug!(%method, %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0);
-    response
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, Method};
 
-use crate::api::auth::constant_time_eq;
+use crate::http::auth::constant_time_eq;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "hapctl_session";

@@ -8,8 +8,8 @@ use axum::Json;
 use serde_json::json;
 
 use super::super::limits::{bad_gateway, read_stats, stats_query};
-use super::super::AppState;
 use super::{bad, e1};
+use crate::daemon::AppState;
 
 const NOTE: &str = "Rates are per client IP over each counter's window (counter_windows_ms), from the stick table hapctl's rate limits track; IPv4 clients are stored IPv4-mapped and shown as IPv4.";
 

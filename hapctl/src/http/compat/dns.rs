@@ -19,9 +19,9 @@ use axum::Json;
 use serde_json::json;
 
 use super::super::error::{ApiError, ValuesBody};
-use super::super::AppState;
 use super::certs::{cert_path, certs_dir, label_ok, DomainRequest};
 use super::{bad, e3, failed, Answer, OldBody};
+use crate::daemon::AppState;
 use crate::model::{CertName, Domain};
 use crate::tls::acme::PendingOrder;
 

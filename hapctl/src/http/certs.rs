@@ -112,7 +112,7 @@ pub async fn renew(
     let outcome = app
         .with_acme(move |edge| edge.renew_certificate(&name))
         .await?;
-    super::renewals::record(&app.0.metrics, std::slice::from_ref(&outcome));
+    crate::daemon::renewals::record(&app.0.metrics, std::slice::from_ref(&outcome));
     match &outcome.error {
         None => Ok(Json(outcome).into_response()),
         Some(e) => Err(ApiError::new(
@@ -131,7 +131,7 @@ pub async fn renew(
 /// failed one keeps serving its current certificate and says why in its `error`.
 pub async fn renew_due(State(app): State<AppState>) -> Result<Response, ApiError> {
     let outcomes = app.with_acme(|edge| edge.renew_due(false)).await?;
-    super::renewals::record(&app.0.metrics, &outcomes);
+    crate::daemon::renewals::record(&app.0.metrics, &outcomes);
     Ok(Json(json!({ "renewals": outcomes })).into_response())
 }
 

@@ -367,7 +367,7 @@ mod tests {
         crate::edge::init(dir.path(), false, crate::edge::Layout::StateDir, None).unwrap();
         // No other test of this binary starts the workers.
         assert!(workers_alive().is_err());
-        let metrics = Arc::new(super::super::metrics::Metrics::default());
+        let metrics = Arc::new(super::super::Metrics::default());
         let edge = crate::edge::Edge::open(dir.path()).unwrap();
         let reads = Arc::new(std::sync::Mutex::new(edge.connection().unwrap()));
         let senders = super::super::workers::start(metrics, reads, edge).unwrap();

@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::super::error::{ApiError, ValuesBody};
-use super::super::AppState;
 use super::{as_500, bad, e1, naive_iso, required, sql_time, text, Answer, Ignored, OldBody};
 use crate::blocks::{BlockChange, BlockReport, ChangeResult, Enforcement};
+use crate::daemon::AppState;
 use crate::edge::Edge;
 use crate::haproxy::{Master, RuntimeMap};
 use crate::model::{BlockKey, Note, Ttl};

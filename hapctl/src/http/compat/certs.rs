@@ -27,9 +27,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::super::error::{ApiError, PathParam, ValuesBody};
-use super::super::AppState;
 use super::{bad, cap, e1, failed, Answer, Ignored, OldBody};
 use crate::clock::unix_now;
+use crate::daemon::AppState;
 use crate::edge::{CertView, Edge, EdgeError};
 use crate::model::{CertName, Domain};
 use crate::tls::x509;
@@ -401,7 +401,7 @@ async fn renew(app: AppState) -> Answer {
         .with_acme(|edge| edge.renew_due(false))
         .await
         .map_err(|e| failed(format!("Certificate renewal failed: {}", e.message)))?;
-    super::super::renewals::record(&app.0.metrics, &outcomes);
+    crate::daemon::renewals::record(&app.0.metrics, &outcomes);
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| o.error.as_ref().map(|e| format!("{}: {e}", o.name)))
