@@ -1,4 +1,4 @@
-//! `hapctl serve`: the HTTP API daemon.
+//! `hapctl serve`: the daemon, serving the HTTP API.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -6,6 +6,7 @@ use std::path::Path;
 use clap::Args;
 
 use hapctl::daemon::{self, ServeOptions};
+use hapctl::http;
 
 use super::Failure;
 
@@ -26,6 +27,7 @@ pub fn run(dir: &Path, args: ServeArgs) -> Result<u8, Failure> {
             listen: args.listen,
             no_auth: args.no_auth,
         },
+        http::router,
     )?;
     Ok(0)
 }

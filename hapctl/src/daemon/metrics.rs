@@ -90,6 +90,11 @@ impl Metrics {
         self.with(|c| *c.reloads.entry(kind.as_str()).or_default() += 1);
     }
 
+    /// A reload a client asked for (`POST /v1/haproxy/reload`, the old manager's reloads).
+    pub fn reload_requested(&self) {
+        self.reload(ReloadKind::Requested);
+    }
+
     pub fn batch(&self, changes: usize) {
         self.with(|c| c.batched_changes += changes as u64);
     }

@@ -1,32 +1,30 @@
-//! `hapctl serve`: the HTTP API daemon (tokio + axum) over the same services as the CLI.
+//! `hapctl serve`: the daemon. It brings HAProxy to the committed state, starts the workers
+//! (`workers.rs`: coalesced applies, the block fast path), the supervision loop, the renewal
+//! worker and systemd's notifications, then serves the router it is given (`crate::http`) on
+//! TCP and on the CLI's unix socket until SIGTERM or SIGINT.
 //!
-//! Handlers are thin: they parse the request into model types, hand changes to the workers
-//! (`workers.rs`: coalesced applies, the block fast path) or read through one shared
-//! connection, and shape the answer. Certificate work (`certs.rs`, `compat/certs.rs`) runs on
-//! a fresh `Edge` on a blocking thread; the renewal worker (`renewals.rs`) renews on its own.
-//! The route table (`routes.rs`) builds both the router and `/openapi.json`, so the
-//! documentation cannot drift from what is served.
+//! What the front ends call is [`Services`] (`services.rs`): the shared read connection, the
+//! workers' queues, fresh connections for long work, and the metrics.
 
 mod metrics;
 mod notify;
-pub(crate) mod renewals;
+mod renewals;
+mod services;
 mod supervision;
-pub(crate) mod workers;
+mod workers;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::oneshot;
+use crate::edge::{Edge, EdgeError};
+use crate::settings::{LogTarget, Mode, Settings};
 
-use crate::apply::ApplyReport;
-use crate::blocks::{BlockChange, BlockReport, ChangeResult};
-use crate::edge::{DomainChange, DomainResult, Edge, EdgeError};
-use crate::settings::Settings;
-
-use crate::http::{compat, cutover, routes, ui, ApiError};
-pub(crate) use metrics::Metrics;
-use workers::{BlockJob, DomainJob};
+pub use metrics::Metrics;
+use notify::Notifier;
+use services::Parts;
+pub use services::{JobError, Services};
+use supervision::SupervisionLoop;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -54,210 +52,124 @@ pub enum ServeError {
     Logs(#[from] crate::logs::LogError),
 }
 
-/// Shared by every handler.
-#[derive(Clone)]
-pub struct AppState(pub(crate) Arc<Inner>);
-
-pub(crate) struct Inner {
-    pub(crate) state_dir: PathBuf,
-    pub(crate) token: Option<String>,
-    /// Shared with the apply worker, which drops its copy of the state (see `workers.rs`).
-    pub(crate) reads: Arc<Mutex<Edge>>,
-    pub(crate) domains: mpsc::Sender<DomainJob>,
-    pub(crate) blocks: mpsc::Sender<BlockJob>,
-    pub(crate) metrics: Arc<Metrics>,
-    /// Bounds the ACME orders in flight, shared with the renewal worker.
-    pub(crate) orders: Arc<renewals::OrderGate>,
-    /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
-    pub(crate) dns: compat::PendingDns,
-    /// The dashboard's signed-in sessions.
-    pub(crate) sessions: ui::Sessions,
-    /// The steps of the delivery or rollback in progress.
-    pub(crate) cutovers: cutover::Cutovers,
-}
-
-impl AppState {
-    pub(crate) fn token(&self) -> Option<&str> {
-        self.0.token.as_deref()
-    }
-
-    pub(crate) fn sessions(&self) -> &ui::Sessions {
-        &self.0.sessions
-    }
-
-    pub(crate) fn state_dir(&self) -> &std::path::Path {
-        &self.0.state_dir
-    }
-
-    pub(crate) fn cutovers(&self) -> &cutover::Cutovers {
-        &self.0.cutovers
-    }
-
-    pub(crate) fn settings(&self) -> Settings {
-        self.0
-            .reads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .settings
-            .clone()
-    }
-
-    /// Runs `f` on the shared read connection, off the async threads.
-    pub(crate) async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Edge) -> Result<T, EdgeError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let app = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let edge = app.0.reads.lock().unwrap_or_else(|e| e.into_inner());
-            f(&edge)
-        })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(ApiError::from)
-    }
-
-    /// Runs `f` on a fresh connection (deliveries: long, and they take their own locks).
-    pub(crate) async fn with_new_edge<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let dir = self.0.state_dir.clone();
-        tokio::task::spawn_blocking(move || Edge::open(&dir).and_then(|mut edge| f(&mut edge)))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(ApiError::from)
-    }
-
-    /// [`AppState::with_new_edge`] for work that talks to the ACME CA: it waits for a slot of
-    /// the order gate first, on the blocking thread.
-    pub(crate) async fn with_acme<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let gate = self.0.orders.clone();
-        self.with_new_edge(move |edge| {
-            let _slot = gate.acquire();
-            f(edge)
-        })
-        .await
-    }
-
-    /// Queues a domain change for the apply worker; answers with the apply that contained it.
-    pub(crate) async fn domain_job(
-        &self,
-        change: Option<DomainChange>,
-    ) -> Result<(ApplyReport, Option<DomainResult>), ApiError> {
-        let (reply, answer) = oneshot::channel();
-        self.0
-            .domains
-            .send(DomainJob { change, reply })
-            .map_err(|_| ApiError::internal("the apply worker stopped"))?;
-        answer
-            .await
-            .map_err(|_| ApiError::internal("the apply worker dropped the request"))?
-            .map_err(ApiError::internal)
-    }
-
-    pub(crate) async fn block_job(
-        &self,
-        changes: Vec<BlockChange>,
-    ) -> Result<(Vec<ChangeResult>, BlockReport), ApiError> {
-        let (reply, answer) = oneshot::channel();
-        self.send_block_job(BlockJob::Change { changes, reply })?;
-        answer
-            .await
-            .map_err(|_| ApiError::internal("the block worker dropped the request"))?
-            .map_err(ApiError::internal)
-    }
-
-    pub(crate) async fn block_sync(&self) -> Result<(), ApiError> {
-        let (reply, answer) = oneshot::channel();
-        self.send_block_job(BlockJob::Sync { reply })?;
-        answer
-            .await
-            .map_err(|_| ApiError::internal("the block worker dropped the request"))?
-            .map_err(ApiError::internal)
-    }
-
-    pub(crate) fn send_block_job(&self, job: BlockJob) -> Result<(), ApiError> {
-        self.0
-            .blocks
-            .send(job)
-            .map_err(|_| ApiError::internal("the block worker stopped"))
-    }
-}
-
 /// Options of `hapctl serve`.
 pub struct ServeOptions {
     pub listen: Option<SocketAddr>,
     pub no_auth: bool,
 }
 
-/// Runs the daemon until SIGTERM or SIGINT. HAProxy is started if it is not running, and left
-/// running when the daemon stops.
-pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> {
-    // glibc gives each thread that ever allocated a lot its own arena and keeps it: with a
-    // dozen threads, one large request each would multiply the daemon's memory.
-    // Blocks of 128 KiB and more (rendered files, answer bodies, key lists: megabytes at
-    // 10,000 domains) get their own mapping, returned to the system when freed. glibc's default
-    // raises that bound to the largest block freed so far, after which such blocks come from
-    // the heap and their pages stay with the process until a trim.
+/// The bearer token the API requires (`None`: `--no-auth` on a loopback address).
+pub type Token = Option<String>;
+
+/// Runs the daemon until SIGTERM or SIGINT, serving what `router` builds over its services.
+/// HAProxy is started if it is not running, and left running when the daemon stops.
+pub fn serve(
+    state_dir: &Path,
+    options: ServeOptions,
+    router: impl FnOnce(Services, Token) -> axum::Router,
+) -> Result<(), ServeError> {
+    tune_allocator();
+    // Read (and removed from the environment) before any thread exists.
+    let notifier = Arc::new(Notifier::from_env());
+    notifier.status("starting: bringing HAProxy to the committed state");
+    let mut edge = Edge::open(state_dir)?;
+    let listen = options.listen.unwrap_or(edge.settings.api.listen);
+    let token = api_token(&edge.settings, listen, options.no_auth)?;
+    let _companions = Companions::start(state_dir, &edge.settings)?;
+    bring_up_haproxy(&mut edge)?;
+    let (services, _supervision) = start_workers(state_dir, edge)?;
+    let socket = services.settings().paths.api_socket();
+    let router = router(services.clone(), token);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(ServeError::Server)?;
+    runtime.block_on(listen_and_serve(
+        Listeners {
+            tcp: listen,
+            socket,
+        },
+        router,
+        services,
+        notifier,
+    ))
+}
+
+/// glibc gives each thread that ever allocated a lot its own arena and keeps it: with a dozen
+/// threads, one large request each would multiply the daemon's memory. Blocks of 128 KiB and
+/// more (rendered files, answer bodies, key lists: megabytes at 10,000 domains) get their own
+/// mapping, returned to the system when freed. glibc's default raises that bound to the
+/// largest block freed so far, after which such blocks come from the heap and their pages stay
+/// with the process until a trim.
+fn tune_allocator() {
     // SAFETY: mallopt only tunes the allocator; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
-    // Read (and removed from the environment) before any thread exists.
-    let notifier = Arc::new(notify::Notifier::from_env());
-    notifier.status("starting: bringing HAProxy to the committed state");
-    let mut edge = Edge::open(state_dir)?;
-    let listen = options.listen.unwrap_or(edge.settings.api.listen);
-    let token = if options.no_auth {
+}
+
+/// The token from `[api] token_file`, or none when `--no-auth` asks for it on a loopback
+/// address.
+fn api_token(settings: &Settings, listen: SocketAddr, no_auth: bool) -> Result<Token, ServeError> {
+    if no_auth {
         if !listen.ip().is_loopback() {
             return Err(ServeError::NoAuthNotLoopback(listen));
         }
-        None
-    } else {
-        let path = edge.settings.api.token_file.clone();
-        let token = std::fs::read_to_string(&path).map_err(|source| ServeError::Token {
-            path: path.clone(),
-            source,
-        })?;
-        let token = token.trim().to_string();
-        if token.is_empty() {
-            return Err(ServeError::EmptyToken(path));
-        }
-        Some(token)
-    };
+        return Ok(None);
+    }
+    let path = settings.api.token_file.clone();
+    let token = std::fs::read_to_string(&path).map_err(|source| ServeError::Token {
+        path: path.clone(),
+        source,
+    })?;
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        return Err(ServeError::EmptyToken(path));
+    }
+    Ok(Some(token))
+}
 
-    // The access log is read before HAProxy may start, so its first lines are kept.
-    let _access_log = match edge.settings.logs.target {
-        crate::settings::LogTarget::File => Some(crate::logs::Receiver::start(
-            &edge.settings.logs,
-            edge.settings.haproxy.privileges.worker_user(),
-        )?),
-        _ => None,
-    };
-    // hapctl's WAF agent (direct mode), up before HAProxy may send it requests (docs/waf.md).
-    let _waf_agent = match (&edge.settings.waf, edge.settings.haproxy.mode) {
-        (Some(_), crate::settings::Mode::Direct) => Some(
-            crate::waf::supervise::start(
-                state_dir,
-                edge.settings
-                    .paths
-                    .haproxy_log
-                    .with_file_name("waf-agent.log"),
-            )
-            .map_err(ServeError::Server)?,
-        ),
-        _ => None,
-    };
+/// What runs beside HAProxy for as long as the daemon does (stopped on drop).
+struct Companions {
+    _access_log: Option<crate::logs::Receiver>,
+    _waf_agent: Option<crate::waf::supervise::AgentSupervision>,
+}
 
-    // Bring the edge to the committed state (this also finishes an interrupted apply), start
-    // HAProxy if needed (unless it was stopped on purpose), and rebuild what lives only in the
-    // worker: runtime entries of a daemon that was killed may be missing. From then on the
-    // supervision loop keeps it running.
+impl Companions {
+    /// The access log is read before HAProxy may start, so its first lines are kept; hapctl's
+    /// WAF agent (direct mode) is up before HAProxy may send it requests (docs/waf.md).
+    fn start(state_dir: &Path, settings: &Settings) -> Result<Companions, ServeError> {
+        let access_log = match settings.logs.target {
+            LogTarget::File => Some(crate::logs::Receiver::start(
+                &settings.logs,
+                settings.haproxy.privileges.worker_user(),
+            )?),
+            _ => None,
+        };
+        let waf_agent = match (&settings.waf, settings.haproxy.mode) {
+            (Some(_), Mode::Direct) => Some(
+                crate::waf::supervise::start(
+                    state_dir,
+                    settings.paths.haproxy_log.with_file_name("waf-agent.log"),
+                )
+                .map_err(ServeError::Server)?,
+            ),
+            _ => None,
+        };
+        Ok(Companions {
+            _access_log: access_log,
+            _waf_agent: waf_agent,
+        })
+    }
+}
+
+/// Brings the edge to the committed state (this also finishes an interrupted apply), starts
+/// HAProxy if needed (unless it was stopped on purpose), and rebuilds what lives only in the
+/// worker: runtime entries of a daemon that was killed may be missing. From then on the
+/// supervision loop keeps it running.
+fn bring_up_haproxy(edge: &mut Edge) -> Result<(), ServeError> {
     let report = edge.apply("serve: startup")?;
     if !report.outcome.is_success() {
         return Err(ServeError::Start(format!(
@@ -278,69 +190,78 @@ pub fn serve(state_dir: &Path, options: ServeOptions) -> Result<(), ServeError> 
     // The startup apply freed two parsed states and rendered file sets; hand their pages back
     // before the workers (other threads, maybe another arena) allocate their own.
     trim_heap();
+    Ok(())
+}
 
+/// Starts supervision, renewals and the two workers. `edge` is the connection the startup
+/// apply ran on: the apply worker keeps it, since what an apply leaves for the next one (the
+/// committed state, the rendered backend sections: 11 MiB at 10,000 domains) serves its next
+/// apply. The handlers read through a connection of their own, which never applies.
+fn start_workers(state_dir: &Path, edge: Edge) -> Result<(Services, SupervisionLoop), ServeError> {
     let metrics = Arc::new(Metrics::default());
-    let _supervision = supervision::start(edge.connection()?, metrics.clone());
+    let supervision = supervision::start(edge.connection()?, metrics.clone());
     let orders = Arc::new(renewals::OrderGate::default());
     renewals::start(edge.connection()?, metrics.clone(), orders.clone());
-    // The startup apply ran on the connection the apply worker keeps: what an apply leaves
-    // for the next one (the committed state, the rendered backend sections: 11 MiB at 10,000
-    // domains) serves its next apply. The handlers read through a connection of their own,
-    // which never applies.
     let reads = Arc::new(Mutex::new(edge.connection()?));
     let (domains, blocks) = workers::start(metrics.clone(), reads.clone(), edge)?;
-    let app = AppState(Arc::new(Inner {
+    let services = Services::new(Parts {
         state_dir: state_dir.to_path_buf(),
-        token,
         reads,
         domains,
         blocks,
         metrics,
         orders,
-        dns: compat::PendingDns::default(),
-        sessions: ui::Sessions::default(),
-        cutovers: cutover::Cutovers::default(),
-    }));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(ServeError::Server)?;
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|source| ServeError::Listen {
-                addr: listen,
-                source,
-            })?;
-        // The same routes for the CLI of this host (`cli/forward.rs`); bound after the TCP
-        // port, which a second daemon of the state dir cannot take, so a socket in the way is
-        // a dead daemon's.
-        let socket = app.settings().paths.api_socket();
-        let local = bind_socket(&socket).map_err(ServeError::Server)?;
-        tracing::info!("hapctl API listening on {listen} and {}", socket.display());
-        eprintln!("hapctl API listening on http://{listen}");
-        notify::announce_ready(&notifier, &app, listen);
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let router = routes::router(app);
-        let cli = tokio::spawn(std::future::IntoFuture::into_future(
-            axum::serve(local, router.clone())
-                .with_graceful_shutdown(until_stopped(stopped.clone())),
-        ));
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                notifier.stopping();
-                let _ = stop.send(true);
-            })
-            .await;
-        let _ = cli.await;
-        let _ = std::fs::remove_file(&socket);
-        served.map_err(ServeError::Server)
-    })
+    });
+    Ok((services, supervision))
+}
+
+/// Where the router is served: the TCP address, and the CLI's unix socket.
+struct Listeners {
+    tcp: SocketAddr,
+    socket: PathBuf,
+}
+
+/// Serves `router` on both listeners until a signal; the unix socket stops with the TCP one.
+async fn listen_and_serve(
+    at: Listeners,
+    router: axum::Router,
+    services: Services,
+    notifier: Arc<Notifier>,
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(at.tcp)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: at.tcp,
+            source,
+        })?;
+    // The same routes for the CLI of this host (`cli/forward.rs`); bound after the TCP port,
+    // which a second daemon of the state dir cannot take, so a socket in the way is a dead
+    // daemon's.
+    let local = bind_socket(&at.socket).map_err(ServeError::Server)?;
+    tracing::info!(
+        "hapctl API listening on {} and {}",
+        at.tcp,
+        at.socket.display()
+    );
+    eprintln!("hapctl API listening on http://{}", at.tcp);
+    notify::announce_ready(&notifier, &services, at.tcp);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let cli = tokio::spawn(std::future::IntoFuture::into_future(
+        axum::serve(local, router.clone()).with_graceful_shutdown(async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        }),
+    ));
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            notifier.stopping();
+            let _ = stop.send(true);
+        })
+        .await;
+    let _ = cli.await;
+    let _ = std::fs::remove_file(&at.socket);
+    served.map_err(ServeError::Server)
 }
 
 /// Listens on `path` (0600: the CLI of the daemon's user), replacing a stale socket.
@@ -356,7 +277,7 @@ fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 }
 
 /// Returns the heap's free pages to the system (after the large transient work of an apply).
-pub(crate) fn trim_heap() {
+fn trim_heap() {
     // SAFETY: malloc_trim only releases free heap pages.
     unsafe {
         libc::malloc_trim(0);

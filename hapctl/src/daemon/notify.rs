@@ -18,7 +18,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::AppState;
+use super::Services;
 
 const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 const WATCHDOG_USEC: &str = "WATCHDOG_USEC";
@@ -155,22 +155,23 @@ pub(super) async fn watchdog<F, Fut>(
 }
 
 /// Tells systemd the daemon is ready and, when systemd watches it, starts the watchdog task.
-pub(super) fn announce_ready(notifier: &Arc<Notifier>, app: &AppState, listen: TcpAddr) {
+pub(super) fn announce_ready(notifier: &Arc<Notifier>, services: &Services, listen: TcpAddr) {
     let serving = format!("serving the API on {listen}");
     notifier.ready(&serving);
     if let Some(every) = notifier.ping_every() {
-        let app = app.clone();
+        let services = services.clone();
         tokio::spawn(watchdog(notifier.clone(), every, serving, move || {
-            healthy(app.clone())
+            healthy(services.clone())
         }));
     }
 }
 
 /// Healthy: the shared read connection answers and the workers' threads live.
-async fn healthy(app: AppState) -> Result<(), String> {
-    app.read(|edge| edge.history(1).map(drop))
+async fn healthy(services: Services) -> Result<(), String> {
+    services
+        .read(|edge| edge.history(1).map(drop))
         .await
-        .map_err(|e| format!("the read connection fails: {}", e.message))?;
+        .map_err(|e| format!("the read connection fails: {e}"))?;
     workers_alive()
 }
 
@@ -367,7 +368,7 @@ mod tests {
         crate::edge::init(dir.path(), false, crate::edge::Layout::StateDir, None).unwrap();
         // No other test of this binary starts the workers.
         assert!(workers_alive().is_err());
-        let metrics = Arc::new(super::super::Metrics::default());
+        let metrics = Arc::new(super::super::metrics::Metrics::default());
         let edge = crate::edge::Edge::open(dir.path()).unwrap();
         let reads = Arc::new(std::sync::Mutex::new(edge.connection().unwrap()));
         let senders = super::super::workers::start(metrics, reads, edge).unwrap();

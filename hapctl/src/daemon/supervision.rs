@@ -54,12 +54,12 @@ impl Backoff {
 }
 
 /// The running loop; stopping it (drop) waits for a restart in progress to end.
-pub struct Supervision {
+pub struct SupervisionLoop {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Drop for Supervision {
+impl Drop for SupervisionLoop {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
@@ -70,7 +70,7 @@ impl Drop for Supervision {
 
 /// Starts the loop on its own connection (`edge`). `HAProxy` has been started (or left
 /// stopped) by then.
-pub fn start(edge: Edge, metrics: Arc<Metrics>) -> Supervision {
+pub fn start(edge: Edge, metrics: Arc<Metrics>) -> SupervisionLoop {
     let mut watch = Watch::new(edge, metrics);
     // The first look before `serve` goes on, not after the thread's first pause and state
     // file write (an fsync, slow under I/O load): a master killed from here on is one the loop
@@ -87,7 +87,7 @@ pub fn start(edge: Edge, metrics: Arc<Metrics>) -> Supervision {
             watch.edge.withdraw_supervision();
         })
         .expect("spawn the supervision loop");
-    Supervision {
+    SupervisionLoop {
         stop: Some(stop),
         thread: Some(thread),
     }

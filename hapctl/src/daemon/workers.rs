@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::metrics::Metrics;
+use super::services::JobError;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockCache, BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
@@ -22,17 +23,17 @@ use crate::edge::{DomainChange, DomainResult, Edge};
 /// `None` change: re-render and apply the committed state (`POST /v1/apply`).
 pub struct DomainJob {
     pub change: Option<DomainChange>,
-    pub reply: oneshot::Sender<Result<(ApplyReport, Option<DomainResult>), String>>,
+    pub reply: oneshot::Sender<Result<(ApplyReport, Option<DomainResult>), JobError>>,
 }
 
 pub enum BlockJob {
     Change {
         changes: Vec<BlockChange>,
-        reply: oneshot::Sender<Result<(Vec<ChangeResult>, BlockReport), String>>,
+        reply: oneshot::Sender<Result<(Vec<ChangeResult>, BlockReport), JobError>>,
     },
     /// Rebuild the file and the runtime map from the database.
     Sync {
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), JobError>>,
     },
 }
 
@@ -123,15 +124,15 @@ fn apply_worker(
                         Some(_) => per_change.next(),
                         None => shared.clone().map(|r| (r, None)),
                     };
-                    let _ = job
-                        .reply
-                        .send(answer.ok_or_else(|| "no result for this change".to_string()));
+                    let _ = job.reply.send(
+                        answer.ok_or_else(|| JobError::Gone("no result for this change".into())),
+                    );
                 }
             }
             Err(e) => {
-                let message = e.to_string();
+                let error = JobError::from(e);
                 for job in jobs {
-                    let _ = job.reply.send(Err(message.clone()));
+                    let _ = job.reply.send(Err(error.clone()));
                 }
             }
         }
@@ -188,14 +189,15 @@ fn block_worker(mut edge: Edge, rx: mpsc::Receiver<BlockJob>, metrics: Arc<Metri
                     }
                 }
                 Err(e) => {
+                    let error = JobError::from(e);
                     for (_, reply) in batch {
-                        let _ = reply.send(Err(e.to_string()));
+                        let _ = reply.send(Err(error.clone()));
                     }
                 }
             }
         }
         for reply in syncs {
-            let _ = reply.send(edge.sync_blocks().map_err(|e| e.to_string()));
+            let _ = reply.send(edge.sync_blocks().map_err(JobError::from));
         }
     }
 }

@@ -8,16 +8,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::ui::session::Verdict;
-use super::{compat, AppState};
-
-/// Compares in time independent of where the strings differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+use super::ui::session::{constant_time_eq, SessionVerdict};
+use super::{compat, ApiState};
 
 /// The routes that need no token: the health checks and the old manager's two pages.
 pub fn is_open(path: &str) -> bool {
@@ -26,7 +18,7 @@ pub fn is_open(path: &str) -> bool {
 
 /// Rejects requests without the right `Authorization: Bearer <token>` (but the open routes).
 /// On the old manager's paths the refusal is its own 401 body (E4).
-pub async fn require_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn require_token(State(app): State<ApiState>, req: Request, next: Next) -> Response {
     let Some(expected) = app.token() else {
         return next.run(req).await;
     };
@@ -42,11 +34,11 @@ pub async fn require_token(State(app): State<AppState>, req: Request, next: Next
     if given.is_none() && req.uri().path().starts_with("/v1/") {
         let now = std::time::Instant::now();
         match app.sessions().authorize(req.method(), req.headers(), now) {
-            Verdict::Allowed => return next.run(req).await,
-            Verdict::Forbidden(why) => {
+            SessionVerdict::Allowed => return next.run(req).await,
+            SessionVerdict::Forbidden(why) => {
                 return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response()
             }
-            Verdict::NoSession => {}
+            SessionVerdict::NoSession => {}
         }
     }
     match given {
@@ -59,15 +51,5 @@ pub async fn require_token(State(app): State<AppState>, req: Request, next: Next
             "missing `Authorization: Bearer <token>`; the token is in the file named by [api] token_file",
         )
         .into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn constant_time_eq_compares_whole_strings() {
-        assert!(super::constant_time_eq(b"abc", b"abc"));
-        assert!(!super::constant_time_eq(b"abc", b"abd"));
-        assert!(!super::constant_time_eq(b"abc", b"ab"));
     }
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, PathParam, ValuesBody};
-use super::AppState;
+use super::ApiState;
 use crate::edge::{CertView, Edge, EdgeError};
 use crate::model::{CertName, Domain};
 use crate::tls::InstallReport;
@@ -35,13 +35,13 @@ fn installed(report: InstallReport, created: bool) -> Response {
     (status, Json(report)).into_response()
 }
 
-pub async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     app.read(|edge| Ok(Json(json!({ "certificates": edge.certificates()? }))))
         .await
 }
 
 pub async fn show(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Json<CertView>, ApiError> {
     let name = cert_name(&name)?;
@@ -61,7 +61,7 @@ pub struct ImportRequest {
 }
 
 pub async fn put(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
     ValuesBody(req): ValuesBody<ImportRequest>,
 ) -> Result<Response, ApiError> {
@@ -87,7 +87,7 @@ pub struct OrderRequest {
 }
 
 pub async fn request(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
     ValuesBody(req): ValuesBody<OrderRequest>,
 ) -> Result<Response, ApiError> {
@@ -105,14 +105,15 @@ pub async fn request(
 /// A failed renewal is a 502 (the current certificate keeps serving, the row records the
 /// error and when to retry); a certificate that is not from ACME is a 400.
 pub async fn renew(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     let name = cert_name(&name)?;
     let outcome = app
         .with_acme(move |edge| edge.renew_certificate(&name))
         .await?;
-    crate::daemon::renewals::record(&app.0.metrics, std::slice::from_ref(&outcome));
+    app.services()
+        .record_renewals(std::slice::from_ref(&outcome));
     match &outcome.error {
         None => Ok(Json(outcome).into_response()),
         Some(e) => Err(ApiError::new(
@@ -129,14 +130,14 @@ pub async fn renew(
 /// `POST /v1/renewals`: renews every ACME certificate that is due (`hapctl cert renew --all`),
 /// one order at a time: `{renewals: [{name, report, error}]}`, empty when none is due. A
 /// failed one keeps serving its current certificate and says why in its `error`.
-pub async fn renew_due(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn renew_due(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let outcomes = app.with_acme(|edge| edge.renew_due(false)).await?;
-    crate::daemon::renewals::record(&app.0.metrics, &outcomes);
+    app.services().record_renewals(&outcomes);
     Ok(Json(json!({ "renewals": outcomes })).into_response())
 }
 
 pub async fn delete(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Json<InstallReport>, ApiError> {
     let name = cert_name(&name)?;

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::apply::{ApplyError, ApplyReport, Outcome};
+use crate::daemon::JobError;
 use crate::edge::EdgeError;
 use crate::haproxy::{ReloadError, SupervisorError};
 use crate::model::Invalid;
@@ -103,7 +104,24 @@ impl From<Invalid> for ApiError {
 
 impl From<EdgeError> for ApiError {
     fn from(e: EdgeError) -> ApiError {
-        match &e {
+        ApiError::from_edge(&e)
+    }
+}
+
+/// A worker's refusal keeps its status (a missing domain is a 404, a refused bundle a 400);
+/// only a worker that is gone is the daemon's own 500.
+impl From<JobError> for ApiError {
+    fn from(e: JobError) -> ApiError {
+        match e {
+            JobError::Edge(e) => ApiError::from_edge(&e),
+            JobError::Gone(why) => ApiError::internal(why),
+        }
+    }
+}
+
+impl ApiError {
+    fn from_edge(e: &EdgeError) -> ApiError {
+        match e {
             EdgeError::Apply(ApplyError::NotFound(m)) => ApiError::not_found(m.clone()),
             EdgeError::Deliver(d) if d.is_not_found() => ApiError::not_found(e.to_string()),
             EdgeError::Certs(c) => ApiError::from_cert(c),

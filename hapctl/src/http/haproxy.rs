@@ -9,15 +9,15 @@ use axum::Json;
 use serde_json::json;
 
 use super::error::ApiError;
-use super::AppState;
-use crate::haproxy::{ReloadKind, StopReport};
+use super::ApiState;
+use crate::haproxy::StopReport;
 
 /// Applies the committed state, then starts the master (409 when one runs).
-pub async fn post_start(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn post_start(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let (report, started) = app
         .with_new_edge(|edge| edge.apply_and_start("api haproxy start"))
         .await?;
-    app.0.metrics.apply(&report);
+    app.services().metrics().apply(&report);
     let Some(started) = started else {
         return Err(ApiError::from_apply(report));
     };
@@ -25,11 +25,11 @@ pub async fn post_start(State(app): State<AppState>) -> Result<Response, ApiErro
 }
 
 /// Reloads through the master, confirmed by its new worker (409 when none runs).
-pub async fn post_reload(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn post_reload(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let reloaded = app
         .with_new_edge(|edge| edge.reload_haproxy("POST /v1/haproxy/reload"))
         .await?;
-    app.0.metrics.reload(ReloadKind::Requested);
+    app.services().metrics().reload_requested();
     let r = &reloaded.report;
     Ok(Json(json!({
         "master_pid": r.master_pid,
@@ -42,7 +42,7 @@ pub async fn post_reload(State(app): State<AppState>) -> Result<Response, ApiErr
 }
 
 /// Stops the master and its workers; it stays down (also under `hapctl serve`) until a start.
-pub async fn post_stop(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn post_stop(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let stopped = app.with_new_edge(|edge| edge.stop_haproxy()).await?;
     let (outcome, pid) = match stopped {
         StopReport::Stopped { pid } => ("stopped", Some(pid)),

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, PathParam};
-use super::AppState;
+use super::ApiState;
 use crate::edge::EdgeError;
 
 /// Journals listed, newest first.
@@ -16,13 +16,13 @@ const PROOFS_LISTED: usize = 50;
 /// A journal is a page of markdown; a bigger file is not one `hapctl prove` wrote.
 const MAX_JOURNAL_BYTES: u64 = 4 << 20;
 
-pub async fn list_applies(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list_applies(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     let list = app.read(|edge| edge.apply_entries(100)).await?;
     Ok(Json(serde_json::to_value(list).unwrap_or_default()))
 }
 
 pub async fn get_apply(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let n: i64 = id
@@ -92,7 +92,7 @@ fn read_journal(dir: &Path, name: &str) -> Result<String, EdgeError> {
     Ok(text)
 }
 
-pub async fn list_proofs(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list_proofs(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     let list = app
         .read(|edge| proofs(&edge.settings.paths.journal_dir))
         .await?;
@@ -100,7 +100,7 @@ pub async fn list_proofs(State(app): State<AppState>) -> Result<Json<Value>, Api
 }
 
 pub async fn get_proof(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     if journal_name(&name).is_none() {

@@ -11,7 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::error::{ApiError, Body, PathParam};
-use super::AppState;
+use super::ApiState;
 use crate::apply::ApplyReport;
 use crate::edge::{Edge, EdgeError};
 use crate::model::{check_secs, BlockKey, Domain, Invalid, Slot, MAX_TARPIT_SECS, MAX_WINDOW_SECS};
@@ -69,13 +69,13 @@ fn secs(field: &'static str, n: Option<u64>, max: u32) -> Result<Option<String>,
         .transpose()
 }
 
-pub async fn get_limits(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn get_limits(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let limits = app.with_new_edge(|edge| edge.limits()).await?;
     Ok(Json(limits).into_response())
 }
 
 pub async fn put_limits(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<LimitsRequest>,
 ) -> Result<Response, ApiError> {
     let w = req.windows.unwrap_or_default();
@@ -109,18 +109,18 @@ fn swap<T>(r: Result<Result<T, EdgeError>, Invalid>) -> Result<Result<T, Invalid
 /// Runs a change on a fresh edge: a refused edit (`Invalid`, found against the committed
 /// state) is a 400, an apply failure the apply's own error.
 pub(super) async fn run_apply(
-    app: AppState,
+    app: ApiState,
     change: impl FnOnce(&mut Edge) -> Result<Result<ApplyReport, Invalid>, EdgeError> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let report = app.with_new_edge(change).await??;
-    app.0.metrics.apply(&report);
+    app.services().metrics().apply(&report);
     super::v1::applied(report, None)
 }
 
 /// `PUT /v1/domains/{name}/limits`: the domain's own policy, from its current one (or the
 /// default).
 pub async fn put_domain_limits(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
     Body(req): Body<PolicyRequest>,
 ) -> Result<Response, ApiError> {
@@ -144,7 +144,7 @@ pub async fn put_domain_limits(
 }
 
 pub async fn delete_domain_limits(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
@@ -161,7 +161,7 @@ pub struct ExemptRequest {
 }
 
 pub async fn post_exempt(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<ExemptRequest>,
 ) -> Result<Response, ApiError> {
     let net: BlockKey = req.net.parse().map_err(|e: Invalid| e.in_field("net"))?;
@@ -169,13 +169,13 @@ pub async fn post_exempt(
 }
 
 pub async fn delete_exempt(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(key): PathParam,
 ) -> Result<Response, ApiError> {
     exempt(app, key.parse()?, false).await
 }
 
-async fn exempt(app: AppState, net: BlockKey, add: bool) -> Result<Response, ApiError> {
+async fn exempt(app: ApiState, net: BlockKey, add: bool) -> Result<Response, ApiError> {
     run_apply(app, move |edge| edge.set_limit_exempt(&net, add).map(Ok)).await
 }
 
@@ -200,7 +200,7 @@ pub(super) fn stats_query(
 }
 
 pub(super) async fn read_stats(
-    app: &AppState,
+    app: &ApiState,
     limit: usize,
     rate: u64,
 ) -> Result<Result<SecurityStats, StatsError>, ApiError> {
@@ -214,7 +214,7 @@ pub(super) fn bad_gateway(e: StatsError) -> ApiError {
 
 /// `GET /v1/security/stats?limit=N&min_rate=R`.
 pub async fn get_stats(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let (limit, rate) = stats_query(query.as_deref(), "min_rate", 20)
@@ -231,7 +231,7 @@ pub struct ClearRequest {
 
 /// `POST /v1/security/clear {"ip"}`: forgets one client's counters.
 pub async fn post_clear(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<ClearRequest>,
 ) -> Result<Response, ApiError> {
     let ip: IpAddr = req.ip.parse().map_err(|_| {

@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::error::ApiError;
-use super::AppState;
+use super::ApiState;
 use crate::logs::{access_log_file, read_page, Filter, LogError, RequestId};
 use crate::model::bounded;
 
@@ -73,7 +73,7 @@ impl LogQuery {
 /// stopped at `SCAN_BUDGET` before the page was full. 409 when the log does not go to a
 /// file (syslog, journald), with where to read it.
 pub async fn list(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
     let q = LogQuery::from_pairs(&pairs)?;

@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::error::{ApiError, Body, PathParam};
-use super::AppState;
+use super::ApiState;
 use crate::edge::DomainChange;
 use crate::model::{Domain, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
 
@@ -63,7 +63,7 @@ impl HttpsRequest {
 
 /// A map change at runtime: no `haproxy -c`, no reload (the apply report says so).
 pub async fn put_https(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
     Body(req): Body<HttpsRequest>,
 ) -> Result<Response, ApiError> {
@@ -75,7 +75,7 @@ pub async fn put_https(
 }
 
 /// `POST /v1/domains/{name}/suspend` and `/resume`: the 503 page on or off, at runtime.
-async fn suspension(app: AppState, name: String, suspended: bool) -> Result<Response, ApiError> {
+async fn suspension(app: ApiState, name: String, suspended: bool) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
     let change = DomainChange::Suspend(domain.clone(), suspended);
     let (report, _) = super::v1::change_existing(&app, &domain, change).await?;
@@ -83,14 +83,14 @@ async fn suspension(app: AppState, name: String, suspended: bool) -> Result<Resp
 }
 
 pub async fn post_suspend(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     suspension(app, name, true).await
 }
 
 pub async fn post_resume(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     suspension(app, name, false).await

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, PathParam, ValuesBody};
-use super::AppState;
+use super::ApiState;
 use crate::edge::ProtectionsChange;
 use crate::model::{Domain, DomainProtections, PostLimit, ProtectProfile};
 
@@ -48,7 +48,7 @@ impl ProfilesRequest {
 
 /// Replaces the domain's profiles; answers with them and the apply report.
 pub async fn put_profiles(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
     ValuesBody(req): ValuesBody<ProfilesRequest>,
 ) -> Result<Response, ApiError> {
@@ -57,7 +57,7 @@ pub async fn put_profiles(
     let (report, after) = app
         .with_new_edge(move |edge| edge.set_protections(&domain, change))
         .await?;
-    app.0.metrics.apply(&report);
+    app.services().metrics().apply(&report);
     if !report.outcome.is_success() {
         return Err(ApiError::from_apply(report));
     }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, Body};
-use super::AppState;
+use super::ApiState;
 use crate::deliver::DeliveryStep;
 use crate::model::{AppName, Version};
 use crate::prove::{self, Options, Subject};
@@ -47,7 +47,7 @@ fn options(host: String, version: &Version) -> Options {
 }
 
 pub async fn post_proof(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<ProveRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let (settings, host, name) = app

@@ -10,11 +10,11 @@ use serde_json::json;
 
 use super::error::{ApiError, PathParam, ValuesBody};
 use super::limits::run_apply;
-use super::AppState;
+use super::ApiState;
 use crate::model::{Invalid, ProxyNet, ProxyPreset};
 
 /// `{proxies: [{net, preset}]}`: `preset` names the preset a range came with, else null.
-pub async fn list(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn list(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let proxies = app.read(|edge| edge.trusted_proxies()).await?;
     let shown: Vec<_> = proxies
         .iter()
@@ -43,7 +43,7 @@ fn parse_preset(text: &str) -> Result<ProxyPreset, ApiError> {
 }
 
 pub async fn post(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     ValuesBody(req): ValuesBody<TrustRequest>,
 ) -> Result<Response, ApiError> {
     // Each field given is parsed first, so a refusal names the field that is wrong.
@@ -98,7 +98,7 @@ pub async fn post(
 
 /// Stops trusting one network (404 when it is not trusted).
 pub async fn delete(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(key): PathParam,
 ) -> Result<Response, ApiError> {
     let net = parse_net("key", &key)?;
@@ -107,7 +107,7 @@ pub async fn delete(
 
 /// Stops trusting every range of a preset.
 pub async fn delete_preset(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(preset): PathParam,
 ) -> Result<Response, ApiError> {
     let preset = parse_preset(&preset)?;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::{
     auth, certs, compat, count_requests, haproxy, history, limits, logs, policies, profiles,
-    proving, proxies, ui, v1, waf, AppState, BODY_LIMIT,
+    proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
 };
 
 /// What `/openapi.json` says about a route.
@@ -131,7 +131,7 @@ fn schema_limits(edge: bool) -> Value {
 }
 
 /// Every route of the API.
-pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
     vec![
         (doc("get", "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc("get", "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
@@ -249,8 +249,8 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
 }
 
 /// The router: the table, grouped by path, behind authentication and request counting.
-pub fn router(app: AppState) -> Router {
-    let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
+pub fn router(app: ApiState) -> Router {
+    let mut by_path: BTreeMap<&'static str, MethodRouter<ApiState>> = BTreeMap::new();
     for (doc, route) in table() {
         let merged = match by_path.remove(doc.path) {
             Some(existing) => existing.merge(route),
@@ -339,6 +339,6 @@ pub fn openapi_document() -> Value {
     })
 }
 
-async fn openapi(State(_): State<AppState>) -> impl IntoResponse {
+async fn openapi(State(_): State<ApiState>) -> impl IntoResponse {
     Json(openapi_document())
 }

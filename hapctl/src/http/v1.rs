@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, Body, BodyList, PathParam};
-use super::AppState;
+use super::ApiState;
 use crate::apply::ApplyReport;
 use crate::apply::RuntimeCheck;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
@@ -21,7 +21,7 @@ use crate::model::{
 };
 use crate::resolve::Resolution;
 
-pub async fn health(State(app): State<AppState>) -> Response {
+pub async fn health(State(app): State<ApiState>) -> Response {
     let verdict = app
         .read(|edge| {
             let status = edge.supervisor().status();
@@ -59,7 +59,7 @@ pub async fn health(State(app): State<AppState>) -> Response {
     }
 }
 
-pub async fn status(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn status(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     app.read(|edge| {
         let (domains, trusted_proxies) = edge.with_state(|state| {
             (
@@ -137,7 +137,7 @@ fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
 
 /// Every domain (a bare array), or with `limit`, `after` or `q` one page (`domain_page.rs`).
 pub async fn list_domains(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
     let query = super::domain_page::DomainQuery::from_pairs(&pairs)?;
@@ -164,7 +164,7 @@ fn parse_domain(name: &str) -> Result<Domain, ApiError> {
 }
 
 pub async fn get_domain(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let domain = parse_domain(&name)?;
@@ -267,7 +267,7 @@ fn applied_with(
 /// Which servers of `domain`, just put with `backend`, do not resolve now; `None` unless the
 /// apply succeeded. Off the read lock: with `[resolvers]` it may wait for HAProxy a moment.
 pub async fn resolution_after(
-    app: &AppState,
+    app: &ApiState,
     report: &ApplyReport,
     domain: Domain,
     backend: Backend,
@@ -282,7 +282,7 @@ pub async fn resolution_after(
 }
 
 pub async fn put_domain(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
     Body(req): Body<PutDomainRequest>,
 ) -> Result<Response, ApiError> {
@@ -363,14 +363,14 @@ pub async fn put_domain(
 }
 
 pub async fn delete_domain(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     remove_domain(&app, parse_domain(&name)?).await
 }
 
 /// Removes a domain; an absent one is a 404 that neither queues an apply nor leaves history.
-pub async fn remove_domain(app: &AppState, domain: Domain) -> Result<Response, ApiError> {
+pub async fn remove_domain(app: &ApiState, domain: Domain) -> Result<Response, ApiError> {
     let (report, result) =
         change_existing(app, &domain, DomainChange::Remove(domain.clone())).await?;
     applied(report, Some(result))
@@ -379,7 +379,7 @@ pub async fn remove_domain(app: &AppState, domain: Domain) -> Result<Response, A
 /// Applies `change` of `domain`, which must exist: else a 404 that neither queues an apply
 /// nor leaves history (or, removed meanwhile, a 404 after the apply).
 pub async fn change_existing(
-    app: &AppState,
+    app: &ApiState,
     domain: &Domain,
     change: DomainChange,
 ) -> Result<(ApplyReport, DomainResult), ApiError> {
@@ -398,7 +398,7 @@ pub async fn change_existing(
 /// `GET /v1/blocked-ips`: one page of the blocks in force, in key order, filtered; `next` is
 /// the `after` of the next page (`null` on the last one).
 pub async fn list_blocks(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
     let query = BlockQuery::from_query(raw.as_deref())?;
@@ -446,7 +446,7 @@ pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCod
 }
 
 pub async fn post_blocks(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     BodyList {
         items: requests,
         listed,
@@ -478,7 +478,7 @@ pub async fn post_blocks(
 }
 
 pub async fn delete_block(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     PathParam(key): PathParam,
 ) -> Result<Response, ApiError> {
     let key: BlockKey = key
@@ -491,7 +491,7 @@ pub async fn delete_block(
     Ok(blocked(&results, &report, StatusCode::OK))
 }
 
-pub async fn sync_blocks(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn sync_blocks(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     app.block_sync().await?;
     Ok(Json(json!({"status": "synced"})))
 }
@@ -524,7 +524,7 @@ fn delivery_response(report: crate::deliver::DeliveryReport) -> Response {
 }
 
 pub async fn post_delivery(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<DeliveryRequest>,
 ) -> Result<Response, ApiError> {
     let live = app.clone();
@@ -541,7 +541,7 @@ pub async fn post_delivery(
 
 /// Ends the cutover `GET /v1/deliveries/current` shows, and answers with its report.
 fn finished(
-    app: &AppState,
+    app: &ApiState,
     report: Result<crate::deliver::DeliveryReport, ApiError>,
 ) -> Result<Response, ApiError> {
     let outcome = report.as_ref().map_or("error", |r| r.outcome.as_str());
@@ -550,7 +550,7 @@ fn finished(
 }
 
 pub async fn post_rollback(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<RollbackRequest>,
 ) -> Result<Response, ApiError> {
     let live = app.clone();
@@ -565,11 +565,11 @@ pub async fn post_rollback(
     finished(&app, report)
 }
 
-pub async fn current_delivery(State(app): State<AppState>) -> Json<Value> {
+pub async fn current_delivery(State(app): State<ApiState>) -> Json<Value> {
     Json(app.cutovers().current())
 }
 
-pub async fn list_deliveries(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list_deliveries(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     app.read(|edge| {
         Ok(Json(
             serde_json::to_value(edge.delivery_history(100)?).unwrap_or_default(),
@@ -578,16 +578,16 @@ pub async fn list_deliveries(State(app): State<AppState>) -> Result<Json<Value>,
     .await
 }
 
-pub async fn post_apply(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn post_apply(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let (report, _) = app.domain_job(None).await?;
     applied(report, None)
 }
 
-pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
+pub async fn metrics(State(app): State<ApiState>) -> Result<Response, ApiError> {
     let (blocked, certs) = app
         .read(|edge| Ok((edge.block_count()?, edge.certificates()?)))
         .await?;
-    let mut text = app.0.metrics.render(blocked, &certs, unix_now());
+    let mut text = app.services().metrics().render(blocked, &certs, unix_now());
     // The WAF agent's own counters, from the state file it rewrites every second.
     let settings = app.settings();
     if settings.waf.is_some() {

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use super::error::{ApiError, Body};
-use super::AppState;
+use super::ApiState;
 use crate::model::{Domain, WafPolicy};
 use crate::waf::status::{self, ReloadError};
 use crate::waf::trial::Trial;
@@ -24,7 +24,7 @@ use crate::waf::trial::Trial;
 static OFFLINE: Semaphore = Semaphore::const_new(1);
 const OFFLINE_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn get_waf(State(app): State<AppState>) -> Json<Value> {
+pub async fn get_waf(State(app): State<ApiState>) -> Json<Value> {
     Json(serde_json::to_value(status::status(&app.settings())).unwrap_or_default())
 }
 
@@ -36,7 +36,7 @@ fn not_configured(what: &str) -> ApiError {
     )
 }
 
-pub async fn post_reload(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn post_reload(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     let settings = app.settings();
     if settings.waf.is_none() {
         return Err(not_configured("agent to reload"));
@@ -59,7 +59,7 @@ pub async fn post_reload(State(app): State<AppState>) -> Result<Json<Value>, Api
     Ok(Json(answer))
 }
 
-pub async fn get_rules(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn get_rules(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     if app.settings().waf.is_none() {
         return Err(not_configured("rules"));
     }
@@ -94,7 +94,7 @@ fn get() -> String {
 }
 
 pub async fn post_test(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Body(req): Body<TestRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let headers: Vec<(String, String)> =
@@ -120,7 +120,7 @@ pub async fn post_test(
 
 /// `hapctl waf ARGS` for this state directory; its JSON answer, or its error as a 422 (a rule
 /// set libmodsecurity refuses) or a 500.
-async fn offline(app: &AppState, args: Vec<String>) -> Result<Value, ApiError> {
+async fn offline(app: &ApiState, args: Vec<String>) -> Result<Value, ApiError> {
     let _one = OFFLINE
         .acquire()
         .await

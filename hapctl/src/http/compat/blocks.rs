@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::super::error::{ApiError, ValuesBody};
+use super::super::ApiState;
 use super::{as_500, bad, e1, naive_iso, required, sql_time, text, Answer, Ignored, OldBody};
 use crate::blocks::{BlockChange, BlockReport, ChangeResult, Enforcement};
-use crate::daemon::AppState;
 use crate::edge::Edge;
 use crate::haproxy::{Master, RuntimeMap};
 use crate::model::{BlockKey, Note, Ttl};
@@ -46,7 +46,7 @@ fn ip(v: Option<&Value>) -> Result<(String, BlockKey), ApiError> {
 }
 
 /// A bare array, newest first.
-pub async fn list_blocks(State(app): State<AppState>) -> Response {
+pub async fn list_blocks(State(app): State<ApiState>) -> Response {
     e1(app
         .read(|edge| {
             let ids = edge.block_ids()?;
@@ -84,11 +84,11 @@ pub struct BlockBody {
     _other: Ignored,
 }
 
-pub async fn post_block(State(app): State<AppState>, body: OldBody<BlockBody>) -> Response {
+pub async fn post_block(State(app): State<ApiState>, body: OldBody<BlockBody>) -> Response {
     e1(block(app, body).await)
 }
 
-async fn block(app: AppState, body: OldBody<BlockBody>) -> Answer {
+async fn block(app: ApiState, body: OldBody<BlockBody>) -> Answer {
     let ValuesBody(req) = body?;
     let (raw, key) = ip(req.ip_address.as_ref())?;
     let block = Edge::new_block(
@@ -124,11 +124,11 @@ pub struct IpBody {
     _other: Ignored,
 }
 
-pub async fn delete_block(State(app): State<AppState>, body: OldBody<IpBody>) -> Response {
+pub async fn delete_block(State(app): State<ApiState>, body: OldBody<IpBody>) -> Response {
     e1(unblock(app, body).await)
 }
 
-async fn unblock(app: AppState, body: OldBody<IpBody>) -> Answer {
+async fn unblock(app: ApiState, body: OldBody<IpBody>) -> Answer {
     let ValuesBody(req) = body?;
     let (raw, key) = ip(req.ip_address.as_ref())?;
     let (results, report) = app
@@ -148,11 +148,11 @@ async fn unblock(app: AppState, body: OldBody<IpBody>) -> Answer {
 
 /// Rebuilds file and runtime map from the database, then reads the runtime map back: 200 when
 /// every block is in it, 207 `partial` naming (up to 50 of) the missing ones.
-pub async fn sync_blocks(State(app): State<AppState>) -> Response {
+pub async fn sync_blocks(State(app): State<ApiState>) -> Response {
     e1(sync(app).await)
 }
 
-async fn sync(app: AppState) -> Answer {
+async fn sync(app: ApiState) -> Answer {
     app.block_sync().await.map_err(as_500)?;
     let (wanted, live) = app
         .read(|edge| {
@@ -260,13 +260,13 @@ fn minutes(v: Option<&Value>) -> Result<(String, Ttl), ApiError> {
 }
 
 pub async fn temporary_block(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     body: OldBody<TemporaryBody>,
 ) -> Response {
     e1(temporary(app, body).await)
 }
 
-async fn temporary(app: AppState, body: OldBody<TemporaryBody>) -> Answer {
+async fn temporary(app: ApiState, body: OldBody<TemporaryBody>) -> Answer {
     let ValuesBody(req) = body?;
     let (raw, key) = ip(req.ip_address.as_ref())?;
     if key.is_network() || raw.contains('/') {
@@ -301,7 +301,7 @@ async fn temporary(app: AppState, body: OldBody<TemporaryBody>) -> Answer {
 
 /// Removes the expired blocks now (the daemon also lifts them by itself, so this usually finds
 /// none).
-pub async fn clear_expired(State(app): State<AppState>) -> Response {
+pub async fn clear_expired(State(app): State<ApiState>) -> Response {
     e1(async {
         let (_, report) = app.block_job(Vec::new()).await.map_err(as_500)?;
         let failures: &[String] = if report.runtime_error.is_some() {

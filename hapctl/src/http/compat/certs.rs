@@ -27,9 +27,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::super::error::{ApiError, PathParam, ValuesBody};
+use super::super::ApiState;
 use super::{bad, cap, e1, failed, Answer, Ignored, OldBody};
 use crate::clock::unix_now;
-use crate::daemon::AppState;
 use crate::edge::{CertView, Edge, EdgeError};
 use crate::model::{CertName, Domain};
 use crate::tls::x509;
@@ -45,7 +45,7 @@ pub(super) fn cert_path(dir: &Path, name: &CertName) -> String {
         .to_string()
 }
 
-pub(super) fn certs_dir(app: &AppState) -> PathBuf {
+pub(super) fn certs_dir(app: &ApiState) -> PathBuf {
     app.settings().paths.certs_dir
 }
 
@@ -124,11 +124,11 @@ pub struct DomainRequest {
 }
 
 /// `POST /api/ssl`: one HTTP-01 certificate for `domain`.
-pub async fn post_ssl(State(app): State<AppState>, body: OldBody<DomainRequest>) -> Response {
+pub async fn post_ssl(State(app): State<ApiState>, body: OldBody<DomainRequest>) -> Response {
     e1(ssl(app, body).await)
 }
 
-async fn ssl(app: AppState, body: OldBody<DomainRequest>) -> Answer {
+async fn ssl(app: ApiState, body: OldBody<DomainRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let domain = required_domain(req.domain.as_deref())?;
     let name = CertName::for_host(&domain.to_string())?;
@@ -210,13 +210,13 @@ fn bundle_names(req: BundleRequest) -> Result<Vec<Domain>, ApiError> {
 
 /// `POST /api/ssl/bundle`: one certificate named after `primary` for it and its SANs.
 pub async fn post_bundle(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     body: OldBody<Option<BundleRequest>>,
 ) -> Response {
     e1(bundle(app, body).await)
 }
 
-async fn bundle(app: AppState, body: OldBody<Option<BundleRequest>>) -> Answer {
+async fn bundle(app: ApiState, body: OldBody<Option<BundleRequest>>) -> Answer {
     let ValuesBody(req) = body?;
     let names = bundle_names(req.unwrap_or(BundleRequest {
         primary: None,
@@ -339,13 +339,13 @@ fn request_one(
 /// `POST /api/certificates/request`: one certificate per domain, one order after the other;
 /// 200 when all succeeded, 207 when some did, 500 when none did.
 pub async fn post_certificates_request(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     body: OldBody<CertificatesRequest>,
 ) -> Response {
     e1(certificates_request(app, body).await)
 }
 
-async fn certificates_request(app: AppState, body: OldBody<CertificatesRequest>) -> Answer {
+async fn certificates_request(app: ApiState, body: OldBody<CertificatesRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let domains = requested_domains(req.domains)?;
     let (force, www) = (
@@ -392,16 +392,16 @@ async fn certificates_request(app: AppState, body: OldBody<CertificatesRequest>)
 
 /// `POST /api/certificates/renew`: renews what is due, through the runtime API (never a
 /// reload, whatever the message says).
-pub async fn post_renew(State(app): State<AppState>) -> Response {
+pub async fn post_renew(State(app): State<ApiState>) -> Response {
     e1(renew(app).await)
 }
 
-async fn renew(app: AppState) -> Answer {
+async fn renew(app: ApiState) -> Answer {
     let outcomes = app
         .with_acme(|edge| edge.renew_due(false))
         .await
         .map_err(|e| failed(format!("Certificate renewal failed: {}", e.message)))?;
-    crate::daemon::renewals::record(&app.0.metrics, &outcomes);
+    app.services().record_renewals(&outcomes);
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|o| o.error.as_ref().map(|e| format!("{}: {e}", o.name)))
@@ -421,7 +421,7 @@ async fn renew(app: AppState) -> Answer {
 }
 
 /// `GET /api/certificates/status`: one entry per host name a certificate serves.
-pub async fn status(State(app): State<AppState>) -> Response {
+pub async fn status(State(app): State<ApiState>) -> Response {
     let dir = certs_dir(&app);
     e1(app
         .read(move |edge| {
@@ -471,7 +471,7 @@ enum Part {
 }
 
 /// A PEM file of the certificate for `raw`, as an attachment.
-async fn download(app: AppState, raw: String, part: Part) -> Answer {
+async fn download(app: ApiState, raw: String, part: Part) -> Answer {
     let absent = match part {
         Part::Key => "Private key not found for domain",
         _ => "Certificate not found for domain",
@@ -522,15 +522,15 @@ async fn download(app: AppState, raw: String, part: Part) -> Answer {
         .into_response())
 }
 
-pub async fn get_download(State(app): State<AppState>, PathParam(domain): PathParam) -> Response {
+pub async fn get_download(State(app): State<ApiState>, PathParam(domain): PathParam) -> Response {
     e1(download(app, domain, Part::Combined).await)
 }
 
-pub async fn get_key(State(app): State<AppState>, PathParam(domain): PathParam) -> Response {
+pub async fn get_key(State(app): State<ApiState>, PathParam(domain): PathParam) -> Response {
     e1(download(app, domain, Part::Key).await)
 }
 
-pub async fn get_cert(State(app): State<AppState>, PathParam(domain): PathParam) -> Response {
+pub async fn get_cert(State(app): State<ApiState>, PathParam(domain): PathParam) -> Response {
     e1(download(app, domain, Part::Chain).await)
 }
 

@@ -14,15 +14,15 @@ use axum::Json;
 use serde_json::json;
 
 use super::super::error::ApiError;
+use super::super::ApiState;
 use super::{as_500, e1, e2, Answer};
 use crate::apply::Outcome;
-use crate::daemon::AppState;
 use crate::haproxy::{Master, Supervisor};
 
 /// `{"status":"healthy","haproxy_status":"running"|"stopped","database":"connected"}`, 200
 /// even when HAProxy is down (as before; `/v1/health` is the strict check); 500
 /// `{"status":"unhealthy","error"}` when the database cannot be read.
-pub async fn health(State(app): State<AppState>) -> Response {
+pub async fn health(State(app): State<ApiState>) -> Response {
     let verdict = app
         .read(|edge| {
             edge.block_count()?;
@@ -51,7 +51,7 @@ pub async fn health(State(app): State<AppState>) -> Response {
 }
 
 /// A reload through the master, confirmed by a new worker.
-async fn master_reload(app: &AppState) -> Result<(), ApiError> {
+async fn master_reload(app: &ApiState) -> Result<(), ApiError> {
     let settings = app.settings();
     tokio::task::spawn_blocking(move || {
         Master::from_settings(&settings).reload(settings.haproxy.reload_timeout)
@@ -59,12 +59,12 @@ async fn master_reload(app: &AppState) -> Result<(), ApiError> {
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(format!("HAProxy reload failed: {e}")))?;
-    app.0.metrics.reload(crate::haproxy::ReloadKind::Requested);
+    app.services().metrics().reload_requested();
     Ok(())
 }
 
 /// The safe apply of the committed state, then a reload if it changed nothing.
-async fn apply_and_reload(app: &AppState) -> Result<(), ApiError> {
+async fn apply_and_reload(app: &ApiState) -> Result<(), ApiError> {
     let (report, _) = app.domain_job(None).await.map_err(as_500)?;
     match report.outcome {
         Outcome::Unchanged => master_reload(app).await,
@@ -73,7 +73,7 @@ async fn apply_and_reload(app: &AppState) -> Result<(), ApiError> {
     }
 }
 
-pub async fn regenerate(State(app): State<AppState>) -> Response {
+pub async fn regenerate(State(app): State<ApiState>) -> Response {
     e2(async {
         apply_and_reload(&app).await?;
         Ok(Json(json!({"status": "success"})).into_response())
@@ -81,7 +81,7 @@ pub async fn regenerate(State(app): State<AppState>) -> Response {
     .await)
 }
 
-pub async fn config_reload(State(app): State<AppState>) -> Response {
+pub async fn config_reload(State(app): State<ApiState>) -> Response {
     e1(async {
         apply_and_reload(&app).await?;
         Ok(
@@ -93,11 +93,11 @@ pub async fn config_reload(State(app): State<AppState>) -> Response {
 }
 
 /// `GET /api/reload`: reload the running HAProxy, or start it.
-pub async fn reload(State(app): State<AppState>) -> Response {
+pub async fn reload(State(app): State<ApiState>) -> Response {
     e2(raw_reload(app).await)
 }
 
-async fn raw_reload(app: AppState) -> Answer {
+async fn raw_reload(app: ApiState) -> Answer {
     // Waits out a master re-executing for another reload: it is running, not to be started.
     let settings = app.settings();
     let running = tokio::task::spawn_blocking(move || {

@@ -19,9 +19,9 @@ use axum::Json;
 use serde_json::json;
 
 use super::super::error::{ApiError, ValuesBody};
+use super::super::ApiState;
 use super::certs::{cert_path, certs_dir, label_ok, DomainRequest};
 use super::{bad, e3, failed, Answer, OldBody};
-use crate::daemon::AppState;
 use crate::model::{CertName, Domain};
 use crate::tls::acme::PendingOrder;
 
@@ -94,18 +94,18 @@ fn too_many() -> ApiError {
 /// `POST /api/ssl/dns-challenge/request`: orders `*.<base>` and hands back the TXT value the
 /// caller publishes at `_acme-challenge.<base>`.
 pub async fn post_dns_request(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     body: OldBody<DomainRequest>,
 ) -> Response {
     e3(dns_request(app, body).await)
 }
 
-async fn dns_request(app: AppState, body: OldBody<DomainRequest>) -> Answer {
+async fn dns_request(app: ApiState, body: OldBody<DomainRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let (wildcard, _) = wildcard_of(req.domain.as_deref())?;
     let base = wildcard.name().to_string();
     // Checked before ordering too, so a full table does not cost the CA an order.
-    if !app.0.dns.has_room(&base) {
+    if !app.dns().has_room(&base) {
         return Err(too_many());
     }
     let pending = app
@@ -116,7 +116,7 @@ async fn dns_request(app: AppState, body: OldBody<DomainRequest>) -> Answer {
         .first()
         .map(|(_, value)| value.clone())
         .unwrap_or_default();
-    if !app.0.dns.insert(base.clone(), pending) {
+    if !app.dns().insert(base.clone(), pending) {
         return Err(too_many());
     }
     Ok(
@@ -128,17 +128,17 @@ async fn dns_request(app: AppState, body: OldBody<DomainRequest>) -> Answer {
 /// `POST /api/ssl/dns-challenge/verify`: the CA checks the record, the certificate
 /// `wildcard.<base>` is installed.
 pub async fn post_dns_verify(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     body: OldBody<DomainRequest>,
 ) -> Response {
     e3(dns_verify(app, body).await)
 }
 
-async fn dns_verify(app: AppState, body: OldBody<DomainRequest>) -> Answer {
+async fn dns_verify(app: ApiState, body: OldBody<DomainRequest>) -> Answer {
     let ValuesBody(req) = body?;
     let (wildcard, name) = wildcard_of(req.domain.as_deref())?;
     let base = wildcard.name().to_string();
-    let pending = app.0.dns.take(&base).ok_or_else(|| {
+    let pending = app.dns().take(&base).ok_or_else(|| {
         bad(format!(
             "No pending DNS challenge for {base}: call /api/ssl/dns-challenge/request first (a challenge is kept {} s)",
             PENDING_FOR.as_secs()

@@ -13,9 +13,9 @@ use serde_json::{json, Map, Value};
 
 use super::super::error::{ApiError, ValuesBody};
 use super::super::v1::{backend, resolution_after};
+use super::super::ApiState;
 use super::certs::cert_path;
 use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
-use crate::daemon::AppState;
 use crate::edge::{DomainChange, DomainResult};
 use crate::model::{
     BackendLabel, Domain, Port, Profile, ServerAddr, ServerName, ServerOptions, TextContext,
@@ -183,11 +183,11 @@ fn loaded(report: crate::apply::ApplyReport) -> Result<(), ApiError> {
     }
 }
 
-pub async fn post_domain(State(app): State<AppState>, body: OldBody<DomainBody>) -> Response {
+pub async fn post_domain(State(app): State<ApiState>, body: OldBody<DomainBody>) -> Response {
     e1(put(app, body).await)
 }
 
-async fn put(app: AppState, body: OldBody<DomainBody>) -> Answer {
+async fn put(app: ApiState, body: OldBody<DomainBody>) -> Answer {
     let ValuesBody(req) = body?;
     let missing = "Domain and backend_name are required";
     let name = required(req.domain.as_ref(), "domain", missing)?;
@@ -240,11 +240,11 @@ pub struct NameBody {
     _other: Ignored,
 }
 
-pub async fn delete_domain(State(app): State<AppState>, body: OldBody<NameBody>) -> Response {
+pub async fn delete_domain(State(app): State<ApiState>, body: OldBody<NameBody>) -> Response {
     e1(remove(app, body).await)
 }
 
-async fn remove(app: AppState, body: OldBody<NameBody>) -> Answer {
+async fn remove(app: ApiState, body: OldBody<NameBody>) -> Answer {
     let ValuesBody(req) = body?;
     let name = required(req.domain.as_ref(), "domain", "Domain is required")?;
     let exact = parse_domain(&name, false)?;
@@ -278,7 +278,7 @@ async fn remove(app: AppState, body: OldBody<NameBody>) -> Answer {
 }
 
 /// A bare array, one object per domain with servers, in id (creation) order.
-pub async fn list_domains(State(app): State<AppState>) -> Response {
+pub async fn list_domains(State(app): State<ApiState>) -> Response {
     let dir = super::certs::certs_dir(&app);
     e1(app
         .read(move |edge| {

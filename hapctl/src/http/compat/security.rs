@@ -8,12 +8,12 @@ use axum::Json;
 use serde_json::json;
 
 use super::super::limits::{bad_gateway, read_stats, stats_query};
+use super::super::ApiState;
 use super::{bad, e1};
-use crate::daemon::AppState;
 
 const NOTE: &str = "Rates are per client IP over each counter's window (counter_windows_ms), from the stick table hapctl's rate limits track; IPv4 clients are stored IPv4-mapped and shown as IPv4.";
 
-pub async fn get_stats(State(app): State<AppState>, RawQuery(query): RawQuery) -> Response {
+pub async fn get_stats(State(app): State<ApiState>, RawQuery(query): RawQuery) -> Response {
     e1(async {
         let (limit, min_req_rate) = stats_query(query.as_deref(), "min_req_rate", 50)
             .ok_or_else(|| bad("limit and min_req_rate must be integers"))?;

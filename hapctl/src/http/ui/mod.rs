@@ -17,18 +17,17 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::constant_time_eq;
 use super::error::{ApiError, Body, PathParam};
-use super::AppState;
+use super::ApiState;
 pub use etag::etag;
 pub use session::Sessions;
-use session::Verdict;
+use session::{constant_time_eq, SessionVerdict};
 
 /// How long a wrong token is held before its answer, to slow guessing.
 const WRONG_TOKEN_DELAY: Duration = Duration::from_millis(250);
 
 /// The dashboard's routes: not behind the bearer token (the sign-in must be reachable).
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(|| async { asset("") }))
@@ -75,7 +74,7 @@ fn no_session() -> Response {
 
 /// `GET /ui/session`: the CSRF token of the cookie's live session (a page reloaded keeps its
 /// session), else 401. Cross-site pages cannot read it (no CORS).
-async fn current(State(app): State<AppState>, headers: HeaderMap) -> Response {
+async fn current(State(app): State<ApiState>, headers: HeaderMap) -> Response {
     let csrf = session::cookie(&headers).and_then(|id| app.sessions().csrf(id, Instant::now()));
     match csrf {
         Some(csrf) => hardened(Json(json!({"csrf": csrf})).into_response(), "no-store"),
@@ -92,7 +91,7 @@ struct SignIn {
 /// `POST /ui/session {token}`: the API token (or anything, under `--no-auth`) → a new session
 /// cookie and its CSRF token.
 async fn sign_in(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     headers: HeaderMap,
     Body(req): Body<SignIn>,
 ) -> Response {
@@ -124,16 +123,16 @@ async fn sign_in(
 }
 
 /// `DELETE /ui/session`: ends the session (CSRF-checked like every change).
-async fn sign_out(State(app): State<AppState>, headers: HeaderMap) -> Response {
+async fn sign_out(State(app): State<ApiState>, headers: HeaderMap) -> Response {
     match app
         .sessions()
         .authorize(&Method::DELETE, &headers, Instant::now())
     {
-        Verdict::NoSession => return no_session(),
-        Verdict::Forbidden(why) => {
+        SessionVerdict::NoSession => return no_session(),
+        SessionVerdict::Forbidden(why) => {
             return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response()
         }
-        Verdict::Allowed => {}
+        SessionVerdict::Allowed => {}
     }
     if let Some(id) = session::cookie(&headers) {
         app.sessions().remove(id);

@@ -14,7 +14,13 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, Method};
 
-use crate::http::auth::constant_time_eq;
+/// Compares in time independent of where the strings differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
 
 /// The session cookie's name.
 pub const COOKIE: &str = "hapctl_session";
@@ -47,7 +53,7 @@ pub struct Sessions {
 
 /// What a request's cookie and headers amount to.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum SessionVerdict {
     /// No session cookie, or one that names no live session.
     NoSession,
     /// A live session, and a safe method or the right CSRF token.
@@ -101,20 +107,22 @@ impl Sessions {
     }
 
     /// Judges a request by its session cookie, CSRF header and origin.
-    pub fn authorize(&self, method: &Method, headers: &HeaderMap, now: Instant) -> Verdict {
+    pub fn authorize(&self, method: &Method, headers: &HeaderMap, now: Instant) -> SessionVerdict {
         let Some(csrf) = cookie(headers).and_then(|id| self.csrf(id, now)) else {
-            return Verdict::NoSession;
+            return SessionVerdict::NoSession;
         };
         if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-            return Verdict::Allowed;
+            return SessionVerdict::Allowed;
         }
         if !same_origin(headers) {
-            return Verdict::Forbidden("a change from another origin");
+            return SessionVerdict::Forbidden("a change from another origin");
         }
         match headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
-            Some(given) if constant_time_eq(given.as_bytes(), csrf.as_bytes()) => Verdict::Allowed,
-            Some(_) => Verdict::Forbidden("wrong X-CSRF-Token"),
-            None => Verdict::Forbidden("a change needs the session's X-CSRF-Token header"),
+            Some(given) if constant_time_eq(given.as_bytes(), csrf.as_bytes()) => {
+                SessionVerdict::Allowed
+            }
+            Some(_) => SessionVerdict::Forbidden("wrong X-CSRF-Token"),
+            None => SessionVerdict::Forbidden("a change needs the session's X-CSRF-Token header"),
         }
     }
 
@@ -180,6 +188,13 @@ fn random_hex() -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constant_time_eq_compares_whole_strings() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
     use axum::http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -213,28 +228,34 @@ mod tests {
         let (id, csrf) = s.create(now).unwrap();
         let c = format!("other=1; {COOKIE}={id}");
         let get = headers(&[("cookie", &c)]);
-        assert_eq!(s.authorize(&Method::GET, &get, now), Verdict::Allowed);
+        assert_eq!(
+            s.authorize(&Method::GET, &get, now),
+            SessionVerdict::Allowed
+        );
         assert!(matches!(
             s.authorize(&Method::POST, &get, now),
-            Verdict::Forbidden(_)
+            SessionVerdict::Forbidden(_)
         ));
         let wrong = headers(&[("cookie", &c), (CSRF_HEADER, &csrf[1..])]);
         assert!(matches!(
             s.authorize(&Method::DELETE, &wrong, now),
-            Verdict::Forbidden(_)
+            SessionVerdict::Forbidden(_)
         ));
         let right = headers(&[("cookie", &c), (CSRF_HEADER, &csrf)]);
-        assert_eq!(s.authorize(&Method::PUT, &right, now), Verdict::Allowed);
+        assert_eq!(
+            s.authorize(&Method::PUT, &right, now),
+            SessionVerdict::Allowed
+        );
         // The CSRF token alone is nothing.
         let no_cookie = headers(&[(CSRF_HEADER, &csrf)]);
         assert_eq!(
             s.authorize(&Method::PUT, &no_cookie, now),
-            Verdict::NoSession
+            SessionVerdict::NoSession
         );
         let bad_cookie = headers(&[("cookie", &format!("{COOKIE}={csrf}"))]);
         assert_eq!(
             s.authorize(&Method::GET, &bad_cookie, now),
-            Verdict::NoSession
+            SessionVerdict::NoSession
         );
     }
 
@@ -251,9 +272,12 @@ mod tests {
             h.insert("origin", HeaderValue::from_str(origin).unwrap());
             s.authorize(&Method::POST, &h, now)
         };
-        assert_eq!(from("http://127.0.0.1:9000"), Verdict::Allowed);
-        assert!(matches!(from("http://evil.example"), Verdict::Forbidden(_)));
-        assert!(matches!(from("null"), Verdict::Forbidden(_)));
+        assert_eq!(from("http://127.0.0.1:9000"), SessionVerdict::Allowed);
+        assert!(matches!(
+            from("http://evil.example"),
+            SessionVerdict::Forbidden(_)
+        ));
+        assert!(matches!(from("null"), SessionVerdict::Forbidden(_)));
     }
 
     #[test]
