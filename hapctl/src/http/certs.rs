@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, PathParam, ValuesBody};
 use super::ApiState;
-use crate::edge::{CertView, Edge, EdgeError};
+use crate::edge::{CertView, Edge, EdgeError, EdgeStatus};
 use crate::model::{CertName, Domain};
 use crate::tls::InstallReport;
 
@@ -148,25 +148,24 @@ pub async fn delete(
 
 /// The certificates part of `GET /v1/status`: how many, which expires first, which fail to
 /// renew and why.
-pub fn summary(certs: &[CertView], now: i64) -> Value {
-    let soonest = certs.iter().min_by_key(|c| c.record.not_after).map(|c| {
+pub fn summary(status: &EdgeStatus, now: i64) -> Value {
+    let soonest = status.soonest_expiry().map(|r| {
         json!({
-            "name": c.record.name,
-            "not_after": c.record.not_after,
-            "expires_in_seconds": c.record.not_after - now,
+            "name": r.name,
+            "not_after": r.not_after,
+            "expires_in_seconds": r.not_after - now,
         })
     });
-    let failing: Vec<Value> = certs
-        .iter()
-        .filter(|c| c.record.last_error.is_some())
-        .map(|c| {
+    let failing: Vec<Value> = status
+        .failing_certificates()
+        .map(|r| {
             json!({
-                "name": c.record.name,
-                "last_error": c.record.last_error,
-                "failures": c.record.failures,
-                "retry_at": c.record.retry_at,
+                "name": r.name,
+                "last_error": r.last_error,
+                "failures": r.failures,
+                "retry_at": r.retry_at,
             })
         })
         .collect();
-    json!({"count": certs.len(), "soonest_expiry": soonest, "failing": failing})
+    json!({"count": status.certificates.len(), "soonest_expiry": soonest, "failing": failing})
 }

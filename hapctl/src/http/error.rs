@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 
 use crate::apply::{ApplyError, ApplyReport, Outcome};
 use crate::daemon::JobError;
-use crate::edge::EdgeError;
-use crate::haproxy::{ReloadError, SupervisorError};
+use crate::edge::{EdgeError, HaproxyConflict};
 use crate::model::Invalid;
 use crate::tls::CertError;
 
@@ -125,10 +124,10 @@ impl ApiError {
             EdgeError::Apply(ApplyError::NotFound(m)) => ApiError::not_found(m.clone()),
             EdgeError::Deliver(d) if d.is_not_found() => ApiError::not_found(e.to_string()),
             EdgeError::Certs(c) => ApiError::from_cert(c),
-            EdgeError::Supervisor(SupervisorError::AlreadyRunning { .. }) => {
+            _ if e.haproxy_conflict() == Some(HaproxyConflict::AlreadyRunning) => {
                 ApiError::new(StatusCode::CONFLICT, "already_running", e.to_string())
             }
-            EdgeError::Reload(ReloadError::NotRunning { .. } | ReloadError::MasterDied { .. }) => {
+            _ if e.haproxy_conflict() == Some(HaproxyConflict::NotRunning) => {
                 ApiError::new(StatusCode::CONFLICT, "not_running", e.to_string())
             }
             _ => ApiError::internal(e.to_string()),

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{
-    auth, certs, compat, count_requests, haproxy, history, limits, logs, policies, profiles,
+    auth, certs, compat, count_requests, history, limits, logs, master, policies, profiles,
     proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
 };
 
@@ -199,9 +199,9 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("post", "/v1/rollback", "Cut back to the previous generation",
             Some(json!({"type": "object", "properties": {"app": {"type": "string"}}}))), post(v1::post_rollback)),
         (doc("post", "/v1/apply", "Re-render and apply the committed state: {result: null, apply} with its outcome, message, checks, reloads and their reasons; a refused or failed apply is the error, with its apply", None), post(v1::post_apply)),
-        (doc("post", "/v1/haproxy/start", "Apply the committed state, then start the HAProxy master (hapctl haproxy start): {master_pid, apply}; 409 when a master runs (never a second one); an earlier stop no longer holds", None), post(haproxy::post_start)),
-        (doc("post", "/v1/haproxy/reload", "Reload through the master, never a restart (hapctl haproxy reload), under the apply lock: {master_pid, new_workers, old_workers, duration_ms, reason}, recorded in the apply history; 409 when no master runs", None), post(haproxy::post_reload)),
-        (doc("post", "/v1/haproxy/stop", "Stop the master and its workers (hapctl haproxy stop): {outcome: stopped|killed|not-running, master_pid}; it stays down, hapctl serve does not restart it, until a start", None), post(haproxy::post_stop)),
+        (doc("post", "/v1/haproxy/start", "Apply the committed state, then start the HAProxy master (hapctl haproxy start): {master_pid, apply}; 409 when a master runs (never a second one); an earlier stop no longer holds", None), post(master::post_start)),
+        (doc("post", "/v1/haproxy/reload", "Reload through the master, never a restart (hapctl haproxy reload), under the apply lock: {master_pid, new_workers, old_workers, duration_ms, reason}, recorded in the apply history; 409 when no master runs", None), post(master::post_reload)),
+        (doc("post", "/v1/haproxy/stop", "Stop the master and its workers (hapctl haproxy stop): {outcome: stopped|killed|not-running, master_pid}; it stays down, hapctl serve does not restart it, until a start", None), post(master::post_stop)),
         (doc("get", "/v1/applies", "Apply history with outcomes and durations, newest first; diff_bytes: the size of each apply's diff", None), get(history::list_applies)),
         (doc("get", "/v1/applies/{id}", "One apply with its diff: the unified diff of the rendered files it changed (at most 256 KiB, password values and private keys masked)", None), get(history::get_apply)),
         (doc("get", "/v1/proofs", "The journals of hapctl prove (proofs of cutovers), newest first: {name, title, modified, bytes}", None), get(history::list_proofs)),

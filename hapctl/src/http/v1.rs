@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 use super::error::{ApiError, Body, BodyList, PathParam};
 use super::ApiState;
 use crate::apply::ApplyReport;
-use crate::apply::RuntimeCheck;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
 use crate::edge::{after_put, DomainChange, DomainResult, Edge};
@@ -22,68 +21,33 @@ use crate::model::{
 use crate::resolve::Resolution;
 
 pub async fn health(State(app): State<ApiState>) -> Response {
-    let verdict = app
-        .read(|edge| {
-            let status = edge.supervisor().status();
-            let problem = match &status.procs {
-                None => Some("the HAProxy master is not running (or its socket does not answer)".to_string()),
-                Some(p) if p.workers.is_empty() => Some("the HAProxy master has no current worker".to_string()),
-                Some(_) => match edge.runtime_check() {
-                    RuntimeCheck::Failed(lines) => Some(format!(
-                        "DEFECT: haproxy -c refuses the set hapctl changed at runtime: {}",
-                        lines.join(" | ")
-                    )),
-                    // Changed at runtime, checked shortly: the committed state, not a failure.
-                    RuntimeCheck::Pending => None,
-                    RuntimeCheck::None if !edge.live_is_known_good()? => Some(
-                        "the live configuration is not the known-good one (an apply failed or was interrupted)".to_string(),
-                    ),
-                    RuntimeCheck::None => None,
-                },
-            };
-            Ok(problem)
-        })
-        .await;
-    match verdict {
-        Ok(None) => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
+    let (status, body) = match app.read(|edge| edge.health_problem()).await {
+        Ok(None) => (StatusCode::OK, json!({"status": "ok"})),
         Ok(Some(reason)) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unhealthy", "reason": reason})),
-        )
-            .into_response(),
+            json!({"status": "unhealthy", "reason": reason}),
+        ),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unhealthy", "reason": e.message})),
-        )
-            .into_response(),
-    }
+            json!({"status": "unhealthy", "reason": e.message}),
+        ),
+    };
+    (status, Json(body)).into_response()
 }
 
 pub async fn status(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    app.read(|edge| {
-        let (domains, trusted_proxies) = edge.with_state(|state| {
-            (
-                state.domains.len() + state.app_domains.len(),
-                state.trusted_proxies.len(),
-            )
-        })?;
-        Ok(Json(json!({
-            "haproxy": edge.supervisor().status(),
-            "supervision": edge.supervision(),
-            "live_is_known_good": edge.live_is_known_good()?,
-            "runtime_check": edge.runtime_check(),
-            "applies": edge.history(10)?,
-            "generations": edge.generations()?,
-            "counts": {
-                "domains": domains,
-                "blocked": edge.block_count()?,
-                "trusted_proxies": trusted_proxies,
-            },
-            "certificates": super::certs::summary(&edge.certificates()?, unix_now()),
-            "resolution": edge.resolution_now()?,
-        })))
-    })
-    .await
+    let s = app.read(|edge| edge.status(10)).await?;
+    Ok(Json(json!({
+        "haproxy": s.haproxy,
+        "supervision": s.supervision,
+        "live_is_known_good": s.live_is_known_good,
+        "runtime_check": s.runtime_check,
+        "applies": s.applies,
+        "generations": s.generations,
+        "counts": s.counts,
+        "certificates": super::certs::summary(&s, unix_now()),
+        "resolution": s.resolution,
+    })))
 }
 
 /// One domain as the API shows it (borrowed: a list of 10,000 is serialised straight out).

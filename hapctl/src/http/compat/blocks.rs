@@ -15,9 +15,7 @@ use super::super::ApiState;
 use super::{as_500, bad, e1, naive_iso, required, sql_time, text, Answer, Ignored, OldBody};
 use crate::blocks::{BlockChange, BlockReport, ChangeResult, Enforcement};
 use crate::edge::Edge;
-use crate::haproxy::{Master, RuntimeMap};
 use crate::model::{BlockKey, Note, Ttl};
-use crate::render::FileId;
 
 /// The old `missing_ips` list was cut at 50.
 const MAX_MISSING: usize = 50;
@@ -163,18 +161,7 @@ async fn sync(app: ApiState) -> Answer {
                 .filter(|b| !b.is_expired(now))
                 .map(|b| b.key.to_string())
                 .collect();
-            // Both blocked maps: the base and the delta of the blocks since.
-            let live: Result<Vec<String>, String> = [FileId::BlockedMap, FileId::BlockedDeltaMap]
-                .iter()
-                .map(|id| {
-                    let path = id.path(&edge.settings.paths).display().to_string();
-                    let socket = Master::from_settings(&edge.settings).socket().clone();
-                    RuntimeMap::new(socket, path)
-                        .keys()
-                        .map_err(|e| e.to_string())
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(|maps| maps.concat());
+            let live = edge.served_block_keys().map_err(|e| e.to_string());
             Ok((wanted, live))
         })
         .await?;

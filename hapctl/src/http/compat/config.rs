@@ -17,7 +17,6 @@ use super::super::error::ApiError;
 use super::super::ApiState;
 use super::{as_500, e1, e2, Answer};
 use crate::apply::Outcome;
-use crate::haproxy::{Master, Supervisor};
 
 /// `{"status":"healthy","haproxy_status":"running"|"stopped","database":"connected"}`, 200
 /// even when HAProxy is down (as before; `/v1/health` is the strict check); 500
@@ -27,12 +26,7 @@ pub async fn health(State(app): State<ApiState>) -> Response {
         .read(|edge| {
             edge.block_count()?;
             edge.with_state(|_| ())?;
-            let running = edge
-                .supervisor()
-                .status()
-                .procs
-                .is_some_and(|p| !p.workers.is_empty());
-            Ok(running)
+            Ok(edge.haproxy_serving())
         })
         .await;
     match verdict {
@@ -50,24 +44,23 @@ pub async fn health(State(app): State<ApiState>) -> Response {
     }
 }
 
-/// A reload through the master, confirmed by a new worker.
-async fn master_reload(app: &ApiState) -> Result<(), ApiError> {
-    let settings = app.settings();
-    tokio::task::spawn_blocking(move || {
-        Master::from_settings(&settings).reload(settings.haproxy.reload_timeout)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("HAProxy reload failed: {e}")))?;
+/// A reload through the master, confirmed by a new worker: the path of every requested
+/// reload (`POST /v1/haproxy/reload`), under the apply lock and recorded in the apply history.
+/// `who` is the route that asked.
+async fn master_reload(app: &ApiState, who: &'static str) -> Result<(), ApiError> {
+    app.services()
+        .with_new_edge(move |edge| edge.reload_haproxy(who))
+        .await
+        .map_err(|e| ApiError::internal(format!("HAProxy reload failed: {e}")))?;
     app.services().metrics().reload_requested();
     Ok(())
 }
 
 /// The safe apply of the committed state, then a reload if it changed nothing.
-async fn apply_and_reload(app: &ApiState) -> Result<(), ApiError> {
+async fn apply_and_reload(app: &ApiState, who: &'static str) -> Result<(), ApiError> {
     let (report, _) = app.domain_job(None).await.map_err(as_500)?;
     match report.outcome {
-        Outcome::Unchanged => master_reload(app).await,
+        Outcome::Unchanged => master_reload(app, who).await,
         _ if report.outcome.is_success() => Ok(()),
         _ => Err(as_500(ApiError::from_apply(report))),
     }
@@ -75,7 +68,7 @@ async fn apply_and_reload(app: &ApiState) -> Result<(), ApiError> {
 
 pub async fn regenerate(State(app): State<ApiState>) -> Response {
     e2(async {
-        apply_and_reload(&app).await?;
+        apply_and_reload(&app, "GET /api/regenerate").await?;
         Ok(Json(json!({"status": "success"})).into_response())
     }
     .await)
@@ -83,7 +76,7 @@ pub async fn regenerate(State(app): State<ApiState>) -> Response {
 
 pub async fn config_reload(State(app): State<ApiState>) -> Response {
     e1(async {
-        apply_and_reload(&app).await?;
+        apply_and_reload(&app, "POST /api/config/reload").await?;
         Ok(
             Json(json!({"status": "success", "message": "HAProxy configuration reloaded safely"}))
                 .into_response(),
@@ -98,17 +91,11 @@ pub async fn reload(State(app): State<ApiState>) -> Response {
 }
 
 async fn raw_reload(app: ApiState) -> Answer {
-    // Waits out a master re-executing for another reload: it is running, not to be started.
-    let settings = app.settings();
-    let running = tokio::task::spawn_blocking(move || {
-        Supervisor::from_settings(&settings)
-            .procs_when_answering(settings.haproxy.reload_timeout)
-            .is_some()
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let running = app
+        .with_new_edge(|edge| Ok(edge.haproxy_answering()))
+        .await?;
     if running {
-        master_reload(&app).await?;
+        master_reload(&app, "GET /api/reload").await?;
     } else {
         app.read(|edge| {
             edge.start_haproxy()

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::ApiState;
-use crate::haproxy::StopReport;
+use crate::edge::StopReport;
 
 /// Applies the committed state, then starts the master (409 when one runs).
 pub async fn post_start(State(app): State<ApiState>) -> Result<Response, ApiError> {
