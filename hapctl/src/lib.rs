@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod blocks;
 pub mod clock;
+pub mod contract;
 pub mod daemon;
 pub mod deliver;
 pub mod edge;

@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use hapctl::blocks::{BlockChange, BlockReport, ChangeResult};
+use hapctl::contract::BlockRequest;
 use hapctl::edge::Edge;
 use hapctl::model::{BlockKey, BlockQuery, Note, Ttl};
 
@@ -77,13 +78,7 @@ pub fn run(dir: &Path, cmd: BlockCommand) -> Result<u8, Failure> {
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "hapctl".into());
             let author = Note::parse("author", &author)?;
-            let body = json!({
-                "ip": key.to_string(),
-                "reason": reason.as_str(),
-                "author": author.as_str(),
-                // Whole seconds: a ttl's display ("1day 2h") is not one word the route takes.
-                "ttl": ttl.map(|t| format!("{}s", t.duration().as_secs())),
-            });
+            let body = BlockRequest::new(key, &reason, &author, ttl);
             let report = match forward::send(dir, "POST", "/v1/blocked-ips", &body)? {
                 Some(answer) => answer.block_report()?,
                 None => {

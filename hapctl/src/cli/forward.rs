@@ -11,9 +11,11 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use hapctl::blocks::BlockReport;
+use hapctl::contract::ErrorAnswer;
 use hapctl::resolve::Resolution;
 use hapctl::settings::Settings;
 
@@ -66,10 +68,10 @@ impl Answer {
     }
 
     fn failure(&self) -> Failure {
-        let error = &self.body["error"];
-        let message = error["message"]
-            .as_str()
-            .unwrap_or("the daemon gave no reason");
+        let answer = ErrorAnswer::deserialize(&self.body).ok();
+        let message = answer
+            .as_ref()
+            .map_or("the daemon gave no reason", |a| a.error.message.as_str());
         let code = match self.status {
             400 => 2,
             404 => 7,
@@ -84,7 +86,12 @@ impl Answer {
 
 /// Sends `method path` with `body` to the daemon of `dir`. `None`: no daemon listens there
 /// (or the CLI is to apply on its own: a fault-injection run targets this process).
-pub fn send(dir: &Path, method: &str, path: &str, body: &Value) -> Result<Option<Answer>, Failure> {
+pub fn send(
+    dir: &Path,
+    method: &str,
+    path: &str,
+    body: &impl Serialize,
+) -> Result<Option<Answer>, Failure> {
     if std::env::var_os("HAPCTL_FAULT").is_some() {
         return Ok(None);
     }
@@ -104,7 +111,9 @@ pub fn send(dir: &Path, method: &str, path: &str, body: &Value) -> Result<Option
         .header(hyper::header::HOST, "hapctl")
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(body).map_err(anyhow::Error::from)?,
+        )))
         .map_err(anyhow::Error::from)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

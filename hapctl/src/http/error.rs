@@ -8,9 +8,10 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::apply::{ApplyError, ApplyReport, Outcome};
+use crate::contract::{ErrorAnswer, ErrorDetail};
 use crate::daemon::JobError;
 use crate::edge::{EdgeError, HaproxyConflict};
 use crate::model::Invalid;
@@ -85,12 +86,16 @@ impl IntoResponse for ApiError {
                 s.to_string()
             }
         };
-        let mut body = json!({
-            "error": {"code": self.code, "message": shorten(&self.message), "field": self.field.as_deref().map(shorten)}
-        });
-        if let Some(apply) = self.apply {
-            body["apply"] = serde_json::to_value(apply).unwrap_or_default();
-        }
+        let body = ErrorAnswer {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: shorten(&self.message),
+                field: self.field.as_deref().map(shorten),
+            },
+            apply: self
+                .apply
+                .map(|apply| serde_json::to_value(apply).unwrap_or_default()),
+        };
         (self.status, Json(body)).into_response()
     }
 }

@@ -15,6 +15,7 @@ use super::{
     auth, certs, compat, count_requests, history, limits, logs, master, policies, profiles,
     proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
 };
+use crate::contract::{schema_of, BlockRequest, ErrorAnswer};
 
 /// What `/openapi.json` says about a route.
 pub struct RouteDoc {
@@ -106,12 +107,6 @@ fn schema_domain() -> Value {
     json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string", "example": "example.com"}}})
 }
 
-fn schema_block() -> Value {
-    json!({"type": "object", "required": ["ip"], "properties": {
-        "ip": {"type": "string", "example": "203.0.113.0/24"}, "reason": {"type": "string"},
-        "author": {"type": "string"}, "ttl": {"type": "string", "example": "30m"}}})
-}
-
 fn schema_limits(edge: bool) -> Value {
     let rule = json!({"type": "string", "example": "5000:deny-429", "description": "off, or THRESHOLD:ACTION (1-1000000; log, deny[-403|-429|-503], tarpit[-403|-429|-503])"});
     let rules: serde_json::Map<String, Value> = crate::model::Slot::ALL
@@ -189,7 +184,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("delete", "/v1/certificates/{name}", "Stop serving a certificate and delete it (not the default)", None), delete(certs::delete)),
         (blocks_list_doc(), get(v1::list_blocks)),
         (doc("post", "/v1/blocked-ips", "Block one entry or a list; runtime API, no reload, no haproxy -c",
-            Some(json!({"oneOf": [schema_block(), {"type": "array", "items": schema_block()}]}))), post(v1::post_blocks)),
+            Some(json!({"oneOf": [schema_of::<BlockRequest>(), {"type": "array", "items": schema_of::<BlockRequest>()}]}))), post(v1::post_blocks)),
         (doc("delete", "/v1/blocked-ips/{key}", "Unblock an IP or CIDR (URL-encode the '/')", None), delete(v1::delete_block)),
         (doc("post", "/v1/blocked-ips/sync", "Rebuild the file and the runtime map from the database, atomically", None), post(v1::sync_blocks)),
         (doc("post", "/v1/deliveries", "Deliver a version of an app",
@@ -332,8 +327,7 @@ pub fn openapi_document() -> Value {
         "info": {"title": "hapctl API", "version": env!("CARGO_PKG_VERSION")},
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
-                "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": ["string", "null"]}}}}}}
+            "schemas": {"Error": schema_of::<ErrorAnswer>()}
         },
         "paths": paths,
     })

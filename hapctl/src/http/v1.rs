@@ -12,6 +12,7 @@ use super::ApiState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
+use crate::contract::BlockRequest;
 use crate::edge::{after_put, DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Interval, Note, Profile,
@@ -373,40 +374,26 @@ pub async fn list_blocks(
     .await
 }
 
-/// One block entry as sent; every field is parsed by the model below, so an error can name
-/// its path (`[3].ip`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BlockRequest {
-    ip: String,
-    #[serde(default)]
-    reason: String,
-    #[serde(default)]
-    author: Option<String>,
-    ttl: Option<String>,
-}
-
-impl BlockRequest {
-    fn into_block(self, path: &str) -> Result<crate::model::Block, ApiError> {
-        let at = |field: &str, e: crate::model::Invalid| {
-            ApiError::invalid(&format!("{path}{field}"), e.to_string())
-        };
-        let key: BlockKey = self.ip.parse().map_err(|e| at("ip", e))?;
-        let ttl = self
-            .ttl
-            .map(|t| t.parse::<Ttl>())
-            .transpose()
-            .map_err(|e| at("ttl", e))?;
-        let reason = Note::parse("reason", &self.reason).map_err(|e| at("reason", e))?;
-        let author = Note::parse("author", self.author.as_deref().unwrap_or("api"))
-            .map_err(|e| at("author", e))?;
-        Ok(Edge::new_block(key, reason, author, ttl))
-    }
+/// The block an entry asks for; `path` prefixes the field an error names (`[3].`).
+fn block_of(request: BlockRequest, path: &str) -> Result<crate::model::Block, ApiError> {
+    let at = |field: &str, e: crate::model::Invalid| {
+        ApiError::invalid(&format!("{path}{field}"), e.to_string())
+    };
+    let key: BlockKey = request.ip.parse().map_err(|e| at("ip", e))?;
+    let ttl = request
+        .ttl
+        .map(|t| t.parse::<Ttl>())
+        .transpose()
+        .map_err(|e| at("ttl", e))?;
+    let reason = Note::parse("reason", &request.reason).map_err(|e| at("reason", e))?;
+    let author = Note::parse("author", request.author.as_deref().unwrap_or("api"))
+        .map_err(|e| at("author", e))?;
+    Ok(Edge::new_block(key, reason, author, ttl))
 }
 
 /// The answer to a block change: which results, and how HAProxy enforces it.
-pub fn blocked(results: &[ChangeResult], report: &BlockReport, status: StatusCode) -> Response {
-    (status, Json(json!({"results": results, "expired": report.expired, "enforcement": report.enforcement, "runtime_error": report.runtime_error, "duration_ms": report.duration_ms}))).into_response()
+pub fn blocked(results: Vec<ChangeResult>, report: BlockReport, status: StatusCode) -> Response {
+    (status, Json(BlockReport { results, ..report })).into_response()
 }
 
 pub async fn post_blocks(
@@ -429,7 +416,7 @@ pub async fn post_blocks(
             } else {
                 String::new()
             };
-            r.into_block(&path).map(BlockChange::Put)
+            block_of(r, &path).map(BlockChange::Put)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (results, report) = app.block_job(changes).await?;
@@ -438,7 +425,7 @@ pub async fn post_blocks(
     } else {
         StatusCode::OK
     };
-    Ok(blocked(&results, &report, status))
+    Ok(blocked(results, report, status))
 }
 
 pub async fn delete_block(
@@ -452,7 +439,7 @@ pub async fn delete_block(
     if results == [ChangeResult::NotFound] {
         return Err(ApiError::not_found(format!("{key} is not blocked")));
     }
-    Ok(blocked(&results, &report, StatusCode::OK))
+    Ok(blocked(results, report, StatusCode::OK))
 }
 
 pub async fn sync_blocks(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
