@@ -4,12 +4,14 @@ use std::path::Path;
 
 use clap::Subcommand;
 
+use hapctl::contract::HttpsRequest;
 use hapctl::edge::{after_put, ProtectionsChange};
 use hapctl::model::{
     AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, PostLimit, Profile, ProtectProfile,
     Redirect, Server, ServerName,
 };
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::limits::RuleArgs;
@@ -311,11 +313,11 @@ fn https(
         .map(|age| Hsts::new(age, hsts_subdomains))
         .transpose()?;
     let domain: Domain = name.parse()?;
-    let body = json!({
-        "redirect": redirect,
-        "hsts_max_age": hsts.map(|h| h.max_age()),
-        "hsts_include_subdomains": hsts.is_some_and(|h| h.include_subdomains),
-    });
+    let body = HttpsRequest {
+        redirect: redirect.to_string(),
+        hsts_max_age: hsts.map(|h| u64::from(h.max_age())),
+        hsts_include_subdomains: hsts.is_some_and(|h| h.include_subdomains),
+    };
     let path = format!("/v1/domains/{domain}/https");
     forwarded_or(dir, "PUT", &path, body, json, || {
         let policy = HttpsPolicy {
@@ -392,7 +394,7 @@ fn forwarded_or(
     dir: &Path,
     method: &str,
     path: &str,
-    body: Value,
+    body: impl Serialize,
     json: bool,
     local: impl FnOnce() -> Result<u8, Failure>,
 ) -> Result<u8, Failure> {

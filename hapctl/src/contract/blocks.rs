@@ -6,8 +6,9 @@ use utoipa::ToSchema;
 
 use crate::model::{BlockKey, Note, Ttl};
 
-/// One block entry as sent. Every field stays text here and is parsed by the model in the
-/// handler, so an error names its path (`[3].ip`).
+/// One block entry.
+// Every field stays text here and is parsed by the model in the handler, so an error names
+// its path (`[3].ip`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BlockRequest {

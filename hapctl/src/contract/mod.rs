@@ -4,9 +4,11 @@
 //! the CLI cannot drift apart. Below both `cli` and `http`; it only describes the wire.
 
 mod blocks;
+mod domains;
 mod error;
 
 pub use blocks::BlockRequest;
+pub use domains::HttpsRequest;
 pub use error::{ErrorAnswer, ErrorDetail};
 
 /// The JSON Schema of `T` as `/openapi.json` shows it: inline, every nested type in place

@@ -3,62 +3,49 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use serde::Deserialize;
 
 use super::error::{ApiError, Body, PathParam};
 use super::ApiState;
+use crate::contract::HttpsRequest;
 use crate::edge::DomainChange;
 use crate::model::{Domain, Hsts, HttpsPolicy, Redirect, MAX_HSTS_AGE};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpsRequest {
-    /// A string, parsed below: an enum here would make a number a JSON syntax error.
-    redirect: String,
-    /// Wide, so an out-of-range value is refused with the rule, not the Rust type.
-    #[serde(default)]
-    hsts_max_age: Option<u64>,
-    #[serde(default)]
-    hsts_include_subdomains: bool,
-}
-
-impl HttpsRequest {
-    fn policy(self) -> Result<HttpsPolicy, ApiError> {
-        let redirect = match self.redirect.as_str() {
-            "off" => Redirect::Off,
-            "301" => Redirect::Permanent301,
-            "308" => Redirect::Permanent308,
-            other => {
-                return Err(ApiError::invalid(
-                    "redirect",
-                    format!(
-                        "redirect {:?}: must be \"off\", \"301\" or \"308\"",
-                        crate::model::bounded(other)
-                    ),
-                ))
-            }
-        };
-        let hsts = match self.hsts_max_age {
-            None if self.hsts_include_subdomains => {
-                return Err(ApiError::invalid(
-                    "hsts_include_subdomains",
-                    "hsts_include_subdomains needs hsts_max_age (it is part of the HSTS header)",
-                ))
-            }
-            None => None,
-            Some(age) if age == 0 || age > u64::from(MAX_HSTS_AGE) => {
-                return Err(ApiError::invalid(
-                    "hsts_max_age",
-                    format!("hsts_max_age {age}: must be 1 to {MAX_HSTS_AGE} seconds (two years)"),
-                ))
-            }
-            Some(age) => Some(
-                Hsts::new(age as u32, self.hsts_include_subdomains)
-                    .map_err(|e| e.in_field("hsts_max_age"))?,
-            ),
-        };
-        Ok(HttpsPolicy { redirect, hsts })
-    }
+/// The policy the request asks for, each refusal naming its field.
+fn https_policy(request: HttpsRequest) -> Result<HttpsPolicy, ApiError> {
+    let redirect = match request.redirect.as_str() {
+        "off" => Redirect::Off,
+        "301" => Redirect::Permanent301,
+        "308" => Redirect::Permanent308,
+        other => {
+            return Err(ApiError::invalid(
+                "redirect",
+                format!(
+                    "redirect {:?}: must be \"off\", \"301\" or \"308\"",
+                    crate::model::bounded(other)
+                ),
+            ))
+        }
+    };
+    let hsts = match request.hsts_max_age {
+        None if request.hsts_include_subdomains => {
+            return Err(ApiError::invalid(
+                "hsts_include_subdomains",
+                "hsts_include_subdomains needs hsts_max_age (it is part of the HSTS header)",
+            ))
+        }
+        None => None,
+        Some(age) if age == 0 || age > u64::from(MAX_HSTS_AGE) => {
+            return Err(ApiError::invalid(
+                "hsts_max_age",
+                format!("hsts_max_age {age}: must be 1 to {MAX_HSTS_AGE} seconds (two years)"),
+            ))
+        }
+        Some(age) => Some(
+            Hsts::new(age as u32, request.hsts_include_subdomains)
+                .map_err(|e| e.in_field("hsts_max_age"))?,
+        ),
+    };
+    Ok(HttpsPolicy { redirect, hsts })
 }
 
 /// A map change at runtime: no `haproxy -c`, no reload (the apply report says so).
@@ -68,7 +55,7 @@ pub async fn put_https(
     Body(req): Body<HttpsRequest>,
 ) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
-    let policy = req.policy()?;
+    let policy = https_policy(req)?;
     let change = DomainChange::Https(domain.clone(), policy);
     let (report, _) = super::v1::change_existing(&app, &domain, change).await?;
     super::v1::applied(report, None)

@@ -15,7 +15,7 @@ use super::{
     auth, certs, compat, count_requests, history, limits, logs, master, policies, profiles,
     proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
 };
-use crate::contract::{schema_of, BlockRequest, ErrorAnswer};
+use crate::contract::{schema_of, BlockRequest, ErrorAnswer, HttpsRequest};
 
 /// What `/openapi.json` says about a route.
 pub struct RouteDoc {
@@ -141,8 +141,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
                 "profile": {"type": "string", "enum": ["default", "websocket", "sse", "long-lived", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}, "waf": schema_waf()}}))), put(v1::put_domain)),
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
-            Some(json!({"type": "object", "required": ["redirect"], "properties": {"redirect": {"type": "string", "enum": ["off", "301", "308"]},
-                "hsts_max_age": {"type": ["integer", "null"], "minimum": 1, "maximum": crate::model::MAX_HSTS_AGE}, "hsts_include_subdomains": {"type": "boolean"}}}))), put(policies::put_https)),
+            Some(schema_of::<HttpsRequest>())), put(policies::put_https)),
         (doc("put", "/v1/domains/{name}/profiles", "A domain's path-protection profiles (wordpress: wp-login cookie challenge and POST limit, xmlrpc POST limit, wp-json batch patch, wp-admin gate), the per-host wp-admin gate switch and the two POST thresholds; replaces them; a runtime map change, no reload",
             Some(json!({"type": "object", "required": ["profiles"], "properties": {"profiles": {"type": "array", "items": {"type": "string", "enum": ["wordpress"]}},
                 "wp_admin_gate": {"type": "boolean", "default": true},
