@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use hapctl::contract::HttpsRequest;
+use hapctl::contract::{HttpsRequest, PutDomainRequest};
 use hapctl::edge::{after_put, ProtectionsChange};
 use hapctl::model::{
     AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, PostLimit, Profile, ProtectProfile,
@@ -243,11 +243,7 @@ fn add_servers(
             if created { "added" } else { "replaced" }
         )
     };
-    let body = json!({
-        "servers": backend.servers().iter().map(server_json).collect::<Vec<_>>(),
-        "profile": backend.profile(),
-        "sse_routing": sse_routing,
-    });
+    let body = PutDomainRequest::servers(&backend);
     if let Some(answer) = forward::send(dir, "PUT", &format!("/v1/domains/{name}"), &body)? {
         if let Some(result @ ("created" | "replaced")) = answer.result() {
             announce(result == "created");
@@ -402,12 +398,4 @@ fn forwarded_or(
         Some(answer) => answer.print_report(json),
         None => local(),
     }
-}
-
-/// A server as the API's domain route takes it: its options, its address and its name.
-fn server_json(server: &Server) -> Value {
-    let mut value = serde_json::to_value(&server.options).expect("options serialise");
-    value["address"] = json!(server.addr.to_string());
-    value["name"] = json!(server.name.to_string());
-    value
 }

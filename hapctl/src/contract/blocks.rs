@@ -13,7 +13,7 @@ use crate::model::{BlockKey, Note, Ttl};
 #[serde(deny_unknown_fields)]
 pub struct BlockRequest {
     /// An IP or CIDR.
-    #[schema(example = "203.0.113.0/24")]
+    #[schema(examples("203.0.113.0/24"))]
     pub ip: String,
     #[serde(default)]
     pub reason: String,
@@ -21,7 +21,7 @@ pub struct BlockRequest {
     #[serde(default)]
     pub author: Option<String>,
     /// How long the block lasts (`30m`, `2h`, `7d`); forever when absent.
-    #[schema(example = "30m")]
+    #[schema(examples("30m"))]
     pub ttl: Option<String>,
 }
 

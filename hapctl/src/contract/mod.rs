@@ -6,10 +6,13 @@
 mod blocks;
 mod domains;
 mod error;
+mod schemas;
+mod waf;
 
 pub use blocks::BlockRequest;
-pub use domains::HttpsRequest;
+pub use domains::{HttpsRequest, PutDomainRequest, ServerRequest};
 pub use error::{ErrorAnswer, ErrorDetail};
+pub use waf::{WafTestHeader, WafTestRequest};
 
 /// The JSON Schema of `T` as `/openapi.json` shows it: inline, every nested type in place
 /// (clients and the hostile-input suite read the schemas without resolving references).

@@ -15,7 +15,9 @@ use super::{
     auth, certs, compat, count_requests, history, limits, logs, master, policies, profiles,
     proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
 };
-use crate::contract::{schema_of, BlockRequest, ErrorAnswer, HttpsRequest};
+use crate::contract::{
+    schema_of, BlockRequest, ErrorAnswer, HttpsRequest, PutDomainRequest, WafTestRequest,
+};
 
 /// What `/openapi.json` says about a route.
 pub struct RouteDoc {
@@ -73,32 +75,6 @@ fn logs_doc() -> RouteDoc {
         .with_query("client", json!({"type": "string", "example": "203.0.113.7"}), "only this client (the real one: trusted proxies' headers applied)")
 }
 
-fn schema_server() -> Value {
-    json!({"type": "object", "required": ["address"], "properties": {
-        "address": {"type": "string", "example": "10.0.0.5:8080"},
-        "name": {"type": "string"}, "weight": {"type": "integer", "minimum": 0, "maximum": 256},
-        "maxconn": {"type": "integer", "minimum": 1}, "check": {"type": "boolean"},
-        "inter": {"type": "string", "example": "2s"}, "fall": {"type": "integer", "minimum": 1, "maximum": 100},
-        "rise": {"type": "integer", "minimum": 1, "maximum": 100}, "backup": {"type": "boolean"},
-        "send_proxy": {"type": "string", "enum": ["v1", "v2"]},
-        "tls": {"type": "object", "properties": {"verify": {"type": "string", "enum": ["none", "system"]},
-            "sni": {"type": "string", "example": "host"}}}}})
-}
-
-/// A domain's WAF policy (docs/waf.md), as `model::WafPolicy` reads it.
-fn schema_waf() -> Value {
-    use crate::model::{MAX_BODY_LIMIT, MAX_EXCLUSIONS, MAX_WAF_THRESHOLD};
-    json!({"type": "object", "required": ["mode"], "additionalProperties": false, "description": "the WAF policy, replaced whole (absent: unchanged); a runtime map change", "properties": {
-        "mode": {"type": "string", "enum": ["off", "detect", "block"]},
-        "fail": {"type": "string", "enum": ["open", "closed"], "default": "open"},
-        "paranoia": {"type": "integer", "minimum": 1, "maximum": 4, "default": 1},
-        "threshold": {"type": "integer", "minimum": 1, "maximum": MAX_WAF_THRESHOLD, "default": 5},
-        "body_limit": {"type": "integer", "minimum": 0, "maximum": MAX_BODY_LIMIT, "default": 8192},
-        "exclusions": {"type": "array", "maxItems": MAX_EXCLUSIONS, "items": {"type": "object", "required": ["rule"], "additionalProperties": false, "properties": {
-            "rule": {"type": "integer", "minimum": 1, "maximum": 999_999_999},
-            "path": {"type": "string", "example": "/search", "description": "only under this path prefix"}}}}}})
-}
-
 fn schema_names() -> Value {
     json!({"type": "array", "items": {"type": "string", "example": "shop.example.com"}})
 }
@@ -137,8 +113,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
             .with_query("q", json!({"type": "string"}), "only names containing this text"), get(v1::list_domains)),
         (doc("get", "/v1/domains/{name}", "One domain, with its WAF policy (waf: mode off when it has none)", None), get(v1::get_domain)),
         (doc("put", "/v1/domains/{name}", "Create or replace a domain (servers + profile, or an app); applied at once, coalesced with concurrent changes; {result, apply}, and for servers {unresolved_servers, runtime_resolvers, warning}: those whose host name does not resolve now (down until it does)",
-            Some(json!({"type": "object", "properties": {"servers": {"type": "array", "items": schema_server()},
-                "profile": {"type": "string", "enum": ["default", "websocket", "sse", "long-lived", "http-check:/path"]}, "sse_routing": {"type": "boolean"}, "app": {"type": "string"}, "waf": schema_waf()}}))), put(v1::put_domain)),
+            Some(schema_of::<PutDomainRequest>())), put(v1::put_domain)),
         (doc("delete", "/v1/domains/{name}", "Remove a domain", None), delete(v1::delete_domain)),
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
             Some(schema_of::<HttpsRequest>())), put(policies::put_https)),
@@ -168,10 +143,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("get", "/v1/waf", "The WAF agent (docs/waf.md): {configured: false} without [waf]; else {configured, up, down_reason, pid, engine, crs, rules, rules_loaded_at, inspected, blocked, detected, errors, timeouts, reloads, reload_failures, reload_error, by_rule: {RULE_ID: requests}}, from its state file (hapctl waf status)", None), get(waf::get_waf)),
         (doc("post", "/v1/waf/reload", "Reload the agent's rules (SIGHUP; HAProxy's connections stay) and answer the outcome once it is known (a few seconds): {outcome: reloaded, pid, crs, rules, rules_loaded_at}; a refused rule set is a 422 naming its loader and libmodsecurity's reason (the old rules keep serving), 503 when the agent is down, 409 without [waf]", None), post(waf::post_reload)),
         (doc("get", "/v1/waf/rules", "The rule set the agent loads (hapctl waf rules --json): {engine, crs, loader, loaded, rules, removed, files: [{file, rules: [{id, phase, paranoia, severity, message}]}]}: what an exclusion names; a set libmodsecurity refuses is a 422, 409 without [waf]", None), get(waf::get_rules)),
-        (doc("post", "/v1/waf/test", "Evaluate a request against the rules without sending it (hapctl waf test): {verdict: block|detect|pass|off, score, threshold, counted, matched: [{id, severity, message, points}], policy, policy_from}; scored under policy if given, else the stored policy of domain or of the URL's host, else block at the CRS defaults", Some(json!({"type": "object", "required": ["url"], "properties": {
-                "url": {"type": "string", "description": "a path and query or an http:// or https:// URL"}, "method": {"type": "string"},
-                "headers": {"type": "array", "items": {"type": "object", "required": ["name", "value"], "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}}, "body": {"type": "string"},
-                "domain": {"type": "string"}, "policy": schema_waf()}}))), post(waf::post_test)),
+        (doc("post", "/v1/waf/test", "Evaluate a request against the rules without sending it (hapctl waf test): {verdict: block|detect|pass|off, score, threshold, counted, matched: [{id, severity, message, points}], policy, policy_from}; scored under policy if given, else the stored policy of domain or of the URL's host, else block at the CRS defaults", Some(schema_of::<WafTestRequest>())), post(waf::post_test)),
         (doc("get", "/v1/certificates", "List certificates: names, source, validity, next renewal, last error, the host names each serves", None), get(certs::list)),
         (doc("get", "/v1/certificates/{name}", "One certificate", None), get(certs::show)),
         (doc("put", "/v1/certificates/{name}", "Install a PEM bundle (leaf, chain, unencrypted key); refused with the problem named and nothing written; served without a reload (201 when new)",

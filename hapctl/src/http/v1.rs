@@ -12,12 +12,11 @@ use super::ApiState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
-use crate::contract::BlockRequest;
+use crate::contract::{BlockRequest, PutDomainRequest, ServerRequest};
 use crate::edge::{after_put, DomainChange, DomainResult, Edge};
 use crate::model::{
-    AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Interval, Note, Profile,
-    ProxyProtocol, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Ttl, Version,
-    WafPolicy,
+    AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Note, Profile, Server, ServerAddr,
+    ServerName, ServerOptions, Ttl, Version, WafPolicy,
 };
 use crate::resolve::Resolution;
 
@@ -141,48 +140,6 @@ pub async fn get_domain(
         .ok_or_else(|| ApiError::not_found(format!("domain {name} does not exist")))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerRequest {
-    address: ServerAddr,
-    name: Option<ServerName>,
-    // Wide integers, so an out-of-range value is refused with the rule, not the Rust type.
-    weight: Option<u64>,
-    maxconn: Option<u64>,
-    check: Option<bool>,
-    inter: Option<Interval>,
-    fall: Option<u64>,
-    rise: Option<u64>,
-    #[serde(default)]
-    backup: bool,
-    send_proxy: Option<ProxyProtocol>,
-    #[serde(default, deserialize_with = "tls_object")]
-    tls: Option<ServerTls>,
-}
-
-/// `tls` as a JSON object only: serde would also read the struct from an array (`[]`).
-fn tls_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ServerTls>, D::Error> {
-    let object: Option<serde_json::Map<String, serde_json::Value>> = Option::deserialize(d)?;
-    object
-        .map(|m| serde_json::from_value(serde_json::Value::Object(m)))
-        .transpose()
-        .map_err(serde::de::Error::custom)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PutDomainRequest {
-    #[serde(default)]
-    servers: Vec<ServerRequest>,
-    profile: Option<Profile>,
-    /// Event streams to the backend's long-lived twin (off when absent).
-    sse_routing: Option<bool>,
-    /// Route to a delivered application instead of servers.
-    app: Option<AppName>,
-    /// The domain's WAF policy, replaced whole; absent: the policy it has stays.
-    waf: Option<WafPolicy>,
-}
-
 /// Turns the API's server list into a validated backend.
 pub fn backend(
     servers: Vec<(Option<ServerName>, ServerAddr, ServerOptions)>,
@@ -285,29 +242,7 @@ pub async fn put_domain(
                 .servers
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| {
-                    let range = |field: &str, v: Option<u64>, max: u64, rule: &str| match v {
-                        Some(n) if n > max => Err(ApiError::invalid(
-                            &format!("servers[{i}].{field}"),
-                            format!("{field} {n}: {rule}"),
-                        )),
-                        _ => Ok(v),
-                    };
-                    let options = ServerOptions {
-                        weight: range("weight", s.weight, 256, "must be 0 to 256")?
-                            .map(|w| w as u16),
-                        maxconn: range("maxconn", s.maxconn, 1_000_000, "must be 1 to 1000000")?
-                            .map(|m| m as u32),
-                        check: s.check.unwrap_or(true),
-                        inter: s.inter,
-                        fall: range("fall", s.fall, 100, "must be 1 to 100")?.map(|n| n as u8),
-                        rise: range("rise", s.rise, 100, "must be 1 to 100")?.map(|n| n as u8),
-                        backup: s.backup,
-                        send_proxy: s.send_proxy,
-                        tls: s.tls,
-                    };
-                    Ok((s.name, s.address, options))
-                })
+                .map(|(i, s)| server_of(i, s))
                 .collect::<Result<Vec<_>, ApiError>>()?;
             let backend = backend(servers, req.profile.unwrap_or_default())?;
             let backend = backend.with_sse_routing(req.sse_routing.unwrap_or(false));
@@ -325,6 +260,32 @@ pub async fn put_domain(
         None => None,
     };
     applied_with(report, result, resolution)
+}
+
+/// A server of the request, each number checked against its range (`servers[i].field`).
+fn server_of(
+    i: usize,
+    s: ServerRequest,
+) -> Result<(Option<ServerName>, ServerAddr, ServerOptions), ApiError> {
+    let range = |field: &str, v: Option<u64>, max: u64, rule: &str| match v {
+        Some(n) if n > max => Err(ApiError::invalid(
+            &format!("servers[{i}].{field}"),
+            format!("{field} {n}: {rule}"),
+        )),
+        _ => Ok(v),
+    };
+    let options = ServerOptions {
+        weight: range("weight", s.weight, 256, "must be 0 to 256")?.map(|w| w as u16),
+        maxconn: range("maxconn", s.maxconn, 1_000_000, "must be 1 to 1000000")?.map(|m| m as u32),
+        check: s.check.unwrap_or(true),
+        inter: s.inter,
+        fall: range("fall", s.fall, 100, "must be 1 to 100")?.map(|n| n as u8),
+        rise: range("rise", s.rise, 100, "must be 1 to 100")?.map(|n| n as u8),
+        backup: s.backup,
+        send_proxy: s.send_proxy,
+        tls: s.tls,
+    };
+    Ok((s.name, s.address, options))
 }
 
 pub async fn delete_domain(

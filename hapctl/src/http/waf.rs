@@ -10,13 +10,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use super::error::{ApiError, Body};
 use super::ApiState;
-use crate::model::{Domain, WafPolicy};
+use crate::contract::WafTestRequest;
+use crate::model::WafPolicy;
 use crate::waf::status::{self, ReloadError};
 use crate::waf::trial::Trial;
 
@@ -68,34 +68,9 @@ pub async fn get_rules(State(app): State<ApiState>) -> Result<Json<Value>, ApiEr
         .map(Json)
 }
 
-/// `POST /v1/waf/test`: `policy` as in the domain API.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestRequest {
-    url: String,
-    #[serde(default = "get")]
-    method: String,
-    #[serde(default)]
-    headers: Vec<Header>,
-    body: Option<String>,
-    domain: Option<Domain>,
-    policy: Option<WafPolicy>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Header {
-    name: String,
-    value: String,
-}
-
-fn get() -> String {
-    "GET".into()
-}
-
 pub async fn post_test(
     State(app): State<ApiState>,
-    Body(req): Body<TestRequest>,
+    Body(req): Body<WafTestRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let headers: Vec<(String, String)> =
         req.headers.into_iter().map(|h| (h.name, h.value)).collect();
