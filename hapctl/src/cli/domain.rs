@@ -5,7 +5,7 @@ use std::path::Path;
 use clap::Subcommand;
 
 use hapctl::contract::{HttpsRequest, PutDomainRequest};
-use hapctl::edge::{after_put, ProtectionsChange};
+use hapctl::edge::{after_put, DomainResult, ProtectionsChange};
 use hapctl::model::{
     AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, PostLimit, Profile, ProtectProfile,
     Redirect, Server, ServerName,
@@ -245,8 +245,10 @@ fn add_servers(
     };
     let body = PutDomainRequest::servers(&backend);
     if let Some(answer) = forward::send(dir, "PUT", &format!("/v1/domains/{name}"), &body)? {
-        if let Some(result @ ("created" | "replaced")) = answer.result() {
-            announce(result == "created");
+        match answer.result() {
+            Some(DomainResult::Created) => announce(true),
+            Some(DomainResult::Replaced) => announce(false),
+            _ => {}
         }
         return answer.print_put_report(json);
     }

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use hapctl::blocks::BlockReport;
-use hapctl::contract::ErrorAnswer;
+use hapctl::contract::{ChangeAnswer, ErrorAnswer};
+use hapctl::edge::DomainResult;
 use hapctl::resolve::Resolution;
 use hapctl::settings::Settings;
 
@@ -34,19 +35,19 @@ impl Answer {
     /// Prints the apply report the answer carries (as a local apply prints its own) and
     /// returns the exit code; an answer without one is the error it names.
     pub fn print_report(&self, json: bool) -> Result<u8, Failure> {
-        match self.body.get("apply") {
-            Some(report) => output::print_report_json(report, json),
+        match self.change() {
+            Some(change) => output::print_report_json(&change.apply, json),
             None => Err(self.failure()),
         }
     }
 
     /// [`Answer::print_report`] of a domain put, with the servers that do not resolve now.
     pub fn print_put_report(&self, json: bool) -> Result<u8, Failure> {
-        let Some(report) = self.body.get("apply") else {
+        let Some(change) = self.change() else {
             return Err(self.failure());
         };
         let resolution: Option<Resolution> = serde_json::from_value(self.body.clone()).ok();
-        output::print_put_report(report, resolution.as_ref(), json)
+        output::print_put_report(&change.apply, resolution.as_ref(), json)
     }
 
     /// The report of a block change; an answer without one is the error it names.
@@ -62,9 +63,15 @@ impl Answer {
         }
     }
 
-    /// The `result` of a domain change (`created`, `replaced`, `removed`).
-    pub fn result(&self) -> Option<&str> {
-        self.body.get("result").and_then(Value::as_str)
+    /// What a domain change did (`created`, `replaced`, `removed`).
+    pub fn result(&self) -> Option<DomainResult> {
+        self.change().and_then(|c| c.result)
+    }
+
+    /// The answer as a change's: its result and its apply report (also carried by the error
+    /// of a refused or failed apply).
+    fn change(&self) -> Option<ChangeAnswer<Value>> {
+        ChangeAnswer::deserialize(&self.body).ok()
     }
 
     fn failure(&self) -> Failure {

@@ -4,12 +4,14 @@
 //! the CLI cannot drift apart. Below both `cli` and `http`; it only describes the wire.
 
 mod blocks;
+mod change;
 mod domains;
 mod error;
 mod schemas;
 mod waf;
 
 pub use blocks::BlockRequest;
+pub use change::ChangeAnswer;
 pub use domains::{HttpsRequest, PutDomainRequest, ServerRequest};
 pub use error::{ErrorAnswer, ErrorDetail};
 pub use waf::{WafTestHeader, WafTestRequest};

@@ -12,7 +12,7 @@ use super::ApiState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
-use crate::contract::{BlockRequest, PutDomainRequest, ServerRequest};
+use crate::contract::{BlockRequest, ChangeAnswer, PutDomainRequest, ServerRequest};
 use crate::edge::{after_put, DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Note, Profile, Server, ServerAddr,
@@ -178,7 +178,11 @@ fn applied_with(
     } else {
         StatusCode::OK
     };
-    let body = json!({"result": result, "apply": report});
+    let body = serde_json::to_value(ChangeAnswer {
+        result,
+        apply: &report,
+    })
+    .unwrap_or_default();
     let body = match &resolution {
         Some(r) => r.merged_into(body),
         None => body,
