@@ -1,4 +1,4 @@
-//! The domain routes' bodies: `PUT /v1/domains/{name}` and `PUT /v1/domains/{name}/https`.
+//! The domain routes' bodies: `PUT /v1/domains/{name}`, its `/https` and its `/profiles`.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -121,6 +121,25 @@ fn tls_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ServerTls
         .map(|m| serde_json::from_value(serde_json::Value::Object(m)))
         .transpose()
         .map_err(serde::de::Error::custom)
+}
+
+/// A domain's path-protection profiles, replaced whole, and their thresholds.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilesRequest {
+    // Names, parsed by the handler (an unknown one is refused with the known ones named).
+    #[schema(schema_with = schemas::protect_profiles)]
+    pub profiles: Vec<String>,
+    #[serde(default)]
+    #[schema(schema_with = schemas::wp_admin_gate)]
+    pub wp_admin_gate: Option<bool>,
+    // Wide integers, so an out-of-range value is refused with the rule, not the Rust type.
+    #[serde(default)]
+    #[schema(schema_with = schemas::wp_login_posts)]
+    pub wp_login_posts: Option<u64>,
+    #[serde(default)]
+    #[schema(schema_with = schemas::wp_xmlrpc_posts)]
+    pub wp_xmlrpc_posts: Option<u64>,
 }
 
 /// A domain's HTTPS policy: redirect HTTP to HTTPS, and HSTS.

@@ -4,16 +4,24 @@
 //! the CLI cannot drift apart. Below both `cli` and `http`; it only describes the wire.
 
 mod blocks;
+mod certs;
 mod change;
+mod deliveries;
 mod domains;
 mod error;
+mod limits;
+mod proxies;
 mod schemas;
 mod waf;
 
 pub use blocks::BlockRequest;
+pub use certs::{ImportRequest, OrderRequest};
 pub use change::ChangeAnswer;
-pub use domains::{HttpsRequest, PutDomainRequest, ServerRequest};
+pub use deliveries::{DeliveryRequest, RollbackRequest};
+pub use domains::{HttpsRequest, ProfilesRequest, PutDomainRequest, ServerRequest};
 pub use error::{ErrorAnswer, ErrorDetail};
+pub use limits::{ClearRequest, ExemptRequest, LimitsRequest, PolicyRequest, WindowsRequest};
+pub use proxies::TrustRequest;
 pub use waf::{WafTestHeader, WafTestRequest};
 
 /// The JSON Schema of `T` as `/openapi.json` shows it: inline, every nested type in place

@@ -5,7 +5,10 @@
 use serde_json::json;
 use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, Type};
 
-use crate::model::{MAX_BODY_LIMIT, MAX_EXCLUSIONS, MAX_WAF_THRESHOLD};
+use crate::model::{
+    ProtectProfile, Slot, MAX_BODY_LIMIT, MAX_EXCLUSIONS, MAX_POST_LIMIT, MAX_TARPIT_SECS,
+    MAX_WAF_THRESHOLD, MAX_WINDOW_SECS,
+};
 
 pub(super) fn string_enum(words: &[&str]) -> ObjectBuilder {
     ObjectBuilder::new()
@@ -45,6 +48,85 @@ pub(super) fn maxconn() -> ObjectBuilder {
 /// `fall` and `rise`: checks in a row.
 pub(super) fn checks() -> ObjectBuilder {
     integer(1, 100)
+}
+
+/// Host names (`names` of a certificate).
+pub(super) fn names() -> ArrayBuilder {
+    ArrayBuilder::new().items(string().examples([json!("shop.example.com")]))
+}
+
+pub(super) fn strings() -> ArrayBuilder {
+    ArrayBuilder::new().items(string())
+}
+
+pub(super) fn net() -> ObjectBuilder {
+    string().examples([json!("203.0.113.0/24")])
+}
+
+pub(super) fn proxy_preset() -> ObjectBuilder {
+    string_enum(&["cloudflare"])
+}
+
+pub(super) fn limits_preset() -> ObjectBuilder {
+    string_enum(&["standard", "off", "custom"])
+}
+
+/// A rule per slot (`req_rate`...), each `off` or `THRESHOLD:ACTION`.
+pub(super) fn limit_rules() -> ObjectBuilder {
+    let rule = || {
+        string().examples([json!("5000:deny-429")]).description(Some(
+            "off, or THRESHOLD:ACTION (1-1000000; log, deny[-403|-429|-503], tarpit[-403|-429|-503])",
+        ))
+    };
+    Slot::ALL.iter().fold(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(AdditionalProperties::FreeForm(false))),
+        |rules, slot| rules.property(slot.name(), rule()),
+    )
+}
+
+pub(super) fn window_secs() -> ObjectBuilder {
+    integer(1, MAX_WINDOW_SECS)
+}
+
+pub(super) fn tarpit_secs() -> ObjectBuilder {
+    integer(1, MAX_TARPIT_SECS)
+}
+
+/// The counting windows (`contract::WindowsRequest`), as an object.
+pub(super) fn windows() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .property("req", window_secs())
+        .property("conn", window_secs())
+        .property("err", window_secs())
+}
+
+pub(super) fn protect_profiles() -> ArrayBuilder {
+    let names: Vec<&str> = ProtectProfile::ALL.iter().map(|p| p.name()).collect();
+    ArrayBuilder::new().items(string_enum(&names))
+}
+
+pub(super) fn wp_admin_gate() -> ObjectBuilder {
+    boolean().default(Some(json!(true)))
+}
+
+pub(super) fn wp_login_posts() -> ObjectBuilder {
+    integer(1, MAX_POST_LIMIT)
+        .default(Some(json!(30)))
+        .description(Some(
+            "wordpress login POSTs per client per 60 s (fixed window) before the tarpit; runtime",
+        ))
+}
+
+pub(super) fn wp_xmlrpc_posts() -> ObjectBuilder {
+    integer(1, MAX_POST_LIMIT)
+        .default(Some(json!(60)))
+        .description(Some(
+            "wordpress xmlrpc POSTs per client per 60 s before the tarpit; runtime",
+        ))
 }
 
 pub(super) fn profile() -> ObjectBuilder {

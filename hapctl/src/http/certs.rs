@@ -8,13 +8,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, PathParam, ValuesBody};
 use super::ApiState;
+use crate::contract::{ImportRequest, OrderRequest};
 use crate::edge::{CertView, Edge, EdgeError, EdgeStatus};
-use crate::model::{CertName, Domain};
+use crate::model::CertName;
 use crate::tls::InstallReport;
 
 fn cert_name(name: &str) -> Result<CertName, ApiError> {
@@ -50,16 +50,6 @@ pub async fn show(
         .map(Json)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ImportRequest {
-    /// Leaf, chain and unencrypted key, PEM.
-    pem: String,
-    /// Host names it must cover (default: the host the name stands for).
-    #[serde(default)]
-    names: Vec<Domain>,
-}
-
 pub async fn put(
     State(app): State<ApiState>,
     PathParam(name): PathParam,
@@ -74,16 +64,6 @@ pub async fn put(
         })
         .await?;
     Ok(installed(report, created))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OrderRequest {
-    #[serde(default)]
-    names: Vec<Domain>,
-    /// Prove control through DNS (`[acme] dns_hook`), as wildcards need.
-    #[serde(default)]
-    dns_01: bool,
 }
 
 pub async fn request(

@@ -8,60 +8,25 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 
 use super::error::{ApiError, Body, PathParam};
 use super::ApiState;
 use crate::apply::ApplyReport;
+use crate::contract::{ClearRequest, ExemptRequest, LimitsRequest, PolicyRequest};
 use crate::edge::{Edge, EdgeError};
 use crate::model::{check_secs, BlockKey, Domain, Invalid, Slot, MAX_TARPIT_SECS, MAX_WINDOW_SECS};
 use crate::protect::{EdgeEdit, PolicyEdit, SecurityStats, StatsError};
 
-/// A policy in JSON: `{"preset": "standard"|"off"|"custom", "rules": {"req_rate": "5000:deny"}}`.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyRequest {
-    #[serde(default)]
+/// The edit a policy request asks for; a rule of an unknown slot is refused.
+fn policy_edit(
     preset: Option<String>,
-    #[serde(default)]
     rules: BTreeMap<String, String>,
-}
-
-impl PolicyRequest {
-    fn edit(self) -> Result<PolicyEdit, Invalid> {
-        let rules = self
-            .rules
-            .into_iter()
-            .map(|(name, spec)| Ok((Slot::from_name(&name)?, spec)))
-            .collect::<Result<Vec<_>, Invalid>>()?;
-        Ok(PolicyEdit {
-            preset: self.preset,
-            rules,
-        })
-    }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct WindowsRequest {
-    req: Option<u64>,
-    conn: Option<u64>,
-    err: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsRequest {
-    #[serde(default)]
-    preset: Option<String>,
-    #[serde(default)]
-    rules: BTreeMap<String, String>,
-    #[serde(default)]
-    windows: Option<WindowsRequest>,
-    #[serde(default)]
-    tarpit_secs: Option<u64>,
-    #[serde(default)]
-    local_exempt: Option<bool>,
+) -> Result<PolicyEdit, Invalid> {
+    let rules = rules
+        .into_iter()
+        .map(|(name, spec)| Ok((Slot::from_name(&name)?, spec)))
+        .collect::<Result<Vec<_>, Invalid>>()?;
+    Ok(PolicyEdit { preset, rules })
 }
 
 fn secs(field: &'static str, n: Option<u64>, max: u32) -> Result<Option<String>, Invalid> {
@@ -80,11 +45,7 @@ pub async fn put_limits(
 ) -> Result<Response, ApiError> {
     let w = req.windows.unwrap_or_default();
     let edit = EdgeEdit {
-        policy: PolicyRequest {
-            preset: req.preset,
-            rules: req.rules,
-        }
-        .edit()?,
+        policy: policy_edit(req.preset, req.rules)?,
         req_window: secs("req_window", w.req, MAX_WINDOW_SECS)?,
         conn_window: secs("conn_window", w.conn, MAX_WINDOW_SECS)?,
         err_window: secs("err_window", w.err, MAX_WINDOW_SECS)?,
@@ -125,7 +86,7 @@ pub async fn put_domain_limits(
     Body(req): Body<PolicyRequest>,
 ) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
-    let edit = req.edit()?;
+    let edit = policy_edit(req.preset, req.rules)?;
     if edit.is_empty() {
         return Err(ApiError::invalid(
             "preset",
@@ -152,12 +113,6 @@ pub async fn delete_domain_limits(
         edge.set_domain_limits(&domain, None).map(Ok)
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExemptRequest {
-    net: String,
 }
 
 pub async fn post_exempt(
@@ -221,12 +176,6 @@ pub async fn get_stats(
         .ok_or_else(|| ApiError::invalid("limit", "limit and min_rate must be integers"))?;
     let stats = read_stats(&app, limit, rate).await?.map_err(bad_gateway)?;
     Ok(Json(stats).into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClearRequest {
-    ip: String,
 }
 
 /// `POST /v1/security/clear {"ip"}`: forgets one client's counters.

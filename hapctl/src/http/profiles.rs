@@ -4,46 +4,35 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, PathParam, ValuesBody};
 use super::ApiState;
+use crate::contract::ProfilesRequest;
 use crate::edge::ProtectionsChange;
 use crate::model::{Domain, DomainProtections, PostLimit, ProtectProfile};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfilesRequest {
-    /// Names, parsed below (an unknown one is refused with the known ones named).
-    profiles: Vec<String>,
-    #[serde(default)]
-    wp_admin_gate: Option<bool>,
-    /// wordpress POST limits per client per 60 s (default 30 and 60).
-    #[serde(default)]
-    wp_login_posts: Option<u64>,
-    #[serde(default)]
-    wp_xmlrpc_posts: Option<u64>,
-}
-
-impl ProfilesRequest {
-    fn protections(self) -> Result<DomainProtections, ApiError> {
-        let mut p = DomainProtections::default();
-        for name in &self.profiles {
-            let profile: ProtectProfile = name
-                .parse()
-                .map_err(|e: crate::model::Invalid| ApiError::from(e.in_field("profiles")))?;
-            p.profiles.insert(profile);
-        }
-        p.wp_admin_gate = self.wp_admin_gate.unwrap_or(true);
-        let posts = |field, n: Option<u64>, default| {
-            n.map_or(Ok(default), |n| PostLimit::new(field, n))
-                .map_err(ApiError::from)
-        };
-        p.wp_login_posts = posts("wp_login_posts", self.wp_login_posts, p.wp_login_posts)?;
-        p.wp_xmlrpc_posts = posts("wp_xmlrpc_posts", self.wp_xmlrpc_posts, p.wp_xmlrpc_posts)?;
-        Ok(p)
+/// The protections the request asks for, each refusal naming its field.
+fn protections(request: ProfilesRequest) -> Result<DomainProtections, ApiError> {
+    let mut p = DomainProtections::default();
+    for name in &request.profiles {
+        let profile: ProtectProfile = name
+            .parse()
+            .map_err(|e: crate::model::Invalid| ApiError::from(e.in_field("profiles")))?;
+        p.profiles.insert(profile);
     }
+    p.wp_admin_gate = request.wp_admin_gate.unwrap_or(true);
+    let posts = |field, n: Option<u64>, default| {
+        n.map_or(Ok(default), |n| PostLimit::new(field, n))
+            .map_err(ApiError::from)
+    };
+    p.wp_login_posts = posts("wp_login_posts", request.wp_login_posts, p.wp_login_posts)?;
+    p.wp_xmlrpc_posts = posts(
+        "wp_xmlrpc_posts",
+        request.wp_xmlrpc_posts,
+        p.wp_xmlrpc_posts,
+    )?;
+    Ok(p)
 }
 
 /// Replaces the domain's profiles; answers with them and the apply report.
@@ -53,7 +42,7 @@ pub async fn put_profiles(
     ValuesBody(req): ValuesBody<ProfilesRequest>,
 ) -> Result<Response, ApiError> {
     let domain: Domain = name.parse()?;
-    let change = ProtectionsChange::Replace(req.protections()?);
+    let change = ProtectionsChange::Replace(protections(req)?);
     let (report, after) = app
         .with_new_edge(move |edge| edge.set_protections(&domain, change))
         .await?;

@@ -9,24 +9,17 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, Body};
 use super::ApiState;
+use crate::contract::DeliveryRequest;
 use crate::deliver::DeliveryStep;
-use crate::model::{AppName, Version};
+use crate::model::Version;
 use crate::prove::{self, Options, Subject};
 
 /// Bound on the delivery measured (the held streams must outlast it: see `Options::check`).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProveRequest {
-    app: Option<AppName>,
-    version: Version,
-}
 
 /// `hapctl prove`'s defaults, with held streams so that a slow delivery still spans them.
 fn options(host: String, version: &Version) -> Options {
@@ -48,7 +41,7 @@ fn options(host: String, version: &Version) -> Options {
 
 pub async fn post_proof(
     State(app): State<ApiState>,
-    Body(req): Body<ProveRequest>,
+    Body(req): Body<DeliveryRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let (settings, host, name) = app
         .with_new_edge(move |edge| {

@@ -5,12 +5,12 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, PathParam, ValuesBody};
 use super::limits::run_apply;
 use super::ApiState;
+use crate::contract::TrustRequest;
 use crate::model::{Invalid, ProxyNet, ProxyPreset};
 
 /// `{proxies: [{net, preset}]}`: `preset` names the preset a range came with, else null.
@@ -21,15 +21,6 @@ pub async fn list(State(app): State<ApiState>) -> Result<Response, ApiError> {
         .map(|(net, preset)| json!({"net": net, "preset": preset}))
         .collect();
     Ok(Json(json!({ "proxies": shown })).into_response())
-}
-
-/// One network (`{"net"}`), or a preset's ranges (`{"preset"}`, the shipped list or `nets`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrustRequest {
-    net: Option<String>,
-    preset: Option<String>,
-    nets: Option<Vec<String>>,
 }
 
 fn parse_net(field: &str, text: &str) -> Result<ProxyNet, ApiError> {

@@ -16,7 +16,9 @@ use super::{
     proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
 };
 use crate::contract::{
-    schema_of, BlockRequest, ErrorAnswer, HttpsRequest, PutDomainRequest, WafTestRequest,
+    schema_of, BlockRequest, ClearRequest, DeliveryRequest, ErrorAnswer, ExemptRequest,
+    HttpsRequest, ImportRequest, LimitsRequest, OrderRequest, PolicyRequest, ProfilesRequest,
+    PutDomainRequest, RollbackRequest, TrustRequest, WafTestRequest,
 };
 
 /// What `/openapi.json` says about a route.
@@ -83,24 +85,6 @@ fn schema_domain() -> Value {
     json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string", "example": "example.com"}}})
 }
 
-fn schema_limits(edge: bool) -> Value {
-    let rule = json!({"type": "string", "example": "5000:deny-429", "description": "off, or THRESHOLD:ACTION (1-1000000; log, deny[-403|-429|-503], tarpit[-403|-429|-503])"});
-    let rules: serde_json::Map<String, Value> = crate::model::Slot::ALL
-        .iter()
-        .map(|s| (s.name().to_string(), rule.clone()))
-        .collect();
-    let mut props = json!({"preset": {"type": "string", "enum": ["standard", "off", "custom"]},
-        "rules": {"type": "object", "properties": rules, "additionalProperties": false}});
-    if edge {
-        let secs = |max: u32| json!({"type": "integer", "minimum": 1, "maximum": max});
-        props["windows"] = json!({"type": "object", "properties": {"req": secs(crate::model::MAX_WINDOW_SECS),
-            "conn": secs(crate::model::MAX_WINDOW_SECS), "err": secs(crate::model::MAX_WINDOW_SECS)}});
-        props["tarpit_secs"] = secs(crate::model::MAX_TARPIT_SECS);
-        props["local_exempt"] = json!({"type": "boolean"});
-    }
-    json!({"type": "object", "properties": props})
-}
-
 /// Every route of the API.
 pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
     vec![
@@ -118,28 +102,25 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("put", "/v1/domains/{name}/https", "A domain's HTTPS policy: redirect HTTP to HTTPS (301/308, never the ACME path) and HSTS; a runtime map change, no reload",
             Some(schema_of::<HttpsRequest>())), put(policies::put_https)),
         (doc("put", "/v1/domains/{name}/profiles", "A domain's path-protection profiles (wordpress: wp-login cookie challenge and POST limit, xmlrpc POST limit, wp-json batch patch, wp-admin gate), the per-host wp-admin gate switch and the two POST thresholds; replaces them; a runtime map change, no reload",
-            Some(json!({"type": "object", "required": ["profiles"], "properties": {"profiles": {"type": "array", "items": {"type": "string", "enum": ["wordpress"]}},
-                "wp_admin_gate": {"type": "boolean", "default": true},
-                "wp_login_posts": {"type": "integer", "minimum": 1, "maximum": crate::model::MAX_POST_LIMIT, "default": 30, "description": "wordpress login POSTs per client per 60 s (fixed window) before the tarpit; runtime"},
-                "wp_xmlrpc_posts": {"type": "integer", "minimum": 1, "maximum": crate::model::MAX_POST_LIMIT, "default": 60, "description": "wordpress xmlrpc POSTs per client per 60 s before the tarpit; runtime"}}}))), put(profiles::put_profiles)),
+            Some(schema_of::<ProfilesRequest>())), put(profiles::put_profiles)),
         (doc("post", "/v1/domains/{name}/suspend", "Answer the domain with the suspended page (503; ACME still answered); a runtime map change, no reload", None), post(policies::post_suspend)),
         (doc("post", "/v1/domains/{name}/resume", "Serve a suspended domain again; a runtime map change, no reload", None), post(policies::post_resume)),
         (doc("get", "/v1/limits", "Rate limits: windows, tarpit, local exemption, default policy, per-domain policies, exempt networks", None), get(limits::get_limits)),
         (doc("put", "/v1/limits", "Edge-wide limits: default policy (runtime map change, no reload), windows and tarpit (reload), local exemption (runtime)",
-            Some(schema_limits(true))), put(limits::put_limits)),
-        (doc("put", "/v1/domains/{name}/limits", "A domain's own rate-limit policy, edited from its current one; a runtime map change, no reload", Some(schema_limits(false))), put(limits::put_domain_limits)),
+            Some(schema_of::<LimitsRequest>())), put(limits::put_limits)),
+        (doc("put", "/v1/domains/{name}/limits", "A domain's own rate-limit policy, edited from its current one; a runtime map change, no reload", Some(schema_of::<PolicyRequest>())), put(limits::put_domain_limits)),
         (doc("delete", "/v1/domains/{name}/limits", "The domain follows the edge-wide default again; a runtime map change, no reload", None), delete(limits::delete_domain_limits)),
         (doc("post", "/v1/limits/exempt", "Exempt an IP or CIDR from every limit; a runtime map change, no reload",
-            Some(json!({"type": "object", "required": ["net"], "properties": {"net": {"type": "string", "example": "203.0.113.0/24"}}}))), post(limits::post_exempt)),
+            Some(schema_of::<ExemptRequest>())), post(limits::post_exempt)),
         (doc("delete", "/v1/limits/exempt/{key}", "Stop exempting an IP or CIDR (URL-encode the '/')", None), delete(limits::delete_exempt)),
         (doc("get", "/v1/trusted-proxies", "Trusted proxies (hapctl proxy ls), whose CF-Connecting-IP, X-Real-IP and X-Forwarded-For name the real client: {proxies: [{net, preset}]}; preset is the one a range came with, else null", None), get(proxies::list)),
         (doc("post", "/v1/trusted-proxies", "Trust an IP or CIDR (hapctl proxy add NET), or a preset's ranges (--preset: the list shipped with hapctl, or nets, a newer one; ranges the preset no longer has are dropped); one safe apply; a refused net is a 400 at net (nets[i]) and changes nothing",
-            Some(json!({"type": "object", "properties": {"net": {"type": "string", "example": "203.0.113.0/24"}, "preset": {"type": "string", "enum": ["cloudflare"]}, "nets": {"type": "array", "items": {"type": "string"}}}}))), post(proxies::post)),
+            Some(schema_of::<TrustRequest>())), post(proxies::post)),
         (doc("delete", "/v1/trusted-proxies/{key}", "Stop trusting an IP or CIDR (hapctl proxy rm; URL-encode the '/'); 404 when it is not trusted", None), delete(proxies::delete)),
         (doc("delete", "/v1/trusted-proxies/presets/{preset}", "Stop trusting every range of a preset (hapctl proxy rm --preset)", None), delete(proxies::delete_preset)),
         (doc("get", "/v1/security/stats", "The busiest clients of the rate-limit table (?limit=1-1000&min_rate=R), counters named; 502 when HAProxy cannot be read", None), get(limits::get_stats)),
         (doc("post", "/v1/security/clear", "Forget one client's counters (clear table)",
-            Some(json!({"type": "object", "required": ["ip"], "properties": {"ip": {"type": "string", "example": "192.0.2.7"}}}))), post(limits::post_clear)),
+            Some(schema_of::<ClearRequest>())), post(limits::post_clear)),
         (doc("get", "/v1/waf", "The WAF agent (docs/waf.md): {configured: false} without [waf]; else {configured, up, down_reason, pid, engine, crs, rules, rules_loaded_at, inspected, blocked, detected, errors, timeouts, reloads, reload_failures, reload_error, by_rule: {RULE_ID: requests}}, from its state file (hapctl waf status)", None), get(waf::get_waf)),
         (doc("post", "/v1/waf/reload", "Reload the agent's rules (SIGHUP; HAProxy's connections stay) and answer the outcome once it is known (a few seconds): {outcome: reloaded, pid, crs, rules, rules_loaded_at}; a refused rule set is a 422 naming its loader and libmodsecurity's reason (the old rules keep serving), 503 when the agent is down, 409 without [waf]", None), post(waf::post_reload)),
         (doc("get", "/v1/waf/rules", "The rule set the agent loads (hapctl waf rules --json): {engine, crs, loader, loaded, rules, removed, files: [{file, rules: [{id, phase, paranoia, severity, message}]}]}: what an exclusion names; a set libmodsecurity refuses is a 422, 409 without [waf]", None), get(waf::get_rules)),
@@ -147,9 +128,9 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("get", "/v1/certificates", "List certificates: names, source, validity, next renewal, last error, the host names each serves", None), get(certs::list)),
         (doc("get", "/v1/certificates/{name}", "One certificate", None), get(certs::show)),
         (doc("put", "/v1/certificates/{name}", "Install a PEM bundle (leaf, chain, unencrypted key); refused with the problem named and nothing written; served without a reload (201 when new)",
-            Some(json!({"type": "object", "required": ["pem"], "properties": {"pem": {"type": "string"}, "names": schema_names()}}))), put(certs::put)),
+            Some(schema_of::<ImportRequest>())), put(certs::put)),
         (doc("post", "/v1/certificates/{name}/request", "Order from the ACME CA (HTTP-01, or DNS-01 through [acme] dns_hook) and serve it without a reload (201 when new)",
-            Some(json!({"type": "object", "properties": {"names": schema_names(), "dns_01": {"type": "boolean"}}}))), post(certs::request)),
+            Some(schema_of::<OrderRequest>())), post(certs::request)),
         (doc("post", "/v1/certificates/{name}/renew", "Renew an ACME certificate now; 502 when the order fails (the current one keeps serving)", None), post(certs::renew)),
         (doc("post", "/v1/renewals", "Renew every ACME certificate that is due, one order at a time (hapctl cert renew --all): {renewals: [{name, report, error}]}, empty when none is due; a failed one keeps serving its current certificate, its error says why", None), post(certs::renew_due)),
         (doc("delete", "/v1/certificates/{name}", "Stop serving a certificate and delete it (not the default)", None), delete(certs::delete)),
@@ -159,11 +140,11 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("delete", "/v1/blocked-ips/{key}", "Unblock an IP or CIDR (URL-encode the '/')", None), delete(v1::delete_block)),
         (doc("post", "/v1/blocked-ips/sync", "Rebuild the file and the runtime map from the database, atomically", None), post(v1::sync_blocks)),
         (doc("post", "/v1/deliveries", "Deliver a version of an app",
-            Some(json!({"type": "object", "required": ["version"], "properties": {"app": {"type": "string"}, "version": {"type": "string"}}}))), post(v1::post_delivery)),
+            Some(schema_of::<DeliveryRequest>())), post(v1::post_delivery)),
         (doc("get", "/v1/deliveries", "Delivery history", None), get(v1::list_deliveries)),
         (doc("get", "/v1/deliveries/current", "The latest delivery or rollback started by this daemon, its steps so far: {running, kind, app, version, started_at, steps: [{name, detail, ms}], outcome when over}; {running: false} before any", None), get(v1::current_delivery)),
         (doc("post", "/v1/rollback", "Cut back to the previous generation",
-            Some(json!({"type": "object", "properties": {"app": {"type": "string"}}}))), post(v1::post_rollback)),
+            Some(schema_of::<RollbackRequest>())), post(v1::post_rollback)),
         (doc("post", "/v1/apply", "Re-render and apply the committed state: {result: null, apply} with its outcome, message, checks, reloads and their reasons; a refused or failed apply is the error, with its apply", None), post(v1::post_apply)),
         (doc("post", "/v1/haproxy/start", "Apply the committed state, then start the HAProxy master (hapctl haproxy start): {master_pid, apply}; 409 when a master runs (never a second one); an earlier stop no longer holds", None), post(master::post_start)),
         (doc("post", "/v1/haproxy/reload", "Reload through the master, never a restart (hapctl haproxy reload), under the apply lock: {master_pid, new_workers, old_workers, duration_ms, reason}, recorded in the apply history; 409 when no master runs", None), post(master::post_reload)),
@@ -172,7 +153,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("get", "/v1/applies/{id}", "One apply with its diff: the unified diff of the rendered files it changed (at most 256 KiB, password values and private keys masked)", None), get(history::get_apply)),
         (doc("get", "/v1/proofs", "The journals of hapctl prove (proofs of cutovers), newest first: {name, title, modified, bytes}", None), get(history::list_proofs)),
         (doc("post", "/v1/proofs", "Deliver a version proved from outside (hapctl prove -- hapctl deliver VERSION): streams, a probe, the master and the version served are measured through the public bind while it runs (its lines are the steps of /v1/deliveries/current); answers {outcome: proved|failed, passed, checks, journal}",
-            Some(json!({"type": "object", "required": ["version"], "properties": {"app": {"type": "string"}, "version": {"type": "string"}}}))), post(proving::post_proof)),
+            Some(schema_of::<DeliveryRequest>())), post(proving::post_proof)),
         (doc("get", "/v1/proofs/{name}", "One proof's journal: {name, markdown} (its checks, timeline, failures and the way back)", None), get(history::get_proof)),
         (logs_doc(), get(logs::list)),
         (doc("get", "/metrics", "Prometheus metrics", None), get(v1::metrics)),

@@ -4,7 +4,6 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, Body, BodyList, PathParam};
@@ -12,11 +11,13 @@ use super::ApiState;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
-use crate::contract::{BlockRequest, ChangeAnswer, PutDomainRequest, ServerRequest};
+use crate::contract::{
+    BlockRequest, ChangeAnswer, DeliveryRequest, PutDomainRequest, RollbackRequest, ServerRequest,
+};
 use crate::edge::{after_put, DomainChange, DomainResult, Edge};
 use crate::model::{
     AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Note, Profile, Server, ServerAddr,
-    ServerName, ServerOptions, Ttl, Version, WafPolicy,
+    ServerName, ServerOptions, Ttl, WafPolicy,
 };
 use crate::resolve::Resolution;
 
@@ -410,19 +411,6 @@ pub async fn delete_block(
 pub async fn sync_blocks(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
     app.block_sync().await?;
     Ok(Json(json!({"status": "synced"})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeliveryRequest {
-    app: Option<AppName>,
-    version: Version,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RollbackRequest {
-    app: Option<AppName>,
 }
 
 fn delivery_response(report: crate::deliver::DeliveryReport) -> Response {
