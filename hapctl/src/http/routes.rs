@@ -77,14 +77,6 @@ fn logs_doc() -> RouteDoc {
         .with_query("client", json!({"type": "string", "example": "203.0.113.7"}), "only this client (the real one: trusted proxies' headers applied)")
 }
 
-fn schema_names() -> Value {
-    json!({"type": "array", "items": {"type": "string", "example": "shop.example.com"}})
-}
-
-fn schema_domain() -> Value {
-    json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string", "example": "example.com"}}})
-}
-
 /// Every route of the API.
 pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
     vec![
@@ -160,36 +152,32 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc("get", "/openapi.json", "This document", None), get(openapi)),
         (doc("get", "/api/domains", "(edge manager) Bare array of domains: id, domain, ssl_enabled, ssl_cert_path, template_override, is_wildcard, backend_name", None), get(compat::list_domains)),
         (doc("post", "/api/domain", "(edge manager) Create or replace a domain; 200 {status: success, domain_id, unresolved_servers, runtime_resolvers, warning}: the servers whose host name does not resolve now wait in maintenance; errors E1 (400, 500)",
-            Some(json!({"type": "object", "required": ["domain", "backend_name"], "properties": {"domain": {"type": "string"}, "backend_name": {"type": "string"},
-                "template_override": {"type": ["string", "null"]}, "is_wildcard": {"type": "boolean", "description": "also 1/0 and \"true\"/\"false\""},
-                "servers": {"type": "array", "items": {"type": "object", "required": ["address", "port"], "properties": {"name": {"type": "string"}, "address": {"type": "string"},
-                    "port": {"type": "integer", "description": "also a numeric string"}, "options": {"type": "string", "example": "check weight 10 maxconn 100"}}}}}}))), post(compat::post_domain)),
-        (doc("delete", "/api/domain", "(edge manager) Remove a domain; errors E1 (400, 404, 500)", Some(json!({"type": "object", "required": ["domain"], "properties": {"domain": {"type": "string"}}}))), delete(compat::delete_domain)),
+            Some(schema_of::<compat::DomainBody>())), post(compat::post_domain)),
+        (doc("delete", "/api/domain", "(edge manager) Remove a domain; errors E1 (400, 404, 500)", Some(schema_of::<compat::NameBody>())), delete(compat::delete_domain)),
         (doc("get", "/api/blocked-ips", "(edge manager) Bare array of blocks, newest first: id, ip_address, reason, blocked_at, blocked_by, expiry_time", None), get(compat::list_blocks)),
         (doc("post", "/api/blocked-ips", "(edge manager) Block an IP or CIDR; 200 {status, blocked_ip_id, message, runtime_map_updated}; E1 409 when already blocked",
-            Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "reason": {"type": "string"}, "blocked_by": {"type": "string"}}}))), post(compat::post_block)),
-        (doc("delete", "/api/blocked-ips", "(edge manager) Unblock; E1 404 when absent", Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}}}))), delete(compat::delete_block)),
+            Some(schema_of::<compat::BlockBody>())), post(compat::post_block)),
+        (doc("delete", "/api/blocked-ips", "(edge manager) Unblock; E1 404 when absent", Some(schema_of::<compat::IpBody>())), delete(compat::delete_block)),
         (doc("post", "/api/blocked-ips/sync", "(edge manager) Rebuild file and runtime map, then read the map back: 200 all present, 207 partial", None), post(compat::sync_blocks)),
         (doc("post", "/api/security/temporary-block", "(edge manager) Block one address for duration_minutes (default 60); it expires by itself",
-            Some(json!({"type": "object", "required": ["ip_address"], "properties": {"ip_address": {"type": "string"}, "duration_minutes": {"type": "number", "default": 60}}}))), post(compat::temporary_block)),
+            Some(schema_of::<compat::TemporaryBody>())), post(compat::temporary_block)),
         (doc("get", "/api/security/stats", "(edge manager) The busiest clients of the stick table (?limit=50&min_req_rate=1); errors E1 (400, 502)", None), get(compat::get_stats)),
         (doc("post", "/api/security/clear-expired", "(edge manager) Remove expired blocks now", None), post(compat::clear_expired)),
         (doc("get", "/api/regenerate", "(edge manager) Safe apply of the committed state, a confirmed reload when it changed nothing; errors E2", None), get(compat::regenerate)),
         (doc("get", "/api/reload", "(edge manager) Reload HAProxy through the master (the live, known-good files), or start it; errors E2", None), get(compat::reload)),
         (doc("post", "/api/config/reload", "(edge manager) Safe apply, a confirmed reload when it changed nothing; errors E1", None), post(compat::config_reload)),
-        (doc("post", "/api/ssl", "(edge manager) HTTP-01 certificate for one domain; errors E1", Some(schema_domain())), post(compat::post_ssl)),
+        (doc("post", "/api/ssl", "(edge manager) HTTP-01 certificate for one domain; errors E1", Some(schema_of::<compat::DomainRequest>())), post(compat::post_ssl)),
         (doc("post", "/api/ssl/bundle", "(edge manager) One certificate for primary and its SANs; cleanup is always empty (one certificate serves each name); errors E1",
-            Some(json!({"type": "object", "required": ["primary"], "properties": {"primary": {"type": "string"}, "sans": schema_names()}}))), post(compat::post_bundle)),
+            Some(schema_of::<compat::BundleRequest>())), post(compat::post_bundle)),
         (doc("post", "/api/certificates/request", "(edge manager) A certificate per domain (+ www.): 200 all, 207 some, 500 none issued",
-            Some(json!({"type": "object", "required": ["domains"], "properties": {"domains": {"oneOf": [schema_names(), {"type": "string"}]},
-                "force_renewal": {"type": "boolean"}, "include_www": {"type": "boolean", "default": true}}}))), post(compat::post_certificates_request)),
+            Some(schema_of::<compat::CertificatesRequest>())), post(compat::post_certificates_request)),
         (doc("post", "/api/certificates/renew", "(edge manager) Renew what is due, through the runtime API: never a reload, whatever the message says", None), post(compat::post_renew)),
         (doc("get", "/api/certificates/status", "(edge manager) One entry per served host name, expiry and days left", None), get(compat::status)),
         (doc("get", "/api/certificates/{domain}/download", "(edge manager) Chain and PRIVATE KEY of the certificate serving the domain", None), get(compat::get_download)),
         (doc("get", "/api/certificates/{domain}/key", "(edge manager) The PRIVATE KEY of the certificate serving the domain", None), get(compat::get_key)),
         (doc("get", "/api/certificates/{domain}/cert", "(edge manager) The chain of the certificate serving the domain", None), get(compat::get_cert)),
-        (doc("post", "/api/ssl/dns-challenge/request", "(edge manager) Start a DNS-01 order for *.<domain>; answers the TXT value for _acme-challenge.<domain> (E3)", Some(schema_domain())), post(compat::post_dns_request)),
-        (doc("post", "/api/ssl/dns-challenge/verify", "(edge manager) Finish it: the wildcard certificate wildcard.<domain> is served (E3)", Some(schema_domain())), post(compat::post_dns_verify)),
+        (doc("post", "/api/ssl/dns-challenge/request", "(edge manager) Start a DNS-01 order for *.<domain>; answers the TXT value for _acme-challenge.<domain> (E3)", Some(schema_of::<compat::DomainRequest>())), post(compat::post_dns_request)),
+        (doc("post", "/api/ssl/dns-challenge/verify", "(edge manager) Finish it: the wildcard certificate wildcard.<domain> is served (E3)", Some(schema_of::<compat::DomainRequest>())), post(compat::post_dns_verify)),
         (doc("get", "/", "(edge manager) An HTML page (the old web UI's place; no token needed)", None), get(compat::root)),
         (doc("get", "/default-page", "(edge manager) The old default page, HTML (no token needed)", None), get(compat::default_page)),
     ]

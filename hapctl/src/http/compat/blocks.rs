@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use super::super::error::{ApiError, ValuesBody};
 use super::super::ApiState;
+use super::schemas;
 use super::{as_500, bad, e1, naive_iso, required, sql_time, text, Answer, Ignored, OldBody};
 use crate::blocks::{BlockChange, BlockReport, ChangeResult, Enforcement};
 use crate::edge::Edge;
@@ -70,15 +71,19 @@ pub async fn list_blocks(State(app): State<ApiState>) -> Response {
         .await)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct BlockBody {
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     ip_address: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::text)]
     reason: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::text)]
     blocked_by: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 
@@ -114,11 +119,13 @@ async fn block(app: ApiState, body: OldBody<BlockBody>) -> Answer {
     .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct IpBody {
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     ip_address: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 
@@ -199,17 +206,21 @@ async fn sync(app: ApiState) -> Answer {
     Ok((status, Json(body)).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct TemporaryBody {
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     ip_address: Option<Value>,
     /// `null` kept as a value: the old route had no default for it (it failed).
     #[serde(default, deserialize_with = "present")]
+    #[schema(schema_with = schemas::minutes)]
     duration_minutes: Option<Value>,
     /// Not read by the old route; taken (checked) when given.
     #[serde(default)]
+    #[schema(ignore)]
     reason: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 

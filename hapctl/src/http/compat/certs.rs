@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use super::super::error::{ApiError, PathParam, ValuesBody};
 use super::super::ApiState;
+use super::schemas;
 use super::{bad, cap, e1, failed, Answer, Ignored, OldBody};
 use crate::clock::unix_now;
 use crate::edge::{CertView, Edge, EdgeError};
@@ -115,11 +116,13 @@ fn required_domain(domain: Option<&str>) -> Result<Domain, ApiError> {
     Ok(raw.parse::<Domain>()?)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct DomainRequest {
     #[serde(default)]
+    #[schema(schema_with = schemas::domain, required = true)]
     pub(super) domain: Option<String>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 
@@ -146,13 +149,16 @@ async fn ssl(app: ApiState, body: OldBody<DomainRequest>) -> Answer {
     .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct BundleRequest {
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     primary: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::names)]
     sans: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 
@@ -252,15 +258,19 @@ async fn bundle(app: ApiState, body: OldBody<Option<BundleRequest>>) -> Answer {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct CertificatesRequest {
     #[serde(default)]
+    #[schema(schema_with = schemas::names_or_name, required = true)]
     domains: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::boolean)]
     force_renewal: Option<bool>,
     #[serde(default)]
+    #[schema(schema_with = schemas::include_www)]
     include_www: Option<bool>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 

@@ -15,25 +15,32 @@ use super::super::error::{ApiError, ValuesBody};
 use super::super::v1::{backend, resolution_after};
 use super::super::ApiState;
 use super::certs::cert_path;
+use super::schemas;
 use super::{as_500, e1, required, text, Answer, Ignored, OldBody};
 use crate::edge::{DomainChange, DomainResult};
 use crate::model::{
     BackendLabel, Domain, Port, Profile, ServerAddr, ServerName, ServerOptions, TextContext,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct DomainBody {
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     domain: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     backend_name: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::nullable_text)]
     template_override: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::servers)]
     servers: Option<Value>,
     #[serde(default)]
+    #[schema(schema_with = schemas::wildcard)]
     is_wildcard: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 
@@ -232,11 +239,13 @@ async fn put(app: ApiState, body: OldBody<DomainBody>) -> Answer {
     Ok(Json(body).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct NameBody {
     #[serde(default)]
+    #[schema(schema_with = schemas::text, required = true)]
     domain: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     _other: Ignored,
 }
 

@@ -14,6 +14,7 @@ mod certs;
 mod config;
 mod dns;
 mod domains;
+mod schemas;
 mod security;
 
 use axum::http::StatusCode;
@@ -24,15 +25,16 @@ use serde_json::{json, Value};
 use super::error::{ApiError, ValuesBody};
 
 pub use blocks::{
-    clear_expired, delete_block, list_blocks, post_block, sync_blocks, temporary_block,
+    clear_expired, delete_block, list_blocks, post_block, sync_blocks, temporary_block, BlockBody,
+    IpBody, TemporaryBody,
 };
 pub use certs::{
     get_cert, get_download, get_key, post_bundle, post_certificates_request, post_renew, post_ssl,
-    status,
+    status, BundleRequest, CertificatesRequest, DomainRequest,
 };
 pub use config::{config_reload, default_page, health, regenerate, reload, root};
 pub use dns::{post_dns_request, post_dns_verify, PendingDns};
-pub use domains::{delete_domain, list_domains, post_domain};
+pub use domains::{delete_domain, list_domains, post_domain, DomainBody, NameBody};
 pub use security::get_stats;
 
 /// Longest message in an answer (the old manager cut certbot's stderr at 800).
