@@ -137,37 +137,7 @@ impl Metrics {
     pub fn render(&self, blocked: usize, certs: &[CertView], now: i64) -> String {
         let c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP hapctl_applies_total Applies by outcome.\n# TYPE hapctl_applies_total counter"
-        );
-        for (outcome, n) in &c.applies {
-            let _ = writeln!(out, "hapctl_applies_total{{outcome=\"{outcome}\"}} {n}");
-        }
-        let _ = writeln!(out, "# HELP hapctl_apply_duration_seconds Duration of applies.\n# TYPE hapctl_apply_duration_seconds histogram");
-        for (le, n) in BUCKETS.iter().zip(c.apply_buckets) {
-            let _ = writeln!(
-                out,
-                "hapctl_apply_duration_seconds_bucket{{le=\"{le}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "hapctl_apply_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-            c.apply_count
-        );
-        let _ = writeln!(out, "hapctl_apply_duration_seconds_sum {}", c.apply_sum);
-        let _ = writeln!(out, "hapctl_apply_duration_seconds_count {}", c.apply_count);
-        // Every reason, 0 included: a series that appears late breaks rate() and alerts.
-        let _ = writeln!(out, "# HELP hapctl_reloads_total HAProxy reloads hapctl made, by reason.\n# TYPE hapctl_reloads_total counter");
-        for kind in ReloadKind::ALL {
-            let n = c.reloads.get(kind.as_str()).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "hapctl_reloads_total{{reason=\"{}\"}} {n}",
-                kind.as_str()
-            );
-        }
+        render_applies(&mut out, &c);
         for (name, help, value) in [
             ("hapctl_haproxy_checks_total", "haproxy -c runs.", c.checks),
             (
@@ -218,6 +188,41 @@ impl Metrics {
         }
         render_certificates(&mut out, &c, certs, now);
         out
+    }
+}
+
+/// Applies by outcome, their durations, and reloads by reason.
+fn render_applies(out: &mut String, c: &Counters) {
+    let _ = writeln!(
+        out,
+        "# HELP hapctl_applies_total Applies by outcome.\n# TYPE hapctl_applies_total counter"
+    );
+    for (outcome, n) in &c.applies {
+        let _ = writeln!(out, "hapctl_applies_total{{outcome=\"{outcome}\"}} {n}");
+    }
+    let _ = writeln!(out, "# HELP hapctl_apply_duration_seconds Duration of applies.\n# TYPE hapctl_apply_duration_seconds histogram");
+    for (le, n) in BUCKETS.iter().zip(c.apply_buckets) {
+        let _ = writeln!(
+            out,
+            "hapctl_apply_duration_seconds_bucket{{le=\"{le}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "hapctl_apply_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+        c.apply_count
+    );
+    let _ = writeln!(out, "hapctl_apply_duration_seconds_sum {}", c.apply_sum);
+    let _ = writeln!(out, "hapctl_apply_duration_seconds_count {}", c.apply_count);
+    // Every reason, 0 included: a series that appears late breaks rate() and alerts.
+    let _ = writeln!(out, "# HELP hapctl_reloads_total HAProxy reloads hapctl made, by reason.\n# TYPE hapctl_reloads_total counter");
+    for kind in ReloadKind::ALL {
+        let n = c.reloads.get(kind.as_str()).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "hapctl_reloads_total{{reason=\"{}\"}} {n}",
+            kind.as_str()
+        );
     }
 }
 
