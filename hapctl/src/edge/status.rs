@@ -5,14 +5,14 @@ use serde::Serialize;
 
 use super::{CertView, Edge, EdgeError, Supervision};
 use crate::apply::RuntimeCheck;
-use crate::deliver::GenerationStatus;
 use crate::haproxy::{MigrateReq, Status as HaproxyStatus};
 use crate::resolve::Resolution;
 use crate::store::{ApplyRecord, CertRecord};
 use crate::waf::status::Status as WafStatus;
 
 /// The edge at one moment: HAProxy and its supervision, the live set, the last applies,
-/// generations, counts, certificates, name resolution, the WAF agent, the kernel's handover.
+/// counts, certificates, name resolution, the WAF agent, the kernel's handover. (Not the
+/// generations: [`Edge::generations`] asks each one's readiness over HTTP.)
 #[derive(Debug, Clone)]
 pub struct EdgeStatus {
     pub haproxy: HaproxyStatus,
@@ -21,7 +21,6 @@ pub struct EdgeStatus {
     pub runtime_check: RuntimeCheck,
     /// The last applies, newest first.
     pub applies: Vec<ApplyRecord>,
-    pub generations: Vec<GenerationStatus>,
     pub counts: Counts,
     pub certificates: Vec<CertView>,
     /// As HAProxy holds it; `None` when it does not answer.
@@ -71,7 +70,6 @@ impl Edge {
             live_is_known_good: self.live_is_known_good()?,
             runtime_check: self.runtime_check(),
             applies: self.history(applies)?,
-            generations: self.generations()?,
             counts: Counts {
                 domains,
                 blocked: self.block_count()?,

@@ -37,14 +37,16 @@ pub async fn health(State(app): State<ApiState>) -> Response {
 }
 
 pub async fn status(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    let s = app.read(|edge| edge.status(10)).await?;
+    let (s, generations) = app
+        .read(|edge| Ok((edge.status(10)?, edge.generations()?)))
+        .await?;
     Ok(Json(json!({
         "haproxy": s.haproxy,
         "supervision": s.supervision,
         "live_is_known_good": s.live_is_known_good,
         "runtime_check": s.runtime_check,
         "applies": s.applies,
-        "generations": s.generations,
+        "generations": generations,
         "counts": s.counts,
         "certificates": super::certs::summary(&s, unix_now()),
         "resolution": s.resolution,
