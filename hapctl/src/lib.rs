@@ -3,15 +3,17 @@
 //! Data flows one way: `cli` → `edge` (services) → `apply` → `haproxy`.
 //! `model` and `render` are pure; see `ARCHITECTURE.md` for the map.
 
-pub mod api;
 pub mod apply;
 pub mod blocks;
 pub mod clock;
+pub mod contract;
+pub mod daemon;
 pub mod deliver;
 pub mod edge;
 pub mod fault;
 pub mod fsutil;
 pub mod haproxy;
+pub mod http;
 pub mod legacy;
 pub mod logs;
 pub mod model;

@@ -35,7 +35,7 @@ pub fn run(dir: &Path, args: ApplyArgs) -> Result<u8, Failure> {
 }
 
 pub fn status(dir: &Path, out: JsonOut) -> Result<u8, Failure> {
-    let edge = open(dir)?;
-    output::print_status(&edge, out.json)?;
+    let status = open(dir)?.status(5)?;
+    output::print_status(&status, out.json);
     Ok(0)
 }

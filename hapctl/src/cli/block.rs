@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use hapctl::blocks::{BlockChange, BlockReport, ChangeResult};
+use hapctl::contract::BlockRequest;
 use hapctl::edge::Edge;
 use hapctl::model::{BlockKey, BlockQuery, Note, Ttl};
 
@@ -68,32 +69,7 @@ pub fn run(dir: &Path, cmd: BlockCommand) -> Result<u8, Failure> {
             author,
             ttl,
             out,
-        } => {
-            let key: BlockKey = key.parse()?;
-            let ttl = ttl.map(|t| t.parse::<Ttl>()).transpose()?;
-            let reason = Note::parse("reason", &reason)?;
-            let author = author
-                .or_else(|| std::env::var("SUDO_USER").ok())
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_else(|| "hapctl".into());
-            let author = Note::parse("author", &author)?;
-            let body = json!({
-                "ip": key.to_string(),
-                "reason": reason.as_str(),
-                "author": author.as_str(),
-                // Whole seconds: a ttl's display ("1day 2h") is not one word the route takes.
-                "ttl": ttl.map(|t| format!("{}s", t.duration().as_secs())),
-            });
-            let report = match forward::send(dir, "POST", "/v1/blocked-ips", &body)? {
-                Some(answer) => answer.block_report()?,
-                None => {
-                    let block = Edge::new_block(key, reason, author, ttl);
-                    open(dir)?.change_blocks(&[BlockChange::Put(block)])?
-                }
-            };
-            output::print_block_report(&[key], &report, out.json);
-            Ok(0)
-        }
+        } => add(dir, &key, &reason, author, ttl, out.json),
         BlockCommand::Rm { key, out } => {
             let key: BlockKey = key.parse()?;
             // The route's key is one path segment: a network's '/' goes encoded.
@@ -148,4 +124,33 @@ pub fn run(dir: &Path, cmd: BlockCommand) -> Result<u8, Failure> {
             Ok(0)
         }
     }
+}
+
+/// `block add`: through the daemon when one runs, else here.
+fn add(
+    dir: &Path,
+    key: &str,
+    reason: &str,
+    author: Option<String>,
+    ttl: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let key: BlockKey = key.parse()?;
+    let ttl = ttl.map(|t| t.parse::<Ttl>()).transpose()?;
+    let reason = Note::parse("reason", reason)?;
+    let author = author
+        .or_else(|| std::env::var("SUDO_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "hapctl".into());
+    let author = Note::parse("author", &author)?;
+    let body = BlockRequest::new(key, &reason, &author, ttl);
+    let report = match forward::send(dir, "POST", "/v1/blocked-ips", &body)? {
+        Some(answer) => answer.block_report()?,
+        None => {
+            let block = Edge::new_block(key, reason, author, ttl);
+            open(dir)?.change_blocks(&[BlockChange::Put(block)])?
+        }
+    };
+    output::print_block_report(&[key], &report, json);
+    Ok(0)
 }

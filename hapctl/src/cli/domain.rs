@@ -4,12 +4,14 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use hapctl::edge::{after_put, ProtectionsChange};
+use hapctl::contract::{HttpsRequest, PutDomainRequest};
+use hapctl::edge::{after_put, DomainResult, ProtectionsChange};
 use hapctl::model::{
     AppName, Backend, Domain, Hsts, HttpsPolicy, Invalid, PostLimit, Profile, ProtectProfile,
     Redirect, Server, ServerName,
 };
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::limits::RuleArgs;
@@ -132,21 +134,7 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             app: Some(app),
             out,
             ..
-        } => {
-            let (name, app): (Domain, AppName) = (name.parse()?, app.parse()?);
-            let body = json!({ "app": app });
-            forwarded_or(
-                dir,
-                "PUT",
-                &format!("/v1/domains/{name}"),
-                body,
-                out.json,
-                || {
-                    let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
-                    Ok(output::print_report(&report, out.json))
-                },
-            )
-        }
+        } => add_app(dir, &name, &app, out.json),
         DomainCommand::Add {
             name,
             servers,
@@ -154,69 +142,8 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             sse_routing,
             out,
             app: None,
-        } => {
-            let (name, profile): (Domain, Profile) = (name.parse()?, profile.parse()?);
-            let servers = servers
-                .iter()
-                .enumerate()
-                .map(|(i, spec)| Server::parse_spec(spec, ServerName::nth(i + 1)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let backend = Backend::new(servers, profile)?.with_sse_routing(sse_routing);
-            let announce = |created: bool| {
-                eprintln!(
-                    "domain {name} {}",
-                    if created { "added" } else { "replaced" }
-                )
-            };
-            let body = json!({
-                "servers": backend.servers().iter().map(server_json).collect::<Vec<_>>(),
-                "profile": backend.profile(),
-                "sse_routing": sse_routing,
-            });
-            if let Some(answer) = forward::send(dir, "PUT", &format!("/v1/domains/{name}"), &body)?
-            {
-                if let Some(result @ ("created" | "replaced")) = answer.result() {
-                    announce(result == "created");
-                }
-                return answer.print_put_report(out.json);
-            }
-            let mut edge = open(dir)?;
-            let (report, created) = edge.put_domain(&name, &backend)?;
-            if let Some(created) = created {
-                announce(created);
-            }
-            let resolution = report
-                .outcome
-                .is_success()
-                .then(|| after_put(&edge.settings, &name, &backend));
-            let report = serde_json::to_value(&report).expect("a report serialises");
-            output::print_put_report(&report, resolution.as_ref(), out.json)
-        }
-        DomainCommand::Sse { name, state, out } => {
-            let on = match state.as_str() {
-                "on" => true,
-                "off" => false,
-                other => return Err(Invalid::new("state", other, "must be on or off").into()),
-            };
-            let domain: Domain = name.parse()?;
-            let mut edge = open(dir)?;
-            let state = edge.state()?;
-            let Some(backend) = state.domains.get(&domain) else {
-                if state.app_domains.contains_key(&domain) {
-                    return Err(Failure::input(anyhow::anyhow!(
-                        "domain {domain} is routed to an app: SSE routing needs its own servers"
-                    )));
-                }
-                return Err(
-                    hapctl::edge::EdgeError::Apply(hapctl::apply::ApplyError::NotFound(format!(
-                        "domain {domain} does not exist; `hapctl domain ls` lists them"
-                    )))
-                    .into(),
-                );
-            };
-            let (report, _) = edge.put_domain(&domain, &backend.clone().with_sse_routing(on))?;
-            Ok(output::print_report(&report, out.json))
-        }
+        } => add_servers(dir, &name, &servers, &profile, sse_routing, out.json),
+        DomainCommand::Sse { name, state, out } => sse(dir, &name, &state, out.json),
         DomainCommand::Rm { name, out } => {
             let name: Domain = name.parse()?;
             let path = format!("/v1/domains/{name}");
@@ -232,59 +159,13 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             hsts_subdomains,
             no_hsts: _,
             out,
-        } => {
-            let parsed = match redirect.as_str() {
-                "off" => Redirect::Off,
-                "301" => Redirect::Permanent301,
-                "308" => Redirect::Permanent308,
-                other => {
-                    return Err(Invalid::new("redirect", other, "must be off, 301 or 308").into())
-                }
-            };
-            let hsts = hsts
-                .map(|age| Hsts::new(age, hsts_subdomains))
-                .transpose()?;
-            let domain: Domain = name.parse()?;
-            let body = json!({
-                "redirect": redirect.as_str(),
-                "hsts_max_age": hsts.map(|h| h.max_age()),
-                "hsts_include_subdomains": hsts.is_some_and(|h| h.include_subdomains),
-            });
-            let path = format!("/v1/domains/{domain}/https");
-            forwarded_or(dir, "PUT", &path, body, out.json, || {
-                let policy = HttpsPolicy {
-                    redirect: parsed,
-                    hsts,
-                };
-                let report = open(dir)?.set_https_policy(&domain, policy)?;
-                Ok(output::print_report(&report, out.json))
-            })
-        }
+        } => https(dir, &name, &redirect, hsts, hsts_subdomains, out.json),
         DomainCommand::Limits {
             name,
             rules,
             inherit,
             out,
-        } => {
-            let domain: Domain = name.parse()?;
-            let mut edge = open(dir)?;
-            let policy = match inherit {
-                true => None,
-                false => {
-                    let edit = rules.edit();
-                    if edit.is_empty() {
-                        return Err(Failure::input(anyhow::anyhow!(
-                            "give --preset, a rule (--req-rate ...) or --inherit"
-                        )));
-                    }
-                    let limits = edge.limits()?;
-                    let base = limits.domains.get(&domain).unwrap_or(&limits.default);
-                    Some(edit.apply(*base)?)
-                }
-            };
-            let report = edge.set_domain_limits(&domain, policy)?;
-            Ok(output::print_report(&report, out.json))
-        }
+        } => limits(dir, &name, rules, inherit, out.json),
         DomainCommand::Profile {
             name,
             add,
@@ -300,29 +181,18 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
                     .map(|p| p.parse::<ProtectProfile>())
                     .collect::<Result<Vec<_>, _>>()
             };
-            let (add, rm) = (parse(&add)?, parse(&rm)?);
-            let wp_admin_gate = wp_admin_gate
-                .map(|v| hapctl::protect::parse_switch("wp-admin-gate", &v))
-                .transpose()?;
             let posts =
                 |field, v: Option<String>| v.map(|v| PostLimit::parse(field, &v)).transpose();
             let change = ProtectionsChange::Edit {
-                add,
-                rm,
-                wp_admin_gate,
+                add: parse(&add)?,
+                rm: parse(&rm)?,
+                wp_admin_gate: wp_admin_gate
+                    .map(|v| hapctl::protect::parse_switch("wp-admin-gate", &v))
+                    .transpose()?,
                 wp_login_posts: posts("wp-login-posts", wp_login_posts)?,
                 wp_xmlrpc_posts: posts("wp-xmlrpc-posts", wp_xmlrpc_posts)?,
             };
-            let (report, after) = open(dir)?.set_protections(&domain, change)?;
-            let profiles: Vec<_> = after.profiles.iter().map(|p| p.name()).collect();
-            eprintln!(
-                "domain {domain}: profiles [{}], wp-admin gate {}, wp-login POSTs {}/60s, xmlrpc POSTs {}/60s",
-                profiles.join(", "),
-                if after.wp_admin_gate { "on" } else { "off" },
-                after.wp_login_posts.get(),
-                after.wp_xmlrpc_posts.get()
-            );
-            Ok(output::print_report(&report, out.json))
+            profile(dir, &domain, change, out.json)
         }
         DomainCommand::Suspend { name, out } => suspension(dir, &name, true, out.json),
         DomainCommand::Resume { name, out } => suspension(dir, &name, false, out.json),
@@ -331,6 +201,178 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             Ok(0)
         }
     }
+}
+
+/// `domain add NAME --app APP`.
+fn add_app(dir: &Path, name: &str, app: &str, json: bool) -> Result<u8, Failure> {
+    let (name, app): (Domain, AppName) = (name.parse()?, app.parse()?);
+    let body = json!({ "app": app });
+    forwarded_or(
+        dir,
+        "PUT",
+        &format!("/v1/domains/{name}"),
+        body,
+        json,
+        || {
+            let (report, _) = open(dir)?.put_app_domain(&name, &app)?;
+            Ok(output::print_report(&report, json))
+        },
+    )
+}
+
+/// `domain add NAME --server ...`: says whether it was added or replaced, and which of its
+/// servers' names do not resolve.
+fn add_servers(
+    dir: &Path,
+    name: &str,
+    servers: &[String],
+    profile: &str,
+    sse_routing: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let (name, profile): (Domain, Profile) = (name.parse()?, profile.parse()?);
+    let servers = servers
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| Server::parse_spec(spec, ServerName::nth(i + 1)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let backend = Backend::new(servers, profile)?.with_sse_routing(sse_routing);
+    let announce = |created: bool| {
+        eprintln!(
+            "domain {name} {}",
+            if created { "added" } else { "replaced" }
+        )
+    };
+    let body = PutDomainRequest::servers(&backend);
+    if let Some(answer) = forward::send(dir, "PUT", &format!("/v1/domains/{name}"), &body)? {
+        match answer.result() {
+            Some(DomainResult::Created) => announce(true),
+            Some(DomainResult::Replaced) => announce(false),
+            _ => {}
+        }
+        return answer.print_put_report(json);
+    }
+    let mut edge = open(dir)?;
+    let (report, created) = edge.put_domain(&name, &backend)?;
+    if let Some(created) = created {
+        announce(created);
+    }
+    let resolution = report
+        .outcome
+        .is_success()
+        .then(|| after_put(&edge.settings, &name, &backend));
+    let report = serde_json::to_value(&report).expect("a report serialises");
+    output::print_put_report(&report, resolution.as_ref(), json)
+}
+
+/// `domain sse NAME on|off`: a domain with servers of its own, put again with the switch.
+fn sse(dir: &Path, name: &str, state: &str, json: bool) -> Result<u8, Failure> {
+    let on = match state {
+        "on" => true,
+        "off" => false,
+        other => return Err(Invalid::new("state", other, "must be on or off").into()),
+    };
+    let domain: Domain = name.parse()?;
+    let mut edge = open(dir)?;
+    let state = edge.state()?;
+    let Some(backend) = state.domains.get(&domain) else {
+        if state.app_domains.contains_key(&domain) {
+            return Err(Failure::input(anyhow::anyhow!(
+                "domain {domain} is routed to an app: SSE routing needs its own servers"
+            )));
+        }
+        return Err(
+            hapctl::edge::EdgeError::Apply(hapctl::apply::ApplyError::NotFound(format!(
+                "domain {domain} does not exist; `hapctl domain ls` lists them"
+            )))
+            .into(),
+        );
+    };
+    let (report, _) = edge.put_domain(&domain, &backend.clone().with_sse_routing(on))?;
+    Ok(output::print_report(&report, json))
+}
+
+/// `domain https NAME`: the redirect and HSTS, through the daemon when one runs.
+fn https(
+    dir: &Path,
+    name: &str,
+    redirect: &str,
+    hsts: Option<u32>,
+    hsts_subdomains: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let parsed = match redirect {
+        "off" => Redirect::Off,
+        "301" => Redirect::Permanent301,
+        "308" => Redirect::Permanent308,
+        other => return Err(Invalid::new("redirect", other, "must be off, 301 or 308").into()),
+    };
+    let hsts = hsts
+        .map(|age| Hsts::new(age, hsts_subdomains))
+        .transpose()?;
+    let domain: Domain = name.parse()?;
+    let body = HttpsRequest {
+        redirect: redirect.to_string(),
+        hsts_max_age: hsts.map(|h| u64::from(h.max_age())),
+        hsts_include_subdomains: hsts.is_some_and(|h| h.include_subdomains),
+    };
+    let path = format!("/v1/domains/{domain}/https");
+    forwarded_or(dir, "PUT", &path, body, json, || {
+        let policy = HttpsPolicy {
+            redirect: parsed,
+            hsts,
+        };
+        let report = open(dir)?.set_https_policy(&domain, policy)?;
+        Ok(output::print_report(&report, json))
+    })
+}
+
+/// `domain limits NAME`: edits the domain's own policy from its current one (or the default),
+/// or lets it follow the default again.
+fn limits(
+    dir: &Path,
+    name: &str,
+    rules: RuleArgs,
+    inherit: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let domain: Domain = name.parse()?;
+    let mut edge = open(dir)?;
+    let policy = match inherit {
+        true => None,
+        false => {
+            let edit = rules.edit();
+            if edit.is_empty() {
+                return Err(Failure::input(anyhow::anyhow!(
+                    "give --preset, a rule (--req-rate ...) or --inherit"
+                )));
+            }
+            let limits = edge.limits()?;
+            let base = limits.domains.get(&domain).unwrap_or(&limits.default);
+            Some(edit.apply(*base)?)
+        }
+    };
+    let report = edge.set_domain_limits(&domain, policy)?;
+    Ok(output::print_report(&report, json))
+}
+
+/// `domain profile NAME`: applies the edit and says what the domain's protections are now.
+fn profile(
+    dir: &Path,
+    domain: &Domain,
+    change: ProtectionsChange,
+    json: bool,
+) -> Result<u8, Failure> {
+    let (report, after) = open(dir)?.set_protections(domain, change)?;
+    let profiles: Vec<_> = after.profiles.iter().map(|p| p.name()).collect();
+    eprintln!(
+        "domain {domain}: profiles [{}], wp-admin gate {}, wp-login POSTs {}/60s, xmlrpc POSTs {}/60s",
+        profiles.join(", "),
+        if after.wp_admin_gate { "on" } else { "off" },
+        after.wp_login_posts.get(),
+        after.wp_xmlrpc_posts.get()
+    );
+    Ok(output::print_report(&report, json))
 }
 
 /// Suspends or resumes a domain, through the daemon when one runs.
@@ -350,7 +392,7 @@ fn forwarded_or(
     dir: &Path,
     method: &str,
     path: &str,
-    body: Value,
+    body: impl Serialize,
     json: bool,
     local: impl FnOnce() -> Result<u8, Failure>,
 ) -> Result<u8, Failure> {
@@ -358,12 +400,4 @@ fn forwarded_or(
         Some(answer) => answer.print_report(json),
         None => local(),
     }
-}
-
-/// A server as the API's domain route takes it: its options, its address and its name.
-fn server_json(server: &Server) -> Value {
-    let mut value = serde_json::to_value(&server.options).expect("options serialise");
-    value["address"] = json!(server.addr.to_string());
-    value["name"] = json!(server.name.to_string());
-    value
 }

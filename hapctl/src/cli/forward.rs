@@ -11,9 +11,12 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use hapctl::blocks::BlockReport;
+use hapctl::contract::{ChangeAnswer, ErrorAnswer};
+use hapctl::edge::DomainResult;
 use hapctl::resolve::Resolution;
 use hapctl::settings::Settings;
 
@@ -32,19 +35,19 @@ impl Answer {
     /// Prints the apply report the answer carries (as a local apply prints its own) and
     /// returns the exit code; an answer without one is the error it names.
     pub fn print_report(&self, json: bool) -> Result<u8, Failure> {
-        match self.body.get("apply") {
-            Some(report) => output::print_report_json(report, json),
+        match self.change() {
+            Some(change) => output::print_report_json(&change.apply, json),
             None => Err(self.failure()),
         }
     }
 
     /// [`Answer::print_report`] of a domain put, with the servers that do not resolve now.
     pub fn print_put_report(&self, json: bool) -> Result<u8, Failure> {
-        let Some(report) = self.body.get("apply") else {
+        let Some(change) = self.change() else {
             return Err(self.failure());
         };
         let resolution: Option<Resolution> = serde_json::from_value(self.body.clone()).ok();
-        output::print_put_report(report, resolution.as_ref(), json)
+        output::print_put_report(&change.apply, resolution.as_ref(), json)
     }
 
     /// The report of a block change; an answer without one is the error it names.
@@ -60,16 +63,22 @@ impl Answer {
         }
     }
 
-    /// The `result` of a domain change (`created`, `replaced`, `removed`).
-    pub fn result(&self) -> Option<&str> {
-        self.body.get("result").and_then(Value::as_str)
+    /// What a domain change did (`created`, `replaced`, `removed`).
+    pub fn result(&self) -> Option<DomainResult> {
+        self.change().and_then(|c| c.result)
+    }
+
+    /// The answer as a change's: its result and its apply report (also carried by the error
+    /// of a refused or failed apply).
+    fn change(&self) -> Option<ChangeAnswer<Value>> {
+        ChangeAnswer::deserialize(&self.body).ok()
     }
 
     fn failure(&self) -> Failure {
-        let error = &self.body["error"];
-        let message = error["message"]
-            .as_str()
-            .unwrap_or("the daemon gave no reason");
+        let answer = ErrorAnswer::deserialize(&self.body).ok();
+        let message = answer
+            .as_ref()
+            .map_or("the daemon gave no reason", |a| a.error.message.as_str());
         let code = match self.status {
             400 => 2,
             404 => 7,
@@ -84,7 +93,12 @@ impl Answer {
 
 /// Sends `method path` with `body` to the daemon of `dir`. `None`: no daemon listens there
 /// (or the CLI is to apply on its own: a fault-injection run targets this process).
-pub fn send(dir: &Path, method: &str, path: &str, body: &Value) -> Result<Option<Answer>, Failure> {
+pub fn send(
+    dir: &Path,
+    method: &str,
+    path: &str,
+    body: &impl Serialize,
+) -> Result<Option<Answer>, Failure> {
     if std::env::var_os("HAPCTL_FAULT").is_some() {
         return Ok(None);
     }
@@ -104,7 +118,9 @@ pub fn send(dir: &Path, method: &str, path: &str, body: &Value) -> Result<Option
         .header(hyper::header::HOST, "hapctl")
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(body).map_err(anyhow::Error::from)?,
+        )))
         .map_err(anyhow::Error::from)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

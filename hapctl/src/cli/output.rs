@@ -3,7 +3,7 @@
 use hapctl::apply::{ApplyReport, Outcome};
 use hapctl::blocks::{BlockReport, Enforcement};
 use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
-use hapctl::edge::{DryRun, Edge, EdgeError, Supervision};
+use hapctl::edge::{DryRun, EdgeStatus, Supervision};
 use hapctl::haproxy::Status;
 use hapctl::model::BlockKey;
 use hapctl::model::{Block, EdgeState};
@@ -210,91 +210,56 @@ fn print_master(status: &Status) {
     }
 }
 
-pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
-    let haproxy = edge.supervisor().status();
-    let supervision = edge.supervision();
-    let last = edge.history(5)?;
-    let known_good = edge.live_is_known_good()?;
-    let certs = edge.certificates()?;
+pub fn print_status(status: &EdgeStatus, json: bool) {
     let now = hapctl::clock::unix_now();
-    let failing: Vec<_> = certs
-        .iter()
-        .filter(|c| c.record.last_error.is_some())
-        .collect();
-    let soonest = certs.iter().map(|c| &c.record).min_by_key(|r| r.not_after);
-    let waf = hapctl::waf::status::status(&edge.settings);
-    let migrate_req = hapctl::haproxy::MigrateReq::read();
-    let resolution = edge.resolution_now()?;
+    let soonest = status.soonest_expiry();
     if json {
         print_json(&serde_json::json!({
-            "haproxy": haproxy,
-            "supervision": supervision,
-            "live_is_known_good": known_good,
-            "runtime_check": edge.runtime_check(),
-            "waf": waf,
-            "tcp_migrate_req": migrate_req,
-            "resolution": resolution,
-            "applies": last,
+            "haproxy": status.haproxy,
+            "supervision": status.supervision,
+            "live_is_known_good": status.live_is_known_good,
+            "runtime_check": status.runtime_check,
+            "waf": status.waf,
+            "tcp_migrate_req": status.tcp_migrate_req,
+            "resolution": status.resolution,
+            "applies": status.applies,
             "certificates": {
-                "count": certs.len(),
+                "count": status.certificates.len(),
                 "soonest_expiry": soonest.map(|r| serde_json::json!({"name": r.name, "not_after": r.not_after})),
-                "failing": failing.iter().map(|c| serde_json::json!({
-                    "name": c.record.name, "failures": c.record.failures, "last_error": c.record.last_error,
+                "failing": status.failing_certificates().map(|r| serde_json::json!({
+                    "name": r.name, "failures": r.failures, "last_error": r.last_error,
                 })).collect::<Vec<_>>(),
             },
         }));
-        return Ok(());
+        return;
     }
-    print_haproxy_status(&haproxy, &supervision, false);
+    print_haproxy_status(&status.haproxy, &status.supervision, false);
     println!(
         "live files are the known-good set: {}",
-        if known_good { "yes" } else { "NO" }
+        if status.live_is_known_good {
+            "yes"
+        } else {
+            "NO"
+        }
     );
-    match edge.runtime_check() {
-        hapctl::apply::RuntimeCheck::None => {}
-        hapctl::apply::RuntimeCheck::Pending => {
-            println!("changed at runtime: its haproxy -c is pending (known-good once it passes)")
-        }
-        hapctl::apply::RuntimeCheck::Failed(lines) => println!(
-            "DEFECT ALARM: haproxy -c refused the set hapctl changed at runtime (not promoted): {}",
-            lines.join(" | ")
-        ),
-    }
-    if let Some(warning) = migrate_req.warning() {
-        println!("WARNING: {warning}");
-    }
-    if let Some(warning) = resolution.and_then(|r| r.warning()) {
-        println!("WARNING: {warning}");
-    }
-    if let Some(a) = &waf.agent {
-        match (&a.down_reason, a.pid) {
-            (None, Some(pid)) => println!(
-                "waf agent: up (pid {pid}), inspected {}, blocked {}, detected {}, errors {}, timeouts {}",
-                a.inspected, a.blocked, a.detected, a.errors, a.timeouts
-            ),
-            (reason, _) => println!(
-                "waf agent: DOWN, {} (domains fail open or closed by their policy)",
-                reason.as_deref().unwrap_or("")
-            ),
-        }
-    }
+    print_warnings(status);
     if let Some(r) = soonest {
         println!(
             "certificates: {}, the first to expire is {} in {} days",
-            certs.len(),
+            status.certificates.len(),
             r.name,
             (r.not_after - now) / 86_400
         );
     }
-    for c in &failing {
+    for r in status.failing_certificates() {
         println!(
             "certificate {}: RENEWAL FAILING ({} in a row, still serving the current one): {}",
-            c.record.name,
-            c.record.failures,
-            c.record.last_error.as_deref().unwrap_or_default()
+            r.name,
+            r.failures,
+            r.last_error.as_deref().unwrap_or_default()
         );
     }
-    for a in &last {
+    for a in &status.applies {
         println!(
             "apply #{} at {}: {} ({} ms, {} check(s), {} reload(s)) [{}]",
             a.id,
@@ -309,7 +274,39 @@ pub fn print_status(edge: &Edge, json: bool) -> Result<(), EdgeError> {
             println!("    reload: {reason}");
         }
     }
-    Ok(())
+}
+
+/// The status's alarms and warnings: a refused runtime change, connections a reload may
+/// reset, names that do not resolve, the WAF agent.
+fn print_warnings(status: &EdgeStatus) {
+    match &status.runtime_check {
+        hapctl::apply::RuntimeCheck::None => {}
+        hapctl::apply::RuntimeCheck::Pending => {
+            println!("changed at runtime: its haproxy -c is pending (known-good once it passes)")
+        }
+        hapctl::apply::RuntimeCheck::Failed(lines) => println!(
+            "DEFECT ALARM: haproxy -c refused the set hapctl changed at runtime (not promoted): {}",
+            lines.join(" | ")
+        ),
+    }
+    if let Some(warning) = status.tcp_migrate_req.warning() {
+        println!("WARNING: {warning}");
+    }
+    if let Some(warning) = status.resolution.as_ref().and_then(|r| r.warning()) {
+        println!("WARNING: {warning}");
+    }
+    if let Some(a) = &status.waf.agent {
+        match (&a.down_reason, a.pid) {
+            (None, Some(pid)) => println!(
+                "waf agent: up (pid {pid}), inspected {}, blocked {}, detected {}, errors {}, timeouts {}",
+                a.inspected, a.blocked, a.detected, a.errors, a.timeouts
+            ),
+            (reason, _) => println!(
+                "waf agent: DOWN, {} (domains fail open or closed by their policy)",
+                reason.as_deref().unwrap_or("")
+            ),
+        }
+    }
 }
 
 /// Prints each delivery step as it ends (on stderr with `--json`, so stdout stays JSON).

@@ -1,11 +1,12 @@
-//! `hapctl serve`: the HTTP API daemon.
+//! `hapctl serve`: the daemon, serving the HTTP API.
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use clap::Args;
 
-use hapctl::api::{self, ServeOptions};
+use hapctl::daemon::{self, ServeOptions};
+use hapctl::http;
 
 use super::Failure;
 
@@ -20,12 +21,13 @@ pub struct ServeArgs {
 }
 
 pub fn run(dir: &Path, args: ServeArgs) -> Result<u8, Failure> {
-    api::serve(
+    daemon::serve(
         dir,
         ServeOptions {
             listen: args.listen,
             no_auth: args.no_auth,
         },
+        http::router,
     )?;
     Ok(0)
 }

@@ -44,20 +44,8 @@ impl Edge {
     /// Adopts the HAProxy the configured unit runs; `dry_run` checks and tells, changes
     /// nothing.
     pub fn adopt(&mut self, dry_run: bool) -> Result<Adoption, EdgeError> {
-        let refuse = |why: String| Err(EdgeError::Adopt(why));
         let unit = self.settings.haproxy.systemd_unit.clone();
-        if self.settings.haproxy.mode != Mode::Systemd {
-            return refuse("adopt is for an HAProxy a systemd unit runs ([haproxy] mode = \"systemd\"); in direct mode hapctl starts HAProxy itself: `hapctl haproxy start`".into());
-        }
-        let supervisor = self.supervisor();
-        let Some(pid) = supervisor.master_pid() else {
-            return refuse(format!(
-                "{unit} runs no HAProxy: start it (`systemctl start {unit}`) and adopt again"
-            ));
-        };
-        let running = MasterCommand::read(pid).map_err(io_err(format!(
-            "cannot read the command line of HAProxy's master (PID {pid})"
-        )))?;
+        let (pid, running) = self.unit_master(&unit)?;
         let mut out = Adoption::default();
         out.steps.push(format!(
             "{unit} runs master PID {pid}: {}",
@@ -97,12 +85,36 @@ impl Edge {
                 ));
             }
         }
+        out.steps.push(self.check_command_line(&files, dry_run)?);
+        self.change_unit(&unit, pid, dry_run, &mut out)?;
+        Ok(out)
+    }
 
+    /// The master PID and command line of the HAProxy the unit runs (systemd mode only).
+    fn unit_master(&self, unit: &str) -> Result<(i32, MasterCommand), EdgeError> {
+        if self.settings.haproxy.mode != Mode::Systemd {
+            return refuse("adopt is for an HAProxy a systemd unit runs ([haproxy] mode = \"systemd\"); in direct mode hapctl starts HAProxy itself: `hapctl haproxy start`".into());
+        }
+        let Some(pid) = self.supervisor().master_pid() else {
+            return refuse(format!(
+                "{unit} runs no HAProxy: start it (`systemctl start {unit}`) and adopt again"
+            ));
+        };
+        let running = MasterCommand::read(pid).map_err(io_err(format!(
+            "cannot read the command line of HAProxy's master (PID {pid})"
+        )))?;
+        Ok((pid, running))
+    }
+
+    /// Steps 1 and 2: `haproxy -c` of the new command line on today's files, absent ones
+    /// created empty first (not on a dry run; removed again when the check fails). Answers
+    /// the step's line.
+    fn check_command_line(&self, files: &[PathBuf], dry_run: bool) -> Result<String, EdgeError> {
         let started = Instant::now();
         let created = if dry_run {
             Vec::new()
         } else {
-            create_placeholders(&files)?
+            create_placeholders(files)?
         };
         let present: Vec<&Path> = files
             .iter()
@@ -128,7 +140,7 @@ impl Edge {
             .filter(|f| !present.contains(&f.as_path()) || created.contains(f))
             .map(|f| f.display().to_string())
             .collect();
-        out.steps.push(format!(
+        Ok(format!(
             "checked the new command line on today's files (`haproxy -c -f {}`{}): valid, {} ms",
             files
                 .iter()
@@ -143,16 +155,26 @@ impl Edge {
                 format!("; {} created empty first", absent.join(", "))
             },
             started.elapsed().as_millis()
-        ));
+        ))
+    }
 
-        let drop_in = drop_in_path(&unit);
+    /// Steps 3 to 5 (a dry run only says them): the drop-in, `systemctl daemon-reload`, one
+    /// restart of the unit replacing master `pid`, and the apply.
+    fn change_unit(
+        &mut self,
+        unit: &str,
+        pid: i32,
+        dry_run: bool,
+        out: &mut Adoption,
+    ) -> Result<(), EdgeError> {
+        let drop_in = drop_in_path(unit);
         let text = drop_in_text(&self.settings);
         if dry_run {
             out.steps.push(format!(
                 "would write {}:\n{text}then `systemctl daemon-reload`, `systemctl restart {unit}` once, and apply with a reload",
                 drop_in.display()
             ));
-            return Ok(out);
+            return Ok(());
         }
         if let Some(dir) = drop_in.parent() {
             std::fs::create_dir_all(dir)
@@ -165,7 +187,7 @@ impl Edge {
             .push(format!("wrote {} and reloaded systemd", drop_in.display()));
 
         let restart = Instant::now();
-        systemctl::systemctl("restart", &[], &unit, self.settings.haproxy.start_timeout)?;
+        systemctl::systemctl("restart", &[], unit, self.settings.haproxy.start_timeout)?;
         let new_pid = wait_for_new_master(self, pid)?;
         out.restarted = true;
         out.steps.push(format!(
@@ -173,8 +195,13 @@ impl Edge {
             restart.elapsed().as_millis()
         ));
         out.apply = Some(self.apply("haproxy adopt (after the unit change)")?);
-        Ok(out)
+        Ok(())
     }
+}
+
+/// An adoption refused or stopped; `why` says why and what to do.
+fn refuse<T>(why: String) -> Result<T, EdgeError> {
+    Err(EdgeError::Adopt(why))
 }
 
 /// Creates each absent file empty (step 1); returns those it created.

@@ -22,7 +22,7 @@ pub enum DomainChange {
 }
 
 /// What a domain change did to the desired state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DomainResult {
     Created,

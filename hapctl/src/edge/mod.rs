@@ -50,6 +50,31 @@ pub enum EdgeError {
     },
 }
 
+/// Where HAProxy's state refused a request to start or reload it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HaproxyConflict {
+    /// A start while a master runs (never a second one).
+    AlreadyRunning,
+    /// A reload while no master runs, or one that died during it.
+    NotRunning,
+}
+
+impl EdgeError {
+    /// The conflict with HAProxy's state this error is, if it is one.
+    pub fn haproxy_conflict(&self) -> Option<HaproxyConflict> {
+        use crate::haproxy::{ReloadError, SupervisorError};
+        match self {
+            EdgeError::Supervisor(SupervisorError::AlreadyRunning { .. }) => {
+                Some(HaproxyConflict::AlreadyRunning)
+            }
+            EdgeError::Reload(ReloadError::NotRunning { .. } | ReloadError::MasterDied { .. }) => {
+                Some(HaproxyConflict::NotRunning)
+            }
+            _ => None,
+        }
+    }
+}
+
 mod adopt;
 mod batch;
 mod blocks;
@@ -62,6 +87,7 @@ mod policies;
 mod profiles;
 mod resolution;
 mod scratch;
+mod status;
 mod supervise;
 mod waf;
 
@@ -72,8 +98,11 @@ pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
 pub use resolution::after_put;
 pub use scratch::ScratchCheck;
+pub use status::{Counts, EdgeStatus};
 pub use supervise::{Look, Reloaded, Restart, Supervision, SupervisorState, Watched};
 
+/// What [`Edge::stop_haproxy`] did.
+pub use crate::haproxy::StopReport;
 pub use certs::{CertView, RenewOutcome};
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EdgeError {

@@ -1,4 +1,4 @@
-//! Keeping HAProxy up: what the supervision loop of `hapctl serve` (`api/supervision.rs`) asks
+//! Keeping HAProxy up: what the supervision loop of `hapctl serve` (`daemon/supervision.rs`) asks
 //! of the edge. A look at the master; a restart after it died (under the apply lock, from the
 //! known-good set, then what lives only in the running worker is rebuilt); the record of it in
 //! the apply history. And the operator's side: the stop marker `hapctl haproxy stop` leaves, so
