@@ -23,8 +23,9 @@ use crate::settings::{LogTarget, Mode, Settings};
 pub use metrics::Metrics;
 use notify::Notifier;
 use services::Parts;
-pub use services::{JobError, Services};
+pub use services::Services;
 use supervision::SupervisionLoop;
+pub use workers::JobError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

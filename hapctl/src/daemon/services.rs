@@ -8,29 +8,11 @@ use tokio::sync::oneshot;
 
 use super::metrics::Metrics;
 use super::renewals::{self, OrderGate};
-use super::workers::{BlockJob, DomainJob};
+use super::workers::{BlockJob, DomainJob, JobError};
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::edge::{DomainChange, DomainResult, Edge, EdgeError, RenewOutcome};
 use crate::settings::Settings;
-
-/// Why a job handed to the daemon did not come back with its result.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum JobError {
-    /// The edge refused or failed the work (shared: one failed apply answers every change in
-    /// it).
-    #[error(transparent)]
-    Edge(Arc<EdgeError>),
-    /// The worker or blocking task is gone (a bug or a shutdown, never the request's fault).
-    #[error("{0}")]
-    Gone(String),
-}
-
-impl From<EdgeError> for JobError {
-    fn from(e: EdgeError) -> JobError {
-        JobError::Edge(Arc::new(e))
-    }
-}
 
 /// A cheap handle on the daemon's services, shared by every request.
 #[derive(Clone)]

@@ -14,11 +14,28 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::metrics::Metrics;
-use super::services::JobError;
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockCache, BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
-use crate::edge::{DomainChange, DomainResult, Edge};
+use crate::edge::{DomainChange, DomainResult, Edge, EdgeError};
+
+/// Why a job handed to the daemon did not come back with its result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JobError {
+    /// The edge refused or failed the work (shared: one failed apply answers every change in
+    /// it).
+    #[error(transparent)]
+    Edge(Arc<EdgeError>),
+    /// The worker or blocking task is gone (a bug or a shutdown, never the request's fault).
+    #[error("{0}")]
+    Gone(String),
+}
+
+impl From<EdgeError> for JobError {
+    fn from(e: EdgeError) -> JobError {
+        JobError::Edge(Arc::new(e))
+    }
+}
 
 /// `None` change: re-render and apply the committed state (`POST /v1/apply`).
 pub struct DomainJob {
