@@ -109,7 +109,7 @@ impl Edge {
         };
         edge.set_setting_keys("logs", &[("listen", format!("127.0.0.1:{log_port}"))]);
         // `init` picks user = "haproxy" where that user exists; the suites keep root workers
-        // (as before the setting) unless they opt in, as tests/privileges.rs does.
+        // (as before the setting) unless they opt in, as tests/edge/privileges.rs does.
         edge.set_setting_keys("haproxy", &[("user", String::new())]);
         edge
     }
