@@ -1,12 +1,10 @@
 //! The block fast path through the CLI, against the real haproxy: runtime API, no reload, no
 //! `haproxy -c`, and the file kept in step so reloads keep exactly the committed blocks.
 
-use crate::common;
-
 use std::net::Ipv4Addr;
 
-use common::daemon::blocked_map_file_keys;
-use common::{check_runs, counting_haproxy, Backend, Edge};
+use testkit::daemon::blocked_map_file_keys;
+use testkit::{check_runs, counting_haproxy, Backend, Edge};
 
 const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const C: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
@@ -112,7 +110,7 @@ fn expired_blocks_are_lifted_by_the_next_block_change() {
 /// an unblock of a delta key and an unblock of a base key (both maps rewritten).
 #[test]
 fn a_change_whose_commit_fails_is_undone_in_the_files_and_the_worker() {
-    use common::daemon::runtime_blocked_keys;
+    use testkit::daemon::runtime_blocked_keys;
 
     let (edge, _log, _app) = counted_edge();
     let keys = |list: &[&str]| -> std::collections::BTreeSet<String> {
@@ -121,7 +119,7 @@ fn a_change_whose_commit_fails_is_undone_in_the_files_and_the_worker() {
     let failing = |args: &[&str], what: &str| {
         let mut cmd = edge.command(args);
         cmd.env("HAPCTL_FAULT", "fail:block-commit");
-        let out = common::run_bounded(cmd, std::time::Duration::from_secs(120));
+        let out = testkit::run_bounded(cmd, std::time::Duration::from_secs(120));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{what}: the change is refused");
         assert!(
@@ -190,8 +188,8 @@ fn reloads_in_the_middle_of_block_changes_lose_nothing() {
     use std::sync::{Arc, Barrier};
     use std::time::Duration;
 
-    use common::daemon::{runtime_blocked_keys, Daemon};
     use serde_json::json;
+    use testkit::daemon::{runtime_blocked_keys, Daemon};
 
     // The pause comes after 2 × 180 blocks (2 × 144 still blocked): enough for the daemon to
     // fold when idle.

@@ -2,12 +2,10 @@
 //! its unix socket (`run/api.sock`), and are applied by the CLI itself when no daemon listens
 //! there. Real HAProxy, real daemon: the daemon's request counters say which way each went.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::daemon::Daemon;
-use common::{Backend, Edge};
+use testkit::daemon::Daemon;
+use testkit::{Backend, Edge};
 
 const SHOP: &str = "shop.example.com";
 

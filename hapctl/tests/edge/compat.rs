@@ -6,7 +6,6 @@
 //! routes' issuing paths need a CA and run against Pebble in `certs/api/compat.rs`; here their
 //! refusals and empty answers.
 
-use crate::common;
 mod blocks;
 mod domains;
 mod names;
@@ -18,8 +17,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use common::daemon::{ApiResponse, Daemon};
-use common::{Backend, Edge};
+use testkit::daemon::{ApiResponse, Daemon};
+use testkit::{Backend, Edge};
 
 pub const SHOP: &str = "shop.example.com";
 

@@ -2,8 +2,6 @@
 //! reloads, coalesced applies, auth, bad input, a SIGKILL in the middle of a burst, metrics,
 //! SIGTERM, and expiry. The edge manager's routes have their own suite: tests/edge/compat.rs.
 
-use crate::common;
-
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::daemon::{
+use testkit::daemon::{
     blocked_map_file_keys, http_call, http_call_with, http_request, runtime_blocked_keys,
     ApiClient, Daemon,
 };
-use common::{check_runs, counting_haproxy, free_port, Backend, Edge};
+use testkit::{check_runs, counting_haproxy, free_port, Backend, Edge};
 
 const SHOP: &str = "shop.example.com";
 const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -383,7 +381,7 @@ fn every_route_but_health_needs_the_right_token() {
     // Without auth: only on a loopback address.
     let port = free_port();
     let out = edge.run(&["serve", "--no-auth", "--listen", &format!("0.0.0.0:{port}")]);
-    assert!(!out.status.success(), "{}", common::describe(&out));
+    assert!(!out.status.success(), "{}", testkit::describe(&out));
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(
         text.contains("--no-auth") && text.contains("loopback"),
@@ -799,7 +797,7 @@ fn blocks_keep_flowing_while_domain_applies_run() {
                     let started = Instant::now();
                     let r = client.call("POST", "/v1/blocked-ips", Some(&json!({"ip": ip})));
                     let elapsed = started.elapsed();
-                    let seen = common::http_get(Some(source), port, SHOP, "/", &[]).status;
+                    let seen = testkit::http_get(Some(source), port, SHOP, "/", &[]).status;
                     answers.push((ip, elapsed, r, seen));
                 }
                 answers

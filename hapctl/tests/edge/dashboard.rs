@@ -13,7 +13,6 @@
 //! a request through the edge on the Logs page; `states.rs` a limits preset, renew all due,
 //! a block rebuild, error states. Every page is saved to target/dashboard-screenshots/.
 
-use crate::common;
 mod webdriver;
 // More scenarios; `session` is the serving and sign-in over plain HTTP, no browser.
 mod acme;
@@ -33,10 +32,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::daemon::{http_request, Daemon};
-use common::{Backend, Edge};
 use hapctl::tls::probe;
 use hapctl::tls::x509::CertInfo;
+use testkit::daemon::{http_request, Daemon};
+use testkit::{Backend, Edge};
 use webdriver::Browser;
 
 const SHOP: &str = "shop.example.com";
@@ -479,8 +478,8 @@ fn the_client_side_logic_passes_its_unit_tests() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/tests");
     let mut cmd = std::process::Command::new("node");
     cmd.arg("--test").arg(&dir);
-    let out = common::run_bounded(cmd, Duration::from_secs(60));
-    let text = common::describe(&out);
+    let out = testkit::run_bounded(cmd, Duration::from_secs(60));
+    let text = testkit::describe(&out);
     assert!(
         out.status.success(),
         "node --test {}: {text}",

@@ -1,10 +1,8 @@
 //! Deliveries against the real haproxy and real demo-app processes.
 
-use crate::common;
-
 use std::process::Stdio;
 
-use common::{demo_app_edge, DemoEdge, Edge, Stream};
+use testkit::{demo_app_edge, DemoEdge, Edge, Stream};
 
 const HOST: &str = "shop.example.com";
 

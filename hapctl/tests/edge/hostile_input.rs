@@ -8,8 +8,6 @@
 //! the API also takes, `tests/corpus/hostile_http.tsv` (bodies, content types, paths), and
 //! requests generated from `/openapi.json` over every mutating route.
 
-use crate::common;
-
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -17,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Backend, Edge};
+use testkit::{Backend, Edge};
 
 const CORPUS: &str = include_str!("../corpus/hostile.tsv");
 const CONTROL_DOMAIN: &str = "control.example.com";
@@ -693,11 +691,11 @@ fn hostile_input_is_refused_and_changes_nothing() {
 //   A11 the edge-manager routes accept a body that is not JSON when the bad bytes sit in a
 //       field they ignore (invalid UTF-8, a lone surrogate escape, a number out of range)
 
-use common::daemon::{
+use serde_json::{json, Value};
+use testkit::daemon::{
     http_call_with, http_send_raw, percent_encode_segment, runtime_blocked_keys, ApiClient,
     ApiResponse, ApiRoute, Daemon,
 };
-use serde_json::{json, Value};
 
 const HTTP_CORPUS: &str = include_str!("../corpus/hostile_http.tsv");
 /// The daemon's body limit (`BODY_LIMIT` in src/api/mod.rs).
@@ -1207,7 +1205,7 @@ const BODYLESS: &[(&str, &str)] = &[
 fn ok_bundle() -> &'static str {
     static BUNDLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BUNDLE.get_or_init(|| {
-        let ca = common::pki::TestCa::new("hostile");
+        let ca = testkit::pki::TestCa::new("hostile");
         ca.bundle(&ca.leaf(&[OK_NAME]))
     })
 }

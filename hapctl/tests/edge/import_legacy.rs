@@ -3,19 +3,17 @@
 //! bundles; its list files) is planned, dry-run, imported, imported again, and refused when
 //! the input is not that edge.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
 use serde_json::{json, Value};
 
-use common::daemon::Daemon;
-use common::pki::TestCa;
-use common::{check_runs, counting_haproxy, Backend, Edge};
 use hapctl::tls::probe;
 use hapctl::tls::x509::{serial_matches, CertInfo};
+use testkit::daemon::Daemon;
+use testkit::pki::TestCa;
+use testkit::{check_runs, counting_haproxy, Backend, Edge};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -557,7 +555,7 @@ fn add_row(old: &OldEdge, id: i64, name: &str, server_name: &str, addr: &str, po
 fn the_rows_haproxy_refuses_are_refused_alone_and_a_name_that_does_not_resolve_waits() {
     let mut edge = Edge::new();
     let marker = "127.0.0.99:8099";
-    let (wrapper, log) = common::refusing_haproxy(
+    let (wrapper, log) = testkit::refusing_haproxy(
         edge.state_dir(),
         marker,
         &format!("/{marker}/s/$/ no-such-keyword/"),
@@ -640,7 +638,7 @@ fn an_import_haproxy_refuses_changes_nothing_not_even_the_certificates() {
     let ca = TestCa::new("legacy-refused");
     let old = old_edge(&ca, [8081, 8082], 8083, 8084);
     // HAProxy refuses the set with shop.test's first server, in its global section.
-    let (wrapper, _) = common::refusing_haproxy(
+    let (wrapper, _) = testkit::refusing_haproxy(
         edge.state_dir(),
         "127.0.0.1:8081",
         "s/^global$/global\\n    no-such-keyword/",

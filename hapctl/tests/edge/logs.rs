@@ -1,18 +1,16 @@
 //! The access log end to end: real HAProxy → its log ring → loopback TCP → `hapctl serve` →
 //! rotated file → `hapctl logs`. Request ids: backend, response header, pages and log agree.
 
-use crate::common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
-use common::{Backend, Edge, Response};
 use hapctl::haproxy::CliSocket;
 use serde_json::Value;
+use testkit::daemon::Daemon;
+use testkit::{Backend, Edge, Response};
 
 const SHOP: &str = "shop.example.com";
 const HALTED: &str = "halted.example.com";
@@ -347,11 +345,11 @@ fn a_taken_log_port_is_refused_naming_the_key() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
     edge.set_setting_keys("logs", &[("listen", addr.to_string())]);
-    let out = common::run_bounded(
+    let out = testkit::run_bounded(
         edge.command(&["serve", "--listen", "127.0.0.1:0"]),
         Duration::from_secs(20),
     );
-    assert!(!out.status.success(), "{}", common::describe(&out));
+    assert!(!out.status.success(), "{}", testkit::describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&addr.to_string()) && stderr.contains("[logs] listen"),

@@ -2,10 +2,7 @@
 //! hazard: `crash`, `hostile_input`, `properties`) against the real `hapctl` binary, a real
 //! HAProxy and real processes. One binary links the workspace once instead of once per suite;
 //! nextest still runs every test in its own process. The systemd lab, which boots containers,
-//! is its own binary (`tests/systemd_lab.rs`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! is its own binary (`tests/systemd_lab.rs`). The harness is the `testkit` crate.
 
 mod apply;
 mod blocks;

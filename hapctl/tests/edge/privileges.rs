@@ -5,8 +5,6 @@
 //! the admin socket, blocks and maps at runtime, and the access log the unprivileged worker
 //! sends to `hapctl serve`, which admits its user (and no other, `hapctl::logs`).
 
-use crate::common;
-
 use std::net::Ipv4Addr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -15,9 +13,9 @@ use std::time::{Duration, Instant};
 use hapctl::tls::probe;
 use hapctl::tls::x509::CertInfo;
 
-use common::daemon::Daemon;
-use common::pki::TestCa;
-use common::{describe, Backend, Edge};
+use testkit::daemon::Daemon;
+use testkit::pki::TestCa;
+use testkit::{describe, Backend, Edge};
 
 const SHOP: &str = "shop.example.com";
 const SECURE: &str = "secure.test";

@@ -1,8 +1,6 @@
 //! Property tests: parsers round-trip, rendering is deterministic, and any state the model
 //! accepts renders a configuration the real `haproxy -c` accepts (sampled, bounded).
 
-use crate::common;
-
 use std::path::Path;
 
 use hapctl::haproxy::{Validator, Verdict};
@@ -175,7 +173,7 @@ fn state() -> impl Strategy<Value = EdgeState> {
 fn settings(dir: &Path) -> Settings {
     let text = DEFAULT_SETTINGS_TOML.replace(
         "127.0.0.1:8080",
-        &format!("127.0.0.1:{}", common::free_port()),
+        &format!("127.0.0.1:{}", testkit::free_port()),
     );
     Settings::parse(dir, &dir.join("hapctl.toml"), &text).unwrap()
 }
@@ -229,7 +227,7 @@ proptest! {
         // The certificate path's own files: the default certificate, the crt-list, the token map.
         let mut store = Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
         Certs::new(&settings).ensure_files(&mut store).unwrap();
-        let verdict = Validator::new(common::haproxy_bin(), std::time::Duration::from_secs(30)).check(&set.config_paths());
+        let verdict = Validator::new(testkit::haproxy_bin(), std::time::Duration::from_secs(30)).check(&set.config_paths());
         prop_assert!(matches!(verdict, Verdict::Valid), "{:?}", verdict);
     }
 }

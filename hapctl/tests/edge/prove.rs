@@ -2,14 +2,12 @@
 //! fail proves nothing: for each check there is a "delivery" that must make it fail, and the
 //! real deliveries must pass every check, many times in a row.
 
-use crate::common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{demo_app_bin, demo_app_edge, describe, free_port, DemoEdge, Edge};
 use serde_json::Value;
+use testkit::{demo_app_bin, demo_app_edge, describe, free_port, DemoEdge, Edge};
 
 const HOST: &str = "shop.example.com";
 
@@ -551,8 +549,8 @@ fn the_lab_wrappers_are_proven() {
         .arg("1.4.2")
         .env("HAPCTL", env!("CARGO_BIN_EXE_hapctl"))
         .env("HAPCTL_STATE_DIR", &state_dir)
-        .env("HAPCTL_HAPROXY_BIN", common::haproxy_bin());
-    let start = common::run_bounded(first, std::time::Duration::from_secs(60));
+        .env("HAPCTL_HAPROXY_BIN", testkit::haproxy_bin());
+    let start = testkit::run_bounded(first, std::time::Duration::from_secs(60));
     assert!(start.status.success(), "livrer 1.4.2: {}", describe(&start));
     edge.wait_for_body("anything.example", "1.4.2\n");
 

@@ -4,8 +4,6 @@
 //! never doubled, an interrupted apply is recovered before the restart, `hapctl haproxy stop`
 //! is respected, and in systemd mode the daemon only notices, reconciles and counts.
 
-use crate::common;
-
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -17,9 +15,9 @@ use hapctl::tls::probe;
 use hapctl::tls::x509::{serial_matches, CertInfo};
 use serde_json::Value;
 
-use common::daemon::{ApiClient, Daemon};
-use common::pki::TestCa;
-use common::{run_bounded, Backend, Edge};
+use testkit::daemon::{ApiClient, Daemon};
+use testkit::pki::TestCa;
+use testkit::{run_bounded, Backend, Edge};
 
 const SHOP: &str = "shop.example.com";
 const OTHER: &str = "other.example.com";

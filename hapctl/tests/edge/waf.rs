@@ -1,7 +1,6 @@
 //! The web application firewall end to end: real HAProxy, the real agent (`hapctl waf serve`)
 //! over libmodsecurity v3 and Debian's OWASP CRS, the access log through `hapctl serve`.
 
-use crate::common;
 // `GET /v1/waf` and `POST /v1/waf/reload` against this file's lab.
 mod api;
 
@@ -13,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::daemon::{ApiResponse, Daemon};
-use common::{free_port, Backend, Edge, Response};
 use serde_json::{json, Value};
+use testkit::daemon::{ApiResponse, Daemon};
+use testkit::{free_port, Backend, Edge, Response};
 
 const SHOP: &str = "shop.example.com";
 const SQLI: &str = "/?id=1%27%20OR%20%271%27%3D%271";
@@ -543,7 +542,7 @@ fn metric(text: &str, name: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn waf_of(api: &common::daemon::ApiClient) -> Value {
+fn waf_of(api: &testkit::daemon::ApiClient) -> Value {
     let r = api.get(&format!("/v1/domains/{SHOP}"));
     assert_eq!(r.status, 200, "{}", r.text);
     r.json["waf"].clone()

@@ -4,12 +4,10 @@
 //! before writing when a reload would not load what hapctl checks. Real HAProxy, direct mode
 //! (the systemd side of `hapctl haproxy adopt` runs in tests/systemd_lab.rs).
 
-use crate::common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, haproxy_bin, http_get, Edge};
+use testkit::{free_port, haproxy_bin, http_get, Edge};
 
 /// The edge's live directory with a foreign `haproxy.cfg` (one frontend answering "stock" on
 /// `port`), and a master started on hapctl's master socket with only that file, as a stock

@@ -2,12 +2,10 @@
 //! whose rendered set is unchanged never reloads, and `hapctl status` shows the old workers
 //! still draining and their connections. Real HAProxy.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
-use common::{demo_app_edge, Backend, Edge, Stream};
 use serde_json::Value;
+use testkit::{demo_app_edge, Backend, Edge, Stream};
 
 const HOST: &str = "shop.example.com";
 

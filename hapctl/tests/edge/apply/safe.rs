@@ -1,12 +1,10 @@
 //! The safe apply path against the real haproxy: routing, blocks, every failure outcome, the
 //! fast path, atomic writes and concurrency.
 
-use crate::common;
-
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 
-use common::{check_runs, counting_haproxy, Backend, Edge};
+use testkit::{check_runs, counting_haproxy, Backend, Edge};
 
 const CLIENT_B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
@@ -456,7 +454,7 @@ fn dry_run_shows_the_diff_and_verdict_and_writes_nothing() {
         "{out}"
     );
     // Change the listener in the settings: the diff names it, nothing is written.
-    let port = common::free_port();
+    let port = testkit::free_port();
     edge.write_settings(&edge.settings_text().replace(
         &format!("127.0.0.1:{}", edge.port),
         &format!("127.0.0.1:{port}"),

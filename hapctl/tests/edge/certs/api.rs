@@ -5,7 +5,6 @@
 //! §1.2 (E1/E3 envelopes, 207, the two-call DNS-01 flow), and renewal by the daemon itself
 //! (worker, backoff, metrics, status).
 
-use crate::common;
 // The edge manager's routes and renewal.
 mod compat;
 mod renewal;
@@ -15,12 +14,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::daemon::{http_request, ApiClient, ApiResponse, Daemon};
-use common::pebble::Pebble;
-use common::pki::TestCa;
-use common::{Backend, Edge};
 use hapctl::tls::probe;
 use hapctl::tls::x509::{serial_matches, CertInfo};
+use testkit::daemon::{http_request, ApiClient, ApiResponse, Daemon};
+use testkit::pebble::Pebble;
+use testkit::pki::TestCa;
+use testkit::{Backend, Edge};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 const SHOP: &str = "shop.example.com";

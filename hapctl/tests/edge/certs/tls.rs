@@ -3,8 +3,6 @@
 //! served with 0 reloads and checked by real handshakes — every bad bundle refused with nothing
 //! written, and the per-domain HTTPS policy (redirect, HSTS) changed without a reload.
 
-use crate::common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
@@ -20,9 +18,9 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConnection, RootCertStore, StreamOwned};
 use serde_json::Value;
 
-use common::pebble::{dns_hook_path, Pebble};
-use common::pki::{Leaf, TestCa};
-use common::{check_runs, counting_haproxy, Backend, Edge};
+use testkit::pebble::{dns_hook_path, Pebble};
+use testkit::pki::{Leaf, TestCa};
+use testkit::{check_runs, counting_haproxy, Backend, Edge};
 
 /// Bound of every handshake and HTTPS request.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -256,7 +254,7 @@ fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
 /// `curl` to `scheme://host:port/path` on 127.0.0.1 (`-k`: any certificate), no redirect
 /// followed; `extra` are more curl arguments (`--interface 127.0.0.2`, `-H ...`).
 fn curl(scheme: &str, port: u16, host: &str, path: &str, extra: &[&str]) -> Answer {
-    let out = common::run_bounded(
+    let out = testkit::run_bounded(
         {
             let mut c = Command::new("curl");
             c.args(["-sS", "-k", "-i", "--max-time", "5", "--resolve"])
@@ -270,7 +268,7 @@ fn curl(scheme: &str, port: u16, host: &str, path: &str, extra: &[&str]) -> Answ
     assert!(
         out.status.success(),
         "curl {scheme}://{host}:{port}{path} {extra:?}: {}",
-        common::describe(&out)
+        testkit::describe(&out)
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
@@ -954,7 +952,7 @@ fn acme_http01_issues_renews_keeps_serving_on_failure_and_removes_with_no_reload
     // The CA is gone: the renewal fails, the current certificate keeps serving.
     pebble.take();
     let out = edge.run(&["cert", "renew", "shop.test", "--force"]);
-    assert_eq!(out.status.code(), Some(1), "{}", common::describe(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", testkit::describe(&out));
     assert_serial(
         &served_serial(&edge, "shop.test"),
         &renewed,
@@ -985,7 +983,7 @@ fn acme_http01_issues_renews_keeps_serving_on_failure_and_removes_with_no_reload
             out.status.code(),
             Some(0),
             "{args:?}: {}",
-            common::describe(&out)
+            testkit::describe(&out)
         );
     }
     assert_serial(
@@ -1075,7 +1073,7 @@ fn acme_dns01_issues_a_wildcard_through_the_hook() {
         out.status.code(),
         Some(1),
         "{}\n{}",
-        common::describe(&out),
+        testkit::describe(&out),
         pebble.log_tail()
     );
     let account_key = |dir: &std::path::Path| {

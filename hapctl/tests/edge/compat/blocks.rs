@@ -5,8 +5,8 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Value};
 
-use super::common::daemon::{runtime_blocked_keys, Daemon};
 use super::{assert_e1, assert_keys, near, old_edge, old_time, php_message, reloads, SHOP};
+use testkit::daemon::{runtime_blocked_keys, Daemon};
 
 const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const ROW: &[&str] = &[
@@ -117,7 +117,7 @@ fn blocks_answer_with_the_old_shapes_codes_and_ids_without_a_reload() {
     );
 
     // Sync: an entry lost from the runtime maps is restored, every block read back.
-    for map in super::common::daemon::BLOCKED_MAPS {
+    for map in testkit::daemon::BLOCKED_MAPS {
         hapctl::haproxy::RuntimeMap::new(
             hapctl::haproxy::CliSocket::new(
                 edge.path("run/master.sock"),

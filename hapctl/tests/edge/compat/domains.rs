@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::common::daemon::Daemon;
 use super::{assert_e1, assert_keys, old_edge, php_message, SHOP};
+use testkit::daemon::Daemon;
 
 const ROW: &[&str] = &[
     "id",

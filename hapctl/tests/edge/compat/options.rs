@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::common::daemon::Daemon;
-use super::common::pebble::Pebble;
-use super::common::{Backend, Edge};
 use super::{assert_e1, old_edge};
+use testkit::daemon::Daemon;
+use testkit::pebble::Pebble;
+use testkit::{Backend, Edge};
 
 #[test]
 fn the_old_options_and_templates_are_typed_and_served() {

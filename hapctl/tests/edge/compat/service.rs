@@ -6,9 +6,9 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use super::common::daemon::{http_call, http_request, ApiResponse};
-use super::common::run_bounded;
 use super::{assert_e1, assert_keys, old_edge, php_message, reloads, TIMEOUT};
+use testkit::daemon::{http_call, http_request, ApiResponse};
+use testkit::run_bounded;
 
 const E4: &str = r#"{"error":"Unauthorized - Invalid or missing API key"}"#;
 
@@ -159,7 +159,7 @@ fn curl(port: u16, token: Option<&str>, args: &[&str], path: &str) -> (String, S
     assert!(
         out.status.success(),
         "curl failed (is it installed?): {}",
-        super::common::describe(&out)
+        testkit::describe(&out)
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let (body, code) = text.rsplit_once('\n').unwrap();

@@ -22,8 +22,6 @@
 //! Edges run in parallel threads; each round starts from the same base state (domain A routed)
 //! and returns to it, so every round is checked against known bytes.
 
-use crate::common;
-
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
@@ -36,8 +34,8 @@ use std::time::{Duration, Instant};
 use hapctl::settings::Settings;
 use hapctl::store::{ApplyRecord, Store};
 
-use common::daemon::{blocked_map_file_keys, runtime_blocked_keys, BLOCKED_MAPS};
-use common::{describe, http_get, run_bounded, Backend, Edge, Response};
+use testkit::daemon::{blocked_map_file_keys, runtime_blocked_keys, BLOCKED_MAPS};
+use testkit::{describe, http_get, run_bounded, Backend, Edge, Response};
 
 /// Every crash point on the apply path, in the order an apply reaches them: the runtime paths
 /// (domains and servers, or maps alone, through the runtime API) stop after their own points.

@@ -7,8 +7,6 @@
 //! the running worker agreeing on the serial, the worker's crt-list equal to the file, no
 //! pending marker and no temp file — and a reload afterwards must serve the same thing.
 
-use crate::common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
@@ -16,8 +14,8 @@ use hapctl::haproxy::{CliSocket, RuntimeCerts};
 use hapctl::tls::probe;
 use hapctl::tls::x509::{serial_matches, CertInfo};
 
-use common::pki::TestCa;
-use common::{describe, run_bounded, Edge};
+use testkit::pki::TestCa;
+use testkit::{describe, run_bounded, Edge};
 
 const NAME: &str = "shop.test";
 

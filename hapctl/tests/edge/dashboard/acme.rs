@@ -1,4 +1,4 @@
-//! ACME from the page against a real ACME CA (Pebble, tests/common/pebble.rs): a certificate
+//! ACME from the page against a real ACME CA (Pebble, testkit/src/pebble.rs): a certificate
 //! ordered on the Certificates page (HTTP-01 answered by the edge itself) is listed and served
 //! on the HTTPS bind, then renewed from its row: a new serial in the page and in a real
 //! handshake; a wildcard ordered with DNS-01 (the hook publishing the TXT record in Pebble's
@@ -6,10 +6,10 @@
 
 use serde_json::json;
 
-use super::common::pebble::{dns_hook_path, Pebble};
-use super::common::Edge;
 use super::{open, serve, served_serial, sign_in, wait_toast};
 use hapctl::tls::x509::serial_matches;
+use testkit::pebble::{dns_hook_path, Pebble};
+use testkit::Edge;
 
 const NAME: &str = "acme.example.com";
 

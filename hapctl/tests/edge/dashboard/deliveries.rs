@@ -2,8 +2,8 @@
 //! runs and served through the edge, rolled back, then a third version proved from outside
 //! (**Prove it**): prove's lines, the six checks, the journal with its verdict.
 
-use super::common::demo_app_edge;
 use super::{open, serve, sign_in};
+use testkit::demo_app_edge;
 
 #[test]
 fn a_delivery_and_a_rollback_show_their_steps_as_they_run() {

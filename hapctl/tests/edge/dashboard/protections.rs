@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::common::pki::TestCa;
-use super::common::{self, Backend, Edge};
 use super::{open, serve, served_serial, sign_in, submit, wait_toast, SHOP, UNNAMED};
 use hapctl::tls::x509::serial_matches;
+use testkit::pki::TestCa;
+use testkit::{self, Backend, Edge};
 
 /// The `Strict-Transport-Security` header `SHOP` answers with on the HTTPS bind.
 fn hsts(edge: &Edge) -> Option<String> {
@@ -28,8 +28,8 @@ fn hsts(edge: &Edge) -> Option<String> {
     ])
     .arg(format!("{SHOP}:{}:127.0.0.1", edge.https_port))
     .arg(format!("https://{SHOP}:{}/", edge.https_port));
-    let out = common::run_bounded(curl, Duration::from_secs(10));
-    assert!(out.status.success(), "curl: {}", common::describe(&out));
+    let out = testkit::run_bounded(curl, Duration::from_secs(10));
+    assert!(out.status.success(), "curl: {}", testkit::describe(&out));
     String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         k.eq_ignore_ascii_case("strict-transport-security")

@@ -9,8 +9,8 @@ use std::net::Ipv4Addr;
 
 use serde_json::json;
 
-use super::common::{http_get, Edge};
 use super::{shop_on_page, wait_toast, SHOP};
+use testkit::{http_get, Edge};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 const OTHER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 4);

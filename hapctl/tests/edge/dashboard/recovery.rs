@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::common::Edge;
 use super::{shop_on_page, webdriver, SHOP};
+use testkit::Edge;
 
 /// Waits until nothing accepts a connection on the edge's HTTP port.
 fn wait_refused(edge: &Edge) {

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::common::seed::seed_domains;
-use super::common::{Backend, Edge};
 use super::{open, serve, sign_in, Browser};
+use testkit::seed::seed_domains;
+use testkit::{Backend, Edge};
 
 const DOMAINS: usize = 10_000;
 const PAGE: usize = 50;

@@ -4,14 +4,12 @@
 //! sign-out, bearer tokens unchanged, and the paged domain list the dashboard reads.
 //! The browser itself drives the dashboard in tests/edge/dashboard.rs.
 
-use crate::common;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::daemon::{http_request, ApiResponse, Daemon};
-use common::{Backend, Edge};
+use testkit::daemon::{http_request, ApiResponse, Daemon};
+use testkit::{Backend, Edge};
 
 const SHOP: &str = "shop.example.com";
 
@@ -317,8 +315,8 @@ fn through_edge(
             .arg(body.to_string());
     }
     curl.arg(format!("https://{host}:{port}{path}"));
-    let out = common::run_bounded(curl, Duration::from_secs(15));
-    assert!(out.status.success(), "curl: {}", common::describe(&out));
+    let out = testkit::run_bounded(curl, Duration::from_secs(15));
+    assert!(out.status.success(), "curl: {}", testkit::describe(&out));
     let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
     let (head, body) = text.split_once("\n\n").unwrap_or((&text, ""));
     let status = head

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::common::daemon::Daemon;
-use super::common::{free_port, Backend, Edge, Response};
 use super::{open, serve, sign_in, submit, wait_toast, SHOP};
+use testkit::daemon::Daemon;
+use testkit::{free_port, Backend, Edge, Response};
 
 const SQLI: &str = "/?id=1%27%20OR%20%271%27%3D%271";
 

@@ -4,13 +4,11 @@
 //! backend), set from the CLI, `/v1` and the compat `POST /api/domain`. Which backend served a
 //! request is read from the access log (`backend`), found by the request id the client got.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
-use common::{Backend, Edge, Response};
 use serde_json::{json, Value};
+use testkit::daemon::Daemon;
+use testkit::{Backend, Edge, Response};
 
 const SHOP: &str = "shop.example.com";
 const STREAM: &[(&str, &str)] = &[("Accept", "text/event-stream")];
@@ -123,7 +121,7 @@ fn unknown_hosts_get_the_404_page_or_the_old_200_page_with_settable_text() {
     for bad in ["500", "ok", ""] {
         edge.set_setting_keys("edge", &[("unknown_host", bad.into())]);
         let out = edge.run(&["apply"]);
-        let text = common::describe(&out);
+        let text = testkit::describe(&out);
         assert!(!out.status.success(), "{bad:?} accepted: {text}");
         assert!(text.contains("edge.unknown_host"), "{text}");
     }

@@ -5,14 +5,12 @@
 //! nothing served), a full kind reloads with its reason and makes room, and a kill at each
 //! step of the runtime path recovers to the old set. Real HAProxy.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::app::{apply_json, App};
-use common::{Edge, Stream};
 use hapctl::haproxy::{CliSocket, RuntimeMap, RuntimeServers, ServerState};
 use serde_json::Value;
+use testkit::app::{apply_json, App};
+use testkit::{Edge, Stream};
 
 const SHOP: &str = "shop.example.com";
 
@@ -243,13 +241,13 @@ fn killed_at(point: &str) {
 
     let mut cmd = edge.command(&["domain", "add", SHOP, "--server", &a.addr()]);
     cmd.env("HAPCTL_FAULT", point);
-    let out = common::run_bounded(cmd, Duration::from_secs(60));
+    let out = testkit::run_bounded(cmd, Duration::from_secs(60));
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGKILL),
         "{point}: {}",
-        common::describe(&out)
+        testkit::describe(&out)
     );
 
     let report = apply_json(&edge, &["apply"]);

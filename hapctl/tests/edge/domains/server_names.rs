@@ -3,15 +3,13 @@
 //! `hapctl status`, and a name that starts resolving through `[resolvers]` (Pebble's DNS
 //! server) whose server comes up without a reload.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::daemon::Daemon;
-use common::pebble::Pebble;
-use common::{Backend, Edge};
+use testkit::daemon::Daemon;
+use testkit::pebble::Pebble;
+use testkit::{Backend, Edge};
 
 fn json_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))

@@ -3,14 +3,12 @@
 //! removed server drained of its stream before it goes, the set checked and promoted to
 //! known-good after, and files and worker equal across the next reload. Real HAProxy.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::app::{apply_json, App};
-use common::{Edge, Stream};
 use hapctl::haproxy::{CliSocket, RuntimeServers};
 use serde_json::Value;
+use testkit::app::{apply_json, App};
+use testkit::{Edge, Stream};
 
 const HOST: &str = "shop.example.com";
 const BACKEND: &str = "d_shop.example.com";
@@ -182,13 +180,13 @@ fn killed_at(point: &str) {
         &b.addr(),
     ]);
     cmd.env("HAPCTL_FAULT", point);
-    let out = common::run_bounded(cmd, Duration::from_secs(60));
+    let out = testkit::run_bounded(cmd, Duration::from_secs(60));
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGKILL),
         "{point}: {}",
-        common::describe(&out)
+        testkit::describe(&out)
     );
 
     let report = apply_json(&edge, &["apply"]);
@@ -223,7 +221,7 @@ fn a_runtime_changed_set_haproxy_refuses_is_a_defect_alarm_never_promoted() {
     let edge = Edge::started();
     let a = App::start("a");
     edge.ok(&["domain", "add", HOST, "--server", &a.addr()]);
-    let api = common::daemon::Daemon::start(&edge);
+    let api = testkit::daemon::Daemon::start(&edge);
     // What a rendering defect would leave: a set changed at runtime that haproxy -c refuses.
     let config = edge.path("live/haproxy.cfg");
     let mut text = std::fs::read_to_string(&config).unwrap();
@@ -333,9 +331,9 @@ fn a_change_during_the_background_check_goes_first_and_the_next_check_covers_it(
     let edge = Edge::new();
     let a = App::start("a");
     let name = |i: usize| format!("d{i:05}.example.com");
-    common::seed::seed_domains(&edge, (0..SLOW_CHECK_DOMAINS).map(name), &a.addr());
+    testkit::seed::seed_domains(&edge, (0..SLOW_CHECK_DOMAINS).map(name), &a.addr());
     edge.ok(&["haproxy", "start"]);
-    let api = common::daemon::Daemon::start(&edge);
+    let api = testkit::daemon::Daemon::start(&edge);
     let weight = |w: u16| {
         let server = serde_json::json!({"address": a.addr(), "weight": w, "check": false});
         let body = serde_json::json!({ "servers": [server] });

@@ -1,14 +1,12 @@
 //! The rate-limit and security routes of the API against the real haproxy: runtime changes
 //! with no reload, the stats in hapctl's shape and in the old manager's exact one (400/502).
 
-use crate::common;
-
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-use common::daemon::Daemon;
-use common::{Backend, Edge};
 use serde_json::json;
+use testkit::daemon::Daemon;
+use testkit::{Backend, Edge};
 
 const HOST: &str = "shop.example.com";
 const A: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 11);

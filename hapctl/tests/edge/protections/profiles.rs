@@ -3,14 +3,12 @@
 //! reloads), trusted clients exempt, other domains untouched, URIs normalised, hostile input
 //! refused with nothing written.
 
-use crate::common;
-
 use std::net::Ipv4Addr;
 use std::thread;
 
-use common::daemon::Daemon;
-use common::pages::{log_line, override_template, themed_page};
-use common::{http_send, Backend, Edge, Response};
+use testkit::daemon::Daemon;
+use testkit::pages::{log_line, override_template, themed_page};
+use testkit::{http_send, Backend, Edge, Response};
 
 const WP: &str = "blog.example.com";
 const PLAIN: &str = "plain.example.com";
@@ -348,7 +346,7 @@ fn hostile_profile_input_is_refused_with_nothing_written() {
 #[test]
 fn the_api_replaces_a_domains_profiles_at_runtime() {
     let (edge, _app) = wp_edge(&[]);
-    let daemon = common::daemon::Daemon::start(&edge);
+    let daemon = testkit::daemon::Daemon::start(&edge);
     let api = daemon.client();
     let before = reloads(&edge);
     let path = format!("/v1/domains/{PLAIN}/profiles");

@@ -2,16 +2,14 @@
 //! before, answers its action, skips exempt clients and resets; thresholds change at runtime
 //! with no reload and survive one; IPv6 clients are tracked; hostile inputs are refused.
 
-use crate::common;
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
-use common::pages::{log_line, override_template, themed_page};
-use common::{http_get, Backend, Edge};
+use testkit::daemon::Daemon;
+use testkit::pages::{log_line, override_template, themed_page};
+use testkit::{http_get, Backend, Edge};
 
 const HOST: &str = "shop.example.com";
 
@@ -259,7 +257,7 @@ fn concurrent_requests_trip_at_their_threshold() {
 
 /// A request from `source` to the hanging backend, left in flight.
 fn hold_from(edge: &Edge, source: Ipv4Addr) -> TcpStream {
-    let mut s = common::connect_source(source, edge.port);
+    let mut s = testkit::connect_source(source, edge.port);
     s.write_all(b"GET / HTTP/1.1\r\nHost: slow.example.com\r\n\r\n")
         .unwrap();
     s
@@ -370,7 +368,7 @@ fn hostile_limit_inputs_are_refused_with_nothing_written() {
             out.status.code(),
             Some(2),
             "{args:?}: {}",
-            common::describe(&out)
+            testkit::describe(&out)
         );
     }
     assert_eq!(edge.live_files(), files, "nothing written");

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::common::daemon::ApiClient;
 use super::{agent_pid, get, lab, policy, SHOP, SQLI};
+use testkit::daemon::ApiClient;
 
 /// `GET /v1/waf`, once `ok` holds for it (the agent rewrites its state file every second).
 fn waf_once(api: &ApiClient, what: &str, ok: &dyn Fn(&Value) -> bool) -> Value {

@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use super::common::daemon::{http_call, Daemon};
 use super::{
     acme_edge, assert_e1, assert_e3, assert_keys, assert_served, no_key, reloads, sample, served,
     SHOP,
 };
 use hapctl::tls::x509::serial_matches;
+use testkit::daemon::{http_call, Daemon};
 
 #[test]
 fn the_edge_managers_certificate_routes_keep_their_shapes_against_a_real_ca() {

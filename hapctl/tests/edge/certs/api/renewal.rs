@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::common::daemon::{ApiClient, Daemon};
-use super::common::Edge;
 use super::{acme_edge, assert_keys, assert_served, no_key, reloads, sample};
 use hapctl::tls::x509::serial_matches;
+use testkit::daemon::{ApiClient, Daemon};
+use testkit::Edge;
 
 fn set_due(edge: &Edge, name: &str) {
     let db = rusqlite::Connection::open(edge.path("state.db")).unwrap();

@@ -1,7 +1,9 @@
-//! Test harness: a real edge (hapctl binary + real haproxy) in a temp dir on free loopback
-//! ports, real backends, and a plain HTTP client. Everything started here is stopped on drop,
-//! also when a test panics.
-#![allow(dead_code)] // each test binary uses its own part of the harness
+//! What hapctl's tests and benchmarks run against: a real edge (the hapctl binary and a real
+//! haproxy) in a temp dir on free loopback ports, real backends, and a plain HTTP client.
+//! Everything started here is stopped on drop, also when a test panics.
+//!
+//! The hapctl binary is the one cargo built beside the test binary ([`hapctl_bin`]), so only
+//! the test targets of the `hapctl` package (which cargo builds the binary for) use [`Edge`].
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -76,6 +78,8 @@ pub struct Edge {
 
 impl Edge {
     /// A fresh state dir (`hapctl init`), HAProxy not started.
+    // Not `Default`: making one runs `hapctl init` in a new temp dir.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Edge {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -136,7 +140,7 @@ impl Edge {
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hapctl"));
+        let mut cmd = Command::new(hapctl_bin());
         cmd.arg("--state-dir").arg(self.dir.path()).args(args);
         cmd.env_remove("HAPCTL_FAULT");
         for (k, v) in &self.env {
@@ -401,41 +405,11 @@ pub fn describe(out: &Output) -> String {
     )
 }
 
-/// Runs a command, killing it after `timeout`.
+/// Runs a command (stdin closed, output captured) and panics if it takes longer than `timeout`
+/// (it is killed then): hapctl's own bounded run, for tests.
 pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out_reader = thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = stdout.read_to_end(&mut b);
-        b
-    });
-    let err_reader = thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = stderr.read_to_end(&mut b);
-        b
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("command {cmd:?} did not finish within {timeout:?}");
-        }
-        thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-    }
+    hapctl::process::run_with_timeout(&mut cmd, timeout)
+        .unwrap_or_else(|e| panic!("command {cmd:?}: {e}"))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -696,17 +670,29 @@ pub fn check_runs(log: &Path) -> usize {
         .count()
 }
 
+/// The hapctl binary cargo built for the running test: beside `deps/`, where the test binary
+/// itself lives (`target/<profile>/deps/<test>-<hash>`).
+pub fn hapctl_bin() -> PathBuf {
+    built_bin("hapctl", "cargo build -p hapctl")
+}
+
 /// The demo application, built with the workspace (`cargo build --workspace` builds it; the
 /// test scripts do).
 pub fn demo_app_bin() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_hapctl"))
+    built_bin("demo-app", "cargo build -p demo-app")
+}
+
+/// `name` in the profile directory of the running test binary, which must exist.
+fn built_bin(name: &str, build: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
         .parent()
-        .unwrap()
-        .to_path_buf();
-    let bin = dir.join("demo-app");
+        .and_then(Path::parent)
+        .expect("a test binary in target/<profile>/deps");
+    let bin = profile_dir.join(name);
     assert!(
         bin.is_file(),
-        "{} is missing: run `cargo build -p demo-app` (scripts/test.sh does)",
+        "{} is missing: run `{build}` (scripts/test.sh does)",
         bin.display()
     );
     bin

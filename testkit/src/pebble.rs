@@ -7,7 +7,7 @@
 //! - `pebble-challtestsrv` is Pebble's DNS server (`-dnsserver`): it answers every A query with
 //!   127.0.0.1 (`set_default_ipv4`, or a name's own `add_a`), no AAAA, and the TXT records set
 //!   through its plain-HTTP management API
-//!   (`management_url()`, `set_txt`/`clear_txt`, or `tests/fixtures/dns-hook.sh`). Its HTTP-01,
+//!   (`management_url()`, `set_txt`/`clear_txt`, or `testkit/fixtures/dns-hook.sh`). Its HTTP-01,
 //!   HTTPS-01 and TLS-ALPN-01 listeners are off.
 //! - HTTP-01: Pebble's validator resolves the identifier through challtestsrv (→ 127.0.0.1)
 //!   and sends `GET http://<identifier>:<http01_port>/.well-known/acme-challenge/<token>` to
@@ -25,13 +25,12 @@
 //! Everything started here is stopped on drop (SIGTERM, then SIGKILL after a grace), also when
 //! the test panics, and the temp dir is removed. Every external command and socket read is
 //! bounded by a timeout.
-#![allow(dead_code)] // each test binary uses its own part of the harness
 
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -46,7 +45,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The DNS-01 hook the product calls as `HOOK set|clear <record-name> <value>` (it reads
 /// `CHALLTESTSRV_URL`, see `Pebble::hook_env`).
 pub fn dns_hook_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dns-hook.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dns-hook.sh")
 }
 
 /// One Pebble + pebble-challtestsrv pair. Dropping it stops both and removes the temp dir.
@@ -494,36 +493,9 @@ fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Child, String> {
         .map_err(|e| format!("spawn {:?}: {e}", cmd.get_program()))
 }
 
-/// Run a command to completion within `limit` (killed after), capturing its output.
-pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
-    let out = fs::File::create(&out_path).map_err(|e| e.to_string())?;
-    let err = fs::File::create(&err_path).map_err(|e| e.to_string())?;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .map_err(|e| format!("spawn {:?}: {e}", cmd.get_program()))?;
-    let deadline = Instant::now() + limit;
-    let status: ExitStatus = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{:?} timed out after {limit:?}", cmd.get_program()));
-            }
-            Ok(None) => thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(e.to_string()),
-        }
-    };
-    Ok(Output {
-        status,
-        stdout: fs::read(&out_path).unwrap_or_default(),
-        stderr: fs::read(&err_path).unwrap_or_default(),
-    })
+/// hapctl's bounded run, its error as text.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    hapctl::process::run_with_timeout(cmd, limit).map_err(|e| e.to_string())
 }
 
 /// Pebble's own TLS certificate: a small CA (`tls-ca.pem`, what ACME clients trust) and a leaf

@@ -1,7 +1,5 @@
 //! A test CA (rcgen): root → intermediate → leaves, for certificate tests.
 
-#![allow(dead_code)]
-
 use std::io::Read;
 
 use rcgen::{
