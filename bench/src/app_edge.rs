@@ -51,7 +51,7 @@ impl AppEdge {
         let settings_path = app.edge.state_dir.join("hapctl.toml");
         let text = std::fs::read_to_string(&settings_path)?;
         // A range free now; ports are reused once their generation is removed.
-        let first_port = crate::sys::free_port()?.clamp(20_000, 60_000);
+        let first_port = testkit::free_port().clamp(20_000, 60_000);
         let settings = format!(
             "{text}\n[[app]]\nname = \"{APP}\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"10s\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
             first_port + 40

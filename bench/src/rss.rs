@@ -83,7 +83,7 @@ struct Run {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = HttpBackend::start(BODY)?;
+    let backend = HttpBackend::start(BODY);
     let addr = backend.addr();
 
     let mut runs: Vec<Run> = Vec::new();

@@ -1,11 +1,8 @@
-//! The API daemon under test (`hapctl serve` as a child process of the test) and a small
-//! HTTP/1.1 client for it: one request per connection (`Connection: close`), every step bounded
-//! by a timeout, JSON bodies parsed.
+//! The API daemon under test (`hapctl serve` as a child process of the test) and its calls
+//! through the kit's client ([`http`]): one request per connection, JSON bodies parsed.
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus, Stdio};
 use std::thread;
@@ -14,6 +11,7 @@ use std::time::{Duration, Instant};
 use hapctl::haproxy::{CliSocket, RuntimeMap};
 use serde_json::Value;
 
+use super::http::{self, HttpResponse};
 use super::{free_port, Edge};
 
 /// What the API answered.
@@ -26,6 +24,18 @@ pub struct ApiResponse {
     pub text: String,
     /// The body parsed as JSON; `Null` when it is not JSON.
     pub json: Value,
+}
+
+impl From<HttpResponse> for ApiResponse {
+    fn from(answer: HttpResponse) -> ApiResponse {
+        let text = answer.text();
+        ApiResponse {
+            status: answer.status,
+            headers: answer.headers,
+            json: serde_json::from_str(&text).unwrap_or(Value::Null),
+            text,
+        }
+    }
 }
 
 impl ApiResponse {
@@ -98,81 +108,18 @@ pub fn http_request(
     body: Option<&[u8]>,
     read_timeout: Duration,
 ) -> Result<ApiResponse, String> {
-    let target = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5))
-        .map_err(|e| format!("connect {target}: {e}"))?;
-    stream.set_read_timeout(Some(read_timeout)).unwrap();
-    stream
-        .set_write_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        head += &format!("Host: 127.0.0.1:{port}\r\n");
-    }
-    for (k, v) in headers {
-        head += &format!("{k}: {v}\r\n");
-    }
-    head += &format!(
-        "Connection: close\r\nContent-Length: {}\r\n\r\n",
-        body.map_or(0, <[u8]>::len)
-    );
-    stream
-        .write_all(head.as_bytes())
-        .map_err(|e| format!("send the request head: {e}"))?;
-    // A large body is written from another thread while the answer is read: the server may
-    // refuse it (413) before reading it all.
-    let writer = match body {
-        Some(b) if b.len() > 64 * 1024 => {
-            let mut w = stream.try_clone().unwrap();
-            let b = b.to_vec();
-            Some(thread::spawn(move || {
-                let _ = w.write_all(&b);
-            }))
-        }
-        Some(b) => {
-            stream
-                .write_all(b)
-                .map_err(|e| format!("send the request body: {e}"))?;
-            None
-        }
-        None => None,
-    };
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    let read_error = loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break None,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => break Some(e),
-        }
-    };
-    if let Some(w) = writer {
-        let _ = stream.shutdown(Shutdown::Both);
-        let _ = w.join();
-    }
-    parse_http_response(&raw).map_err(|e| match read_error {
-        Some(r) => format!("{e} (read: {r})"),
-        None => e,
-    })
-}
-
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&body[..eol]);
-        let size = size.split(';').next().unwrap_or("").trim();
-        let Ok(n) = usize::from_str_radix(size, 16) else {
-            break;
-        };
-        let rest = &body[eol + 2..];
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.extend_from_slice(&rest[..n]);
-        body = rest.get(n + 2..).unwrap_or_default();
-    }
-    out
+    let default_host = format!("127.0.0.1:{port}");
+    let host = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or(default_host.as_str(), |(_, v)| v);
+    let others: Vec<(&str, &str)> = headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("host"))
+        .copied()
+        .collect();
+    let raw = http::raw_request(method, path, host, &others, Some(body.unwrap_or_default()));
+    http_send_raw(port, &raw, read_timeout)
 }
 
 /// How to reach a running daemon; cheap to clone into threads.
@@ -470,100 +417,15 @@ pub fn runtime_blocked_keys(edge: &Edge) -> BTreeSet<String> {
 
 /// Sends `raw` (a whole request, head and body, exactly as given: nothing is added) to
 /// `127.0.0.1:port` and parses the answer. For requests [`http_request`] cannot make: chunked
-/// bodies, a `Content-Length` that lies, several of them. A body above 64 KiB is written from
-/// another thread while the answer is read.
+/// bodies, a `Content-Length` that lies, several of them.
 pub fn http_send_raw(port: u16, raw: &[u8], read_timeout: Duration) -> Result<ApiResponse, String> {
-    let target = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5))
-        .map_err(|e| format!("connect {target}: {e}"))?;
-    stream.set_read_timeout(Some(read_timeout)).unwrap();
-    stream
-        .set_write_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let writer = if raw.len() > 64 * 1024 {
-        let mut w = stream.try_clone().unwrap();
-        let raw = raw.to_vec();
-        Some(thread::spawn(move || {
-            let _ = w.write_all(&raw);
-        }))
-    } else {
-        stream
-            .write_all(raw)
-            .map_err(|e| format!("send the request: {e}"))?;
-        None
-    };
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    let read_error = loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break None,
-            Ok(n) => answer.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => break Some(e),
-        }
-    };
-    if let Some(w) = writer {
-        let _ = stream.shutdown(Shutdown::Both);
-        let _ = w.join();
-    }
-    parse_http_response(&answer).map_err(|e| match read_error {
-        Some(r) => format!("{e} (read: {r})"),
-        None => e,
-    })
+    let stream = http::connect(None, port)?;
+    http::exchange(stream, raw, read_timeout).map(ApiResponse::from)
 }
 
-/// Parses one HTTP/1.1 answer (the head, then a body framed by `Content-Length`, chunked, or
-/// up to the end). A `100 Continue` interim answer before the final one is skipped.
-pub fn parse_http_response(mut raw: &[u8]) -> Result<ApiResponse, String> {
-    let mut interim = "";
-    loop {
-        let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-            return Err(format!(
-                "no complete answer{interim} ({} bytes): {:?}",
-                raw.len(),
-                String::from_utf8_lossy(&raw[..raw.len().min(200)])
-            ));
-        };
-        let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-        let mut lines = head.split("\r\n");
-        let status: u16 = lines
-            .next()
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("no status line in {head:?}"))?;
-        if status == 100 {
-            interim = " after 100 Continue";
-            raw = &raw[end + 4..];
-            continue;
-        }
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let find = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
-        let mut body = raw[end + 4..].to_vec();
-        if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-            body = dechunk(&body);
-        } else if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
-            if body.len() < len {
-                return Err(format!("answer cut: {} of {len} body bytes", body.len()));
-            }
-            body.truncate(len);
-        }
-        let text = String::from_utf8_lossy(&body).into_owned();
-        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        return Ok(ApiResponse {
-            status,
-            headers,
-            text,
-            json,
-        });
-    }
+/// Parses one HTTP/1.1 answer ([`http::parse_response`]) as the API's.
+pub fn parse_http_response(raw: &[u8]) -> Result<ApiResponse, String> {
+    http::parse_response(raw).map(ApiResponse::from)
 }
 
 /// `bytes` percent-encoded for one path segment: everything but the unreserved characters

@@ -7,7 +7,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::io::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -464,84 +463,23 @@ pub fn http_send(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Response {
-    let target = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = match source {
-        None => TcpStream::connect_timeout(&target, Duration::from_secs(5))
-            .expect("connect to the edge"),
-        Some(src) => connect_from(src, target),
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .set_write_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req += &format!("{k}: {v}\r\n");
-    }
-    req += "\r\n";
-    stream.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read the response");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"));
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let seen_real_ip = head
-        .lines()
-        .find_map(|l| l.strip_prefix("x-seen-real-ip:"))
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    let stream = http::connect(source, port).expect("connect to the edge");
+    let raw = http::raw_request(method, path, host, headers, None);
+    let answer = http::exchange(stream, &raw, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{method} {path} on {host}: {e}"));
+    let head = answer.head.to_lowercase();
+    let seen_real_ip = answer.header("x-seen-real-ip").unwrap_or("").to_string();
     Response {
-        status,
-        body: body.to_string(),
+        status: answer.status,
+        body: answer.text(),
         seen_real_ip,
-        head: head.to_lowercase(),
+        head,
     }
 }
 
 /// A TCP connection to the edge's port on 127.0.0.1 from `source` (a request left open).
 pub fn connect_source(source: Ipv4Addr, port: u16) -> TcpStream {
-    connect_from(source, SocketAddr::from(([127, 0, 0, 1], port)))
-}
-
-fn connect_from(source: Ipv4Addr, target: SocketAddr) -> TcpStream {
-    // std cannot bind before connecting; a few lines of libc can.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0);
-        let stream = TcpStream::from_raw_fd(fd);
-        let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(ip).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let local = sockaddr(source, 0);
-        assert_eq!(
-            libc::bind(fd, &local as *const _ as *const libc::sockaddr, len),
-            0,
-            "bind {source}"
-        );
-        let SocketAddr::V4(t) = target else {
-            unreachable!()
-        };
-        let remote = sockaddr(*t.ip(), t.port());
-        assert_eq!(
-            libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len),
-            0,
-            "connect {target}"
-        );
-        stream
-    }
+    http::connect(Some(source), port).unwrap()
 }
 
 /// A backend server answering every request with 200 and a fixed body.
@@ -753,22 +691,14 @@ impl Stream {
 
 /// The lines carried by the complete chunks of a chunked HTTP response.
 fn decode_chunked_lines(raw: &[u8]) -> Vec<String> {
-    let text = String::from_utf8_lossy(raw);
-    let Some((_, mut body)) = text.split_once("\r\n\r\n") else {
+    let Some(start) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
         return Vec::new();
     };
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n + 2 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = &rest[n + 2..];
-    }
-    out.lines().map(String::from).collect()
+    let (data, _) = http::dechunk(&raw[start + 4..]);
+    String::from_utf8_lossy(&data)
+        .lines()
+        .map(String::from)
+        .collect()
 }
 
 /// An edge with app `shop` (exec runner around demo-app, backend `applicatif`, server
@@ -853,7 +783,9 @@ impl Drop for DemoEdge {
 
 pub mod app;
 pub mod daemon;
+pub mod http;
 pub mod pages;
 pub mod pebble;
 pub mod pki;
 pub mod seed;
+pub mod tls_corpus;

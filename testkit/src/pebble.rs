@@ -27,12 +27,13 @@
 //! bounded by a timeout.
 
 use std::fs;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use super::http;
 
 /// How long Pebble may take to answer its directory (it generates RSA keys at start:
 /// ~3 s measured on 2 cores, more when several tests start one at the same time).
@@ -581,41 +582,19 @@ fn make_tls_cert(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// One HTTP/1.1 POST (`Connection: close`), every step bounded: (status, body).
+/// One HTTP/1.1 POST of JSON, every step bounded: (status, body).
 fn http_post(addr: SocketAddr, path: &str, body: &str) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect_timeout(&addr, CALL_TIMEOUT).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();
-    s.set_write_timeout(Some(CALL_TIMEOUT)).unwrap();
-    let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let stream = TcpStream::connect_timeout(&addr, CALL_TIMEOUT).map_err(|e| e.to_string())?;
+    let headers = [("Content-Type", "application/json")];
+    let raw = http::raw_request(
+        "POST",
+        path,
+        &addr.to_string(),
+        &headers,
+        Some(body.as_bytes()),
     );
-    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + CALL_TIMEOUT;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if Instant::now() >= deadline {
-            return Err("response timed out".into());
-        }
-        match s.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(format!("read: {e}")),
-        }
-    }
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP response: {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let answer = http::exchange(stream, &raw, CALL_TIMEOUT)?;
+    Ok((answer.status, answer.text()))
 }
 
 /// A minimal DNS TXT lookup over UDP (2 s timeout).

@@ -9,12 +9,11 @@
 //! requests generated from `/openapi.json` over every mutating route.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::process::{Command, Output, Stdio};
-use std::thread;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use hapctl::process::{run_with_timeout, ProcessError};
 use testkit::{Backend, Edge};
 
 const CORPUS: &str = include_str!("../corpus/hostile.tsv");
@@ -182,40 +181,11 @@ fn generated() -> Vec<Case> {
 }
 
 /// A command line that carries `arg`, or the spawn error when the OS refuses it.
-fn run(cmd: &mut Command) -> Result<Output, std::io::Error> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = stdout.read_to_end(&mut b);
-        b
-    });
-    let err = thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = stderr.read_to_end(&mut b);
-        b
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{cmd:?} did not finish within 60 s");
-        }
-        thread::sleep(Duration::from_millis(2));
-    };
-    Ok(Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    })
+fn run(cmd: &mut Command) -> Result<Output, ProcessError> {
+    match run_with_timeout(cmd, Duration::from_secs(60)) {
+        Err(e @ ProcessError::Timeout { .. }) => panic!("{cmd:?}: {e}"),
+        result => result,
+    }
 }
 
 fn joined(prefix: &str, arg: &[u8]) -> OsString {

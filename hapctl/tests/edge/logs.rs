@@ -2,7 +2,7 @@
 //! rotated file → `hapctl logs`. Request ids: backend, response header, pages and log agree.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Ipv4Addr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hapctl::haproxy::CliSocket;
 use serde_json::Value;
 use testkit::daemon::Daemon;
-use testkit::{Backend, Edge, Response};
+use testkit::{http, Backend, Edge, Response};
 
 const SHOP: &str = "shop.example.com";
 const HALTED: &str = "halted.example.com";
@@ -190,35 +190,15 @@ fn burst(port: u16, n: usize, tag: &str) -> Vec<u16> {
         .unwrap();
     conn.set_nodelay(true).unwrap();
     let mut statuses = Vec::with_capacity(n);
-    let mut buf = Vec::new();
     for i in 0..n {
         let req = format!("GET /{tag}/{i} HTTP/1.1\r\nHost: {SHOP}\r\n\r\n");
         conn.write_all(req.as_bytes()).unwrap();
-        let (status, used) = loop {
-            if let Some(parsed) = parse_response(&buf) {
-                break parsed;
-            }
-            let mut chunk = [0u8; 16384];
-            let got = conn.read(&mut chunk).expect("read a response");
-            assert!(got > 0, "the edge closed the connection after {i} requests");
-            buf.extend_from_slice(&chunk[..got]);
-        };
-        buf.drain(..used);
-        statuses.push(status);
+        let answer = http::read_response(&mut conn).unwrap_or_else(|e| {
+            panic!("the answer to request {i} on the kept-alive connection: {e}")
+        });
+        statuses.push(answer.status);
     }
     statuses
-}
-
-/// A complete response at the start of `buf`: (status, its length).
-fn parse_response(buf: &[u8]) -> Option<(u16, usize)> {
-    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    (buf.len() >= end + length).then_some((status, end + length))
 }
 
 #[test]

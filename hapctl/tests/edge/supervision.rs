@@ -5,7 +5,6 @@
 //! is respected, and in systemd mode the daemon only notices, reconciles and counts.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use serde_json::Value;
 
 use testkit::daemon::{ApiClient, Daemon};
 use testkit::pki::TestCa;
-use testkit::{run_bounded, Backend, Edge};
+use testkit::{http, run_bounded, Backend, Edge};
 
 const SHOP: &str = "shop.example.com";
 const OTHER: &str = "other.example.com";
@@ -90,15 +89,10 @@ fn assert_one_master(edge: &Edge, pid: i32) {
 /// One request that may fail: `Some((status, body))` when the edge answered.
 fn try_get(port: u16, host: &str) -> Option<(u16, String)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text.split_once("\r\n\r\n")?.1.to_string()))
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    let raw = http::raw_request("GET", "/", host, &[], None);
+    let answer = http::exchange(stream, &raw, Duration::from_secs(2)).ok()?;
+    Some((answer.status, answer.text()))
 }
 
 /// The master PID on the master socket, if it answers.

@@ -5,8 +5,6 @@
 mod api;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -14,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use testkit::daemon::{ApiResponse, Daemon};
-use testkit::{free_port, Backend, Edge, Response};
+use testkit::{free_port, http, Backend, Edge, Response};
 
 const SHOP: &str = "shop.example.com";
 const SQLI: &str = "/?id=1%27%20OR%20%271%27%3D%271";
@@ -90,32 +88,23 @@ fn wait_up_to(bound: Duration, what: &str, ok: &dyn Fn() -> bool) {
 
 /// A request with an optional form body, every step bounded.
 fn send(edge: &Edge, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Response {
-    let addr = SocketAddr::from(([127, 0, 0, 1], edge.port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {SHOP}\r\nConnection: close\r\n");
-    req += "User-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\nAccept: text/html\r\n";
-    for (k, v) in headers {
-        req += &format!("{k}: {v}\r\n");
-    }
+    let mut all = vec![
+        ("User-Agent", "Mozilla/5.0 (X11; Linux x86_64)"),
+        ("Accept", "text/html"),
+    ];
+    all.extend_from_slice(headers);
     if !body.is_empty() {
-        req += "Content-Type: application/x-www-form-urlencoded\r\n";
-        req += &format!("Content-Length: {}\r\n", body.len());
+        all.push(("Content-Type", "application/x-www-form-urlencoded"));
     }
-    req += "\r\n";
-    req += body;
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = (!body.is_empty()).then_some(body.as_bytes());
+    let raw = http::raw_request(method, path, SHOP, &all, body);
+    let stream = http::connect(None, edge.port).unwrap();
+    let answer = http::exchange(stream, &raw, Duration::from_secs(10)).unwrap();
     Response {
-        status: status.unwrap_or_else(|| panic!("no status line in {text:?}")),
-        body: body.to_string(),
+        status: answer.status,
+        body: answer.text(),
         seen_real_ip: String::new(),
-        head: head.to_lowercase(),
+        head: answer.head.to_lowercase(),
     }
 }
 

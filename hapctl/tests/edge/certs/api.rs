@@ -260,7 +260,7 @@ fn every_bundle_of_the_hostile_corpus_is_refused_through_the_api_and_nothing_is_
     let before = reloads(&edge);
     let files = edge.live_files();
     let listed = api.get("/v1/certificates").text;
-    let corpus = hapctl::tls::corpus::hostile_corpus_at(hapctl::clock::unix_now());
+    let corpus = testkit::tls_corpus::hostile_corpus_at(hapctl::clock::unix_now());
     assert!(corpus.len() >= 30, "only {} cases", corpus.len());
     let mut wrong = Vec::new();
     let mut inexact = 0;
@@ -288,7 +288,7 @@ fn every_bundle_of_the_hostile_corpus_is_refused_through_the_api_and_nothing_is_
         if exact && !message.contains(&case.fragment) {
             problems.push(format!("message lacks {:?}", case.fragment));
         }
-        if let Some(f) = hapctl::tls::corpus::key_fragments(&case.input)
+        if let Some(f) = testkit::tls_corpus::key_fragments(&case.input)
             .iter()
             .find(|f| r.text.contains(f.as_str()))
         {

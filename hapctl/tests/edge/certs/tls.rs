@@ -3,7 +3,7 @@
 //! served with 0 reloads and checked by real handshakes — every bad bundle refused with nothing
 //! written, and the per-domain HTTPS policy (redirect, HSTS) changed without a reload.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use testkit::pebble::{dns_hook_path, Pebble};
 use testkit::pki::{Leaf, TestCa};
-use testkit::{check_runs, counting_haproxy, Backend, Edge};
+use testkit::{check_runs, counting_haproxy, http, Backend, Edge};
 
 /// Bound of every handshake and HTTPS request.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -336,41 +336,17 @@ impl TlsConn {
             .map(|p| String::from_utf8_lossy(p).into_owned())
     }
 
-    /// `GET path` with keep-alive; the answer must carry a Content-Length.
+    /// `GET path` with keep-alive.
     fn get(&mut self, host: &str, path: &str) -> Answer {
         write!(self.tls, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n")
             .and_then(|_| self.tls.flush())
             .unwrap_or_else(|e| panic!("send GET {path} on the open TLS connection: {e}"));
-        let mut raw = Vec::new();
-        let mut chunk = [0u8; 4096];
-        let head_end = loop {
-            if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            match self.tls.read(&mut chunk) {
-                Ok(0) => panic!("connection closed before an answer to {path}: {raw:?}"),
-                Ok(n) => raw.extend_from_slice(&chunk[..n]),
-                Err(e) => panic!("read the answer to {path} on the open TLS connection: {e}"),
-            }
-        };
-        let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-        let (status, headers) = parse_head(&head);
-        let len: usize = headers
-            .iter()
-            .find(|(k, _)| k == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or_else(|| panic!("no content-length in {head:?}"));
-        while raw.len() < head_end + len {
-            match self.tls.read(&mut chunk) {
-                Ok(0) => panic!("connection closed in the body of {path}"),
-                Ok(n) => raw.extend_from_slice(&chunk[..n]),
-                Err(e) => panic!("read the body of {path}: {e}"),
-            }
-        }
+        let answer = http::read_response(&mut self.tls)
+            .unwrap_or_else(|e| panic!("the answer to {path} on the open TLS connection: {e}"));
         Answer {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&raw[head_end..head_end + len]).into_owned(),
+            status: answer.status,
+            body: answer.text(),
+            headers: answer.headers,
         }
     }
 }
@@ -758,7 +734,7 @@ fn a_removed_certificate_falls_back_to_a_covering_one_then_the_default() {
 fn every_bundle_of_the_hostile_corpus_is_refused_and_nothing_is_written() {
     let (edge, log) = counted_edge();
     // Dated around the real clock, which the binary checks against.
-    let corpus = hapctl::tls::corpus::hostile_corpus_at(now());
+    let corpus = testkit::tls_corpus::hostile_corpus_at(now());
     assert!(corpus.len() >= 30, "{} cases", corpus.len());
     let mut listing = edge.ok(&["cert", "ls", "--json"]);
     let mut files = certs_dir_listing(&edge);
@@ -798,7 +774,7 @@ fn every_bundle_of_the_hostile_corpus_is_refused_and_nothing_is_written() {
                 case.name, case.fragment
             ));
         }
-        if hapctl::tls::corpus::key_fragments(&case.input)
+        if testkit::tls_corpus::key_fragments(&case.input)
             .iter()
             .any(|secret| printed.contains(secret.as_str()))
         {

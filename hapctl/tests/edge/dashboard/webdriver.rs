@@ -4,8 +4,6 @@
 //! process group, so dropping the [`Browser`] stops it and every Chromium process, also when
 //! the test panicked.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -13,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use testkit::free_port;
+use testkit::{free_port, http};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -314,45 +312,13 @@ impl Drop for Browser {
 }
 
 /// One HTTP/1.1 exchange with chromedriver, which answers `Connection: close` but keeps the
-/// connection open: the body is read by its `Content-Length`. Every step has a timeout.
+/// connection open: the answer ends with its `Content-Length`. Every step has a timeout.
 fn exchange(port: u16, method: &str, path: &str, body: &[u8]) -> Result<(u16, String), String> {
-    let fail = |e: std::io::Error| format!("chromedriver {method} {path}: {e}");
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(fail)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(90)))
-        .map_err(fail)?;
-    stream
-        .set_write_timeout(Some(Duration::from_secs(10)))
-        .map_err(fail)?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).map_err(fail)?;
-    stream.write_all(body).map_err(fail)?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).map_err(fail)?;
-    let status: u16 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("chromedriver {method} {path}: no status line in {line:?}"))?;
-    let mut length = 0usize;
-    loop {
-        line.clear();
-        reader.read_line(&mut line).map_err(fail)?;
-        let header = line.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-    }
-    let mut bytes = vec![0u8; length];
-    reader.read_exact(&mut bytes).map_err(fail)?;
-    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    let fail = |e: String| format!("chromedriver {method} {path}: {e}");
+    let stream = http::connect(None, port).map_err(fail)?;
+    let host = format!("127.0.0.1:{port}");
+    let headers = [("Content-Type", "application/json")];
+    let raw = http::raw_request(method, path, &host, &headers, Some(body));
+    let answer = http::exchange(stream, &raw, Duration::from_secs(90)).map_err(fail)?;
+    Ok((answer.status, answer.text()))
 }

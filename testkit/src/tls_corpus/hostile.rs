@@ -2,15 +2,15 @@
 
 use rcgen::{CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, KeyPair};
 
-use super::super::key::KeyType;
-use super::super::pem::{encode, MAX_BUNDLE_BYTES};
-use super::super::x509::rfc3339;
 use super::keys::{
     fake_rsa_pkcs1, sec1_key_pem, EC_PARAMETERS_AND_SEC1, ENCRYPTED_PKCS8, LEGACY_ENCRYPTED_RSA,
     RSA_1024,
 };
 use super::pki::{ca, day, issue_leaf, keyed, new_key, params, set_validity, Span, CA_SPAN};
 use super::{cat, names, pem_body, replace_char, Case, Pki, NOW};
+use hapctl::tls::key::KeyType;
+use hapctl::tls::pem::{encode, MAX_BUNDLE_BYTES};
+use hapctl::tls::x509::rfc3339;
 
 /// The bad bundles at [`NOW`], each with the error it must get.
 pub fn hostile_corpus() -> Vec<Case> {

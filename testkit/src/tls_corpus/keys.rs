@@ -4,7 +4,7 @@
 use x509_parser::asn1_rs::{Integer, Sequence, ToDer};
 use x509_parser::num_bigint::BigUint;
 
-use super::super::pem::encode;
+use hapctl::tls::pem::encode;
 
 /// Encrypted by `openssl pkcs8 -topk8 -v2 aes256` (password `hapctl-test`).
 pub(super) const ENCRYPTED_PKCS8: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----
@@ -110,7 +110,7 @@ pub(super) fn fake_rsa_pkcs1(bits: usize) -> String {
 
 /// The DER of [`fake_rsa_pkcs1`]: `RSAPrivateKey { version 0, modulus 2^(bits-1), 65537 }`
 /// (a size check reads no further).
-pub(crate) fn fake_rsa_pkcs1_der(bits: usize) -> Vec<u8> {
+pub fn fake_rsa_pkcs1_der(bits: usize) -> Vec<u8> {
     let modulus = BigUint::from(1u8) << bits.saturating_sub(1);
     // A DER INTEGER is signed: a high bit needs a 0x00 before it.
     let mut modulus = modulus.to_bytes_be();

@@ -1,6 +1,8 @@
 //! Test material: a throwaway PKI made with `rcgen`, and corpora of bad and good bundles with
-//! the outcome each must have. Compiled always (it only needs `rcgen`), so the CLI and API
-//! integration tests can send exactly the bundles the unit tests check.
+//! the outcome each must have. Part of the kit, so the CLI and API integration tests can send
+//! exactly the bundles the unit tests check; hapctl's own unit tests (`tls::bundle`,
+//! `tls::key`) compile these same files into their test build (they cannot use the kit, which
+//! links hapctl), which is why every path into hapctl here is spelled `hapctl::`.
 //!
 //! Validity dates are days before and after a given `now`: the `*_at` functions take the real
 //! clock (for tests of the binary), the others use the fixed [`NOW`] (for unit tests, whose
@@ -14,13 +16,13 @@ mod hostile;
 mod keys;
 mod pki;
 
-use super::key::KeyType;
-use super::pem::parse_blocks;
+use hapctl::tls::key::KeyType;
+use hapctl::tls::pem::parse_blocks;
 
 pub use accepted::{accepted_corpus, accepted_corpus_at};
 pub use hostile::{hostile_corpus, hostile_corpus_at};
 #[cfg(test)]
-pub(crate) use keys::fake_rsa_pkcs1_der;
+pub use keys::fake_rsa_pkcs1_der;
 pub use pki::Pki;
 
 /// The fixed `now` of [`hostile_corpus`] and [`accepted_corpus`]: 2030-01-01T00:00:00Z.

@@ -2,10 +2,10 @@
 
 use rcgen::KeyPair;
 
-use super::super::key::KeyType;
 use super::keys::{sec1_key_pem, RSA_2048_PKCS1};
 use super::pki::{new_key, params, LEAF_SPAN};
 use super::{names, Accepted, Pki, NOW};
+use hapctl::tls::key::KeyType;
 
 /// The good bundles at [`NOW`], and what they must give.
 pub fn accepted_corpus() -> Vec<Accepted> {
