@@ -54,8 +54,8 @@ pub fn connect(source: Option<Ipv4Addr>, port: u16) -> Result<TcpStream, String>
     }
 }
 
-/// A request: the request line, `Host`, `headers`, `Connection: close`, then `Content-Length`
-/// and the body when there is one.
+/// A request: the request line, `Host`, `headers`, `Connection: close` unless `headers` say
+/// otherwise, then `Content-Length` and the body when there is one.
 pub fn raw_request(
     method: &str,
     path: &str,
@@ -67,7 +67,12 @@ pub fn raw_request(
     for (k, v) in headers {
         head += &format!("{k}: {v}\r\n");
     }
-    head += "Connection: close\r\n";
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("connection"))
+    {
+        head += "Connection: close\r\n";
+    }
     if let Some(body) = body {
         head += &format!("Content-Length: {}\r\n", body.len());
     }
