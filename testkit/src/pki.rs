@@ -1,18 +1,26 @@
-//! A test CA (rcgen): root → intermediate → leaves, for certificate tests.
+//! A test CA valid now: root → intermediate → leaves, for tests of the running edge. Made
+//! with the TLS corpus's PKI (`tls_corpus::pki`, which the bundle tests use at a fixed date),
+//! so the workspace has one way of making test certificates.
 
 use std::io::Read;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SerialNumber,
+    CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose,
+    SerialNumber,
 };
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;
 
+use crate::tls_corpus::pki::{ca, new_key, params, Span, CA_SPAN};
+
+/// A leaf's validity in days around now: from yesterday, for 90 days.
+const LEAF_SPAN: Span = (-1, 90);
+
 pub struct TestCa {
-    root_der: Vec<u8>,
+    root: CertifiedIssuer<'static, KeyPair>,
     pub intermediate_pem: String,
-    intermediate: Issuer<'static, KeyPair>,
+    intermediate: CertifiedIssuer<'static, KeyPair>,
+    now: i64,
 }
 
 pub struct Leaf {
@@ -33,74 +41,41 @@ fn random_serial() -> (SerialNumber, String) {
     (SerialNumber::from_slice(&bytes), hex)
 }
 
-fn validity(params: &mut CertificateParams) {
-    let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::days(1);
-    params.not_after = now + time::Duration::days(90);
-}
-
-fn ca_usages() -> Vec<KeyUsagePurpose> {
-    vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ]
-}
-
 impl TestCa {
+    /// A new root and intermediate, named after `label`.
     pub fn new(label: &str) -> TestCa {
-        let mut root = CertificateParams::new(Vec::<String>::new()).unwrap();
-        root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        root.distinguished_name
-            .push(DnType::CommonName, format!("hapctl test root {label}"));
-        root.key_usages = ca_usages();
-        root.serial_number = Some(random_serial().0);
-        validity(&mut root);
-        let root_key = KeyPair::generate().unwrap();
-        let root_cert = root.self_signed(&root_key).unwrap();
-        let root_issuer = Issuer::new(root, root_key);
-
-        let mut inter = CertificateParams::new(Vec::<String>::new()).unwrap();
-        inter.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        inter.distinguished_name.push(
-            DnType::CommonName,
-            format!("hapctl test intermediate {label}"),
+        let now = hapctl::clock::unix_now();
+        let root = ca(&format!("hapctl test root {label}"), None, now, CA_SPAN);
+        let intermediate = ca(
+            &format!("hapctl test intermediate {label}"),
+            Some(&root),
+            now,
+            CA_SPAN,
         );
-        inter.key_usages = ca_usages();
-        inter.use_authority_key_identifier_extension = true;
-        inter.serial_number = Some(random_serial().0);
-        validity(&mut inter);
-        let inter_key = KeyPair::generate().unwrap();
-        let inter_cert = inter.signed_by(&inter_key, &root_issuer).unwrap();
         TestCa {
-            root_der: root_cert.der().to_vec(),
-            intermediate_pem: inter_cert.pem(),
-            intermediate: Issuer::new(inter, inter_key),
+            root,
+            intermediate_pem: intermediate.pem(),
+            intermediate,
+            now,
         }
     }
 
     pub fn roots(&self) -> RootCertStore {
         let mut roots = RootCertStore::empty();
         roots
-            .add(CertificateDer::from(self.root_der.clone()))
+            .add(CertificateDer::from(self.root.der().to_vec()))
             .unwrap();
         roots
     }
 
     /// A leaf for `names` (ECDSA P-256, valid from yesterday for 90 days, serverAuth).
     pub fn leaf(&self, names: &[&str]) -> Leaf {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names.clone()).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, names[0].clone());
+        let mut params: CertificateParams = params(names[0], names, self.now, LEAF_SPAN);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.use_authority_key_identifier_extension = true;
         let (serial, hex) = random_serial();
         params.serial_number = Some(serial);
-        validity(&mut params);
-        let key = KeyPair::generate().unwrap();
+        let key = new_key();
         let cert = params.signed_by(&key, &self.intermediate).unwrap();
         Leaf {
             cert_pem: cert.pem(),

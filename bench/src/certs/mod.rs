@@ -1,7 +1,7 @@
 //! certs: TLS certificates on an edge with its HTTPS bind, measured from outside.
 //!
-//! Certificates come from a test CA made here with rcgen (ECDSA P-256, like hapctl's own
-//! keys): leaves `site-N.bench.test`, each bundle = leaf + CA certificate + key, installed with
+//! Certificates come from the kit's test CA (ECDSA P-256, like hapctl's own keys): leaves
+//! `site-N.bench.test`, each bundle = leaf + intermediate CA certificate + key, installed with
 //! `hapctl cert import NAME --pem FILE --json` as a user would.
 //!
 //! 1. **install → served**: with 10, 100 and 1,000 certificates installed (`--cert-sizes`),
@@ -528,7 +528,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     report.notes = vec![
         format!(
             "edge A: `hapctl init`, `[edge] https_bind` on a free 127.0.0.1 port, {DOMAINS} fixture domains, `hapctl haproxy start`; \
-             certificates from a test CA made by the bench (rcgen, ECDSA P-256), bundle = leaf + CA + key, names site-N.bench.test. \
+             certificates from the kit's test CA (rcgen, ECDSA P-256), bundle = leaf + intermediate + key, names site-N.bench.test. \
              Each size is reached by importing one certificate after the other through the CLI: HAProxy running for steps of up to {RUNNING_BULK_MAX}, \
              else stopped (files only) and started afterwards."
         ),

@@ -14,7 +14,7 @@
 mod accepted;
 mod hostile;
 mod keys;
-mod pki;
+pub(crate) mod pki;
 
 use hapctl::tls::key::KeyType;
 use hapctl::tls::pem::parse_blocks;

@@ -8,9 +8,9 @@ use rcgen::{
 use super::{cat, NOW};
 
 /// Validity in days from the day of `now`: (first day, last day).
-pub(super) type Span = (i64, i64);
+pub(crate) type Span = (i64, i64);
 /// The test CAs: five years back, ten ahead.
-pub(super) const CA_SPAN: Span = (-1826, 3652);
+pub(crate) const CA_SPAN: Span = (-1826, 3652);
 /// A current leaf: at [`NOW`], 2029-06-01 to 2030-09-01.
 pub(super) const LEAF_SPAN: Span = (-214, 243);
 
@@ -19,7 +19,7 @@ pub(super) fn day(now: i64, days: i64) -> i64 {
     (now.div_euclid(86_400) + days) * 86_400
 }
 
-pub(super) fn set_validity(p: &mut CertificateParams, now: i64, span: Span) {
+pub(crate) fn set_validity(p: &mut CertificateParams, now: i64, span: Span) {
     let date =
         |unix| time::OffsetDateTime::from_unix_timestamp(unix).expect("corpus dates are in range");
     p.not_before = date(day(now, span.0));
@@ -93,11 +93,11 @@ impl Pki {
     }
 }
 
-pub(super) fn new_key() -> KeyPair {
+pub(crate) fn new_key() -> KeyPair {
     KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("P-256 key generation")
 }
 
-pub(super) fn params(cn: &str, names: &[&str], now: i64, span: Span) -> CertificateParams {
+pub(crate) fn params(cn: &str, names: &[&str], now: i64, span: Span) -> CertificateParams {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let mut p = CertificateParams::new(names).expect("valid test names");
     p.distinguished_name = rcgen::DistinguishedName::new();
@@ -107,7 +107,7 @@ pub(super) fn params(cn: &str, names: &[&str], now: i64, span: Span) -> Certific
     p
 }
 
-pub(super) fn ca(
+pub(crate) fn ca(
     cn: &str,
     issuer: Option<&CertifiedIssuer<'static, KeyPair>>,
     now: i64,
