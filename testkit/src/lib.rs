@@ -45,27 +45,6 @@ pub fn haproxy_version() -> (u32, u32) {
     (next(), next())
 }
 
-/// A port nothing listens on right now.
-pub fn free_port() -> u16 {
-    // Below Linux's ephemeral range (32768-60999): a port the kernel hands out for bind(0) is
-    // also what it gives outgoing connections, and one of those (a client, HAProxy to a backend)
-    // took such a port between this probe and HAProxy's bind once in CI.
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let seed = std::process::id().wrapping_mul(7919)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-    for _ in 0..200 {
-        let n = seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
-        let port = 20_000 + (n % 12_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port found in 20000-31999");
-}
-
 /// One edge under test: a state dir, settings on a free port, and the HAProxy it starts.
 pub struct Edge {
     pub dir: tempfile::TempDir,
@@ -787,5 +766,8 @@ pub mod http;
 pub mod pages;
 pub mod pebble;
 pub mod pki;
+mod ports;
 pub mod seed;
 pub mod tls_corpus;
+
+pub use ports::free_port;
