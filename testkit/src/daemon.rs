@@ -40,10 +40,7 @@ impl From<HttpResponse> for ApiResponse {
 
 impl ApiResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        http::header(&self.headers, name)
     }
 
     /// `error.code` of the API's error shape ("" when absent).

@@ -29,13 +29,18 @@ pub struct HttpResponse {
     pub body: Vec<u8>,
 }
 
+/// The first of `headers` named `name` (lower-case).
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 impl HttpResponse {
     /// The first header `name` (lower-case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     pub fn text(&self) -> String {
@@ -143,7 +148,7 @@ fn is_complete(raw: &[u8]) -> bool {
         return false;
     };
     let headers = parse_headers(&head);
-    let find = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let find = |name| header(&headers, name);
     if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         // The last chunk ends with an empty line: only then is it worth walking the chunks.
         return body.ends_with(b"\r\n\r\n") && dechunk(body).1;
@@ -194,7 +199,7 @@ pub fn parse_response(raw: &[u8]) -> Result<HttpResponse, String> {
     };
     let status = status_of(&head).ok_or_else(|| format!("no status line in {head:?}"))?;
     let headers = parse_headers(&head);
-    let find = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let find = |name| header(&headers, name);
     let mut body = rest.to_vec();
     if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         body = dechunk(&body).0;
