@@ -6,9 +6,8 @@
 //!   own HTTPS port (`/roots/0`, `/intermediates/0`: a NEW issuing root on every start).
 //! - `pebble-challtestsrv` is Pebble's DNS server (`-dnsserver`): it answers every A query with
 //!   127.0.0.1 (`set_default_ipv4`, or a name's own `add_a`), no AAAA, and the TXT records set
-//!   through its plain-HTTP management API
-//!   (`management_url()`, `set_txt`/`clear_txt`, or `testkit/fixtures/dns-hook.sh`). Its HTTP-01,
-//!   HTTPS-01 and TLS-ALPN-01 listeners are off.
+//!   through its plain-HTTP management API (`management_url()`, `set_txt`/`clear_txt`, or
+//!   `testkit/fixtures/dns-hook.sh`). Its HTTP-01, HTTPS-01 and TLS-ALPN-01 listeners are off.
 //! - HTTP-01: Pebble's validator resolves the identifier through challtestsrv (→ 127.0.0.1)
 //!   and sends `GET http://<identifier>:<http01_port>/.well-known/acme-challenge/<token>` to
 //!   127.0.0.1:`http01_port`, so the `Host` header is `<identifier>:<http01_port>` (with the
