@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::haproxy::{CliSocket, Master, ProcList};
 use hapctl::model::EdgeState;
-use hapctl::process::run_with_timeout;
+use hapctl::process::{pid_alive, run_with_timeout};
 use hapctl::settings::{Settings, HAPROXY_BIN_ENV};
 use hapctl::store::Store;
 
@@ -275,10 +275,10 @@ impl Edge {
         }
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && alive(pid) {
+        while Instant::now() < deadline && pid_alive(pid) {
             thread::sleep(Duration::from_millis(10));
         }
-        if alive(pid) && is_haproxy(pid) {
+        if pid_alive(pid) && is_haproxy(pid) {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
@@ -295,19 +295,6 @@ fn is_haproxy(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim() == "haproxy")
         .unwrap_or(false)
-}
-
-/// Alive and not a zombie (a re-parented master may wait for a reaper).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 /// A plain HTTP/1.1 GET / with `Connection: close`, every step bounded; status and body.

@@ -3,8 +3,11 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::thread;
 use std::time::Duration;
+
+use hapctl::process::start_time;
 
 use crate::edge::collect_files;
 use crate::{demo_app_bin, free_port, http, Edge};
@@ -124,25 +127,28 @@ impl std::ops::DerefMut for DemoEdge {
 }
 
 impl DemoEdge {
-    /// PIDs of the running generations, from their pidfiles (`PID START-TIME`), checked
-    /// against PID reuse.
+    /// PIDs of the running generations ([`generation_pids`]).
     pub fn generation_pids(&self) -> Vec<i32> {
-        let mut pidfiles = Vec::new();
-        collect_files(&self.path("generations"), &mut pidfiles);
-        pidfiles
-            .iter()
-            .filter(|(p, _)| p.extension().is_some_and(|e| e == "pid"))
-            .filter_map(|(_, bytes)| {
-                let text = String::from_utf8_lossy(bytes);
-                let mut parts = text.split_whitespace();
-                let pid: i32 = parts.next()?.parse().ok()?;
-                let stamp = parts.next()?;
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let started = stat.rsplit(')').next()?.split_whitespace().nth(19)?;
-                (pid > 1 && started == stamp).then_some(pid)
-            })
-            .collect()
+        generation_pids(self.state_dir())
     }
+}
+
+/// PIDs of the running generations of the edge in `state_dir`, from their pidfiles
+/// (`generations/<app>/<version>.pid`: `PID START-TIME`), checked against PID reuse.
+pub fn generation_pids(state_dir: &Path) -> Vec<i32> {
+    let mut pidfiles = Vec::new();
+    collect_files(&state_dir.join("generations"), &mut pidfiles);
+    pidfiles
+        .iter()
+        .filter(|(p, _)| p.extension().is_some_and(|e| e == "pid"))
+        .filter_map(|(_, bytes)| {
+            let text = String::from_utf8_lossy(bytes);
+            let mut parts = text.split_whitespace();
+            let pid: i32 = parts.next()?.parse().ok()?;
+            let stamp: u64 = parts.next()?.parse().ok()?;
+            (pid > 1 && start_time(pid) == Some(stamp)).then_some(pid)
+        })
+        .collect()
 }
 
 impl Drop for DemoEdge {

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hapctl::haproxy::{CliSocket, Master, ProcList};
+use hapctl::process::pid_alive;
 
 use crate::{describe, free_port, hapctl_bin, haproxy_bin, http_get, run_bounded, Response};
 
@@ -304,25 +305,13 @@ impl Drop for Edge {
         };
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+        while Instant::now() < deadline && pid_alive(pid) {
             thread::sleep(Duration::from_millis(10));
         }
         if unsafe { libc::kill(pid, 0) } == 0 {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
 }
 
 pub(crate) fn collect_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {

@@ -27,7 +27,7 @@ pub mod tls_corpus;
 
 pub use backend::Backend;
 pub use client::{connect_source, http_get, http_send, Response};
-pub use demo::{demo_app_edge, DemoEdge, Stream};
+pub use demo::{demo_app_edge, generation_pids, DemoEdge, Stream};
 pub use edge::{print_tail, Edge};
 pub use haproxy::{check_runs, counting_haproxy, haproxy_bin, haproxy_version, refusing_haproxy};
 pub use ports::free_port;
