@@ -9,7 +9,7 @@ need=()
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 dpkg -s libmodsecurity3 >/dev/null 2>&1 || need+=(libmodsecurity3)
 [ -f /usr/share/modsecurity-crs/owasp-crs.load ] || need+=(modsecurity-crs)
-# The dashboard's browser suite (tests/dashboard.rs): Debian's Chromium and chromedriver,
+# The dashboard's browser suite (tests/edge/dashboard.rs): Debian's Chromium and chromedriver,
 # and node for the dashboard's client-side unit tests.
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)

@@ -58,7 +58,7 @@ struct Round {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = HttpBackend::start(BODY)?;
+    let backend = HttpBackend::start(BODY);
     let addr = backend.addr();
     let mut edge = Edge::init(&hapctl, "api-domains")?;
     edge.load(&fixture::state(DOMAINS, Servers::At(&addr)))?;

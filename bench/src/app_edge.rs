@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use hapctl::process::pid_alive;
 
 use crate::harness::Edge;
 
@@ -51,7 +52,7 @@ impl AppEdge {
         let settings_path = app.edge.state_dir.join("hapctl.toml");
         let text = std::fs::read_to_string(&settings_path)?;
         // A range free now; ports are reused once their generation is removed.
-        let first_port = crate::sys::free_port()?.clamp(20_000, 60_000);
+        let first_port = testkit::free_port().clamp(20_000, 60_000);
         let settings = format!(
             "{text}\n[[app]]\nname = \"{APP}\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"10s\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
             first_port + 40
@@ -88,27 +89,9 @@ impl AppEdge {
         }
     }
 
-    /// PIDs of the running generations, from their pidfiles (`PID START-TIME`), checked
-    /// against PID reuse.
+    /// PIDs of the running generations (the kit's reading of their pidfiles).
     pub fn generation_pids(&self) -> Vec<i32> {
-        let dir = self.edge.state_dir.join("generations").join(APP);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "pid"))
-            .filter_map(|p| {
-                let text = std::fs::read_to_string(p).ok()?;
-                let mut parts = text.split_whitespace();
-                let pid: i32 = parts.next()?.parse().ok()?;
-                let stamp = parts.next()?;
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let started = stat.rsplit(')').next()?.split_whitespace().nth(19)?;
-                (pid > 1 && started == stamp).then_some(pid)
-            })
-            .collect()
+        testkit::generation_pids(&self.edge.state_dir)
     }
 
     /// The log of a version's process (for error messages).
@@ -133,24 +116,13 @@ impl Drop for AppEdge {
             unsafe { libc::kill(-pid, libc::SIGTERM) };
         }
         let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline && pids.iter().any(|&p| alive(p)) {
+        while Instant::now() < deadline && pids.iter().any(|&p| pid_alive(p)) {
             thread::sleep(Duration::from_millis(10));
         }
-        for &pid in pids.iter().filter(|&&p| alive(p)) {
+        for &pid in pids.iter().filter(|&&p| pid_alive(p)) {
             // SAFETY: as above.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
         // Then `edge` drops: HAProxy stopped, temp dir removed.
     }
-}
-
-/// Alive and not a zombie.
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
 }

@@ -83,7 +83,7 @@ impl Served {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = HttpBackend::start(BODY)?;
+    let backend = HttpBackend::start(BODY);
     let addr_text = backend.addr();
     let host = fixture::domain(0).to_string();
     let mut phases = Vec::new();

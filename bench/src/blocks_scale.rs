@@ -111,7 +111,7 @@ fn p99(samples: &[f64]) -> f64 {
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let baseline = std::env::var_os(BASELINE_ENV).map(PathBuf::from);
-    let backend = HttpBackend::start("hapctl-bench backend\n")?;
+    let backend = HttpBackend::start("hapctl-bench backend\n");
     let mut sides = Vec::new();
     if let Some(b) = &baseline {
         sides.push(Side::start("before", b, &backend.addr())?);

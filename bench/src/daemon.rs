@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 
 use crate::api::Api;
 use crate::harness::Edge;
-use crate::sys;
 
 pub struct Daemon {
     child: Option<Child>,
@@ -37,7 +36,7 @@ impl Daemon {
         bound: Duration,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Daemon> {
-        let port = sys::free_port()?;
+        let port = testkit::free_port();
         let listen = format!("127.0.0.1:{port}");
         let log = edge.work_dir().join(format!("serve-{port}.log"));
         let out = File::create(&log)?;

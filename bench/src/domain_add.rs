@@ -161,7 +161,7 @@ fn runs_for(ctx: &Ctx, n: usize) -> usize {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = HttpBackend::start(BODY)?;
+    let backend = HttpBackend::start(BODY);
     let addr = backend.addr();
     let backend_addr = addr.as_str();
     let mut tables = Tables::new();

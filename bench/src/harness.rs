@@ -3,23 +3,22 @@
 //! release hapctl binary, and a tiny HTTP backend. Everything started here is stopped on drop
 //! (also on errors and panics), and the temp dir is removed.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use hapctl::haproxy::{CliSocket, Master, ProcList};
 use hapctl::model::EdgeState;
+use hapctl::process::{pid_alive, run_with_timeout};
 use hapctl::settings::{Settings, HAPROXY_BIN_ENV};
 use hapctl::store::Store;
 
 use crate::stats::Summary;
 use crate::sys::{self, TempDir};
+use testkit::http;
 
 /// Bound on every hapctl command the harness runs (a 10,000-domain start included).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
@@ -45,11 +44,11 @@ impl Edge {
     /// 8443); HAProxy not started.
     pub fn init(hapctl: &Path, label: &str) -> anyhow::Result<Edge> {
         let dir = TempDir::new(label)?;
-        let (wrapper, calls_log) = counting_haproxy(dir.path())?;
+        let (wrapper, calls_log) = testkit::counting_haproxy(dir.path());
         let state_dir = dir.path().join("state");
-        let port = sys::free_port()?;
+        let port = testkit::free_port();
         let https_port = loop {
-            let p = sys::free_port()?;
+            let p = testkit::free_port();
             if p != port {
                 break p;
             }
@@ -68,7 +67,7 @@ impl Edge {
         };
         edge.ok(&["init", "--http-bind", &format!("127.0.0.1:{port}")])?;
         // Never the built-in ports: benches and suites may run beside each other.
-        let log_listen = SocketAddr::from((Ipv4Addr::LOCALHOST, sys::free_port()?));
+        let log_listen = SocketAddr::from((Ipv4Addr::LOCALHOST, testkit::free_port()));
         let path = state_dir.join("hapctl.toml");
         let mut text = std::fs::read_to_string(&path)?;
         for (builtin, ours) in [
@@ -122,7 +121,7 @@ impl Edge {
 
     /// Runs a hapctl command (bounded) and insists on exit 0.
     pub fn ok(&self, args: &[&str]) -> anyhow::Result<Output> {
-        let out = sys::run_bounded(&mut self.command(args), COMMAND_TIMEOUT)?;
+        let out = run_with_timeout(&mut self.command(args), COMMAND_TIMEOUT)?;
         if !out.status.success() {
             bail!("hapctl {}: {}", args.join(" "), sys::describe(&out));
         }
@@ -174,13 +173,13 @@ impl Edge {
     /// One `haproxy -c` of the live set with the real binary (not counted), in ms.
     pub fn time_haproxy_check(&self) -> anyhow::Result<f64> {
         let paths = &self.settings.paths;
-        let mut cmd = Command::new(sys::haproxy_bin()?);
+        let mut cmd = Command::new(testkit::haproxy_bin());
         cmd.args(["-c", "-q", "-f"])
             .arg(&paths.config)
             .arg("-f")
             .arg(&paths.generation);
         let t = Instant::now();
-        let out = sys::run_bounded(&mut cmd, COMMAND_TIMEOUT)?;
+        let out = run_with_timeout(&mut cmd, COMMAND_TIMEOUT)?;
         let elapsed = t.elapsed().as_secs_f64() * 1000.0;
         if !out.status.success() {
             bail!("haproxy -c on the live set failed: {}", sys::describe(&out));
@@ -251,11 +250,7 @@ impl Edge {
 
     /// How many `haproxy -c` runs the wrapper has seen so far.
     pub fn check_runs(&self) -> usize {
-        std::fs::read_to_string(&self.calls_log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.split_whitespace().any(|a| a == "-c"))
-            .count()
+        testkit::check_runs(&self.calls_log)
     }
 
     /// GET / with this Host through the edge, on a fresh connection.
@@ -280,10 +275,10 @@ impl Edge {
         }
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && alive(pid) {
+        while Instant::now() < deadline && pid_alive(pid) {
             thread::sleep(Duration::from_millis(10));
         }
-        if alive(pid) && is_haproxy(pid) {
+        if pid_alive(pid) && is_haproxy(pid) {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
@@ -302,37 +297,6 @@ fn is_haproxy(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Alive and not a zombie (a re-parented master may wait for a reaper).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-/// A shell script in front of the real haproxy that logs each invocation's arguments, then
-/// `exec`s it (so the master it starts is the real one, with the same PID).
-fn counting_haproxy(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let log = dir.join("haproxy-calls.log");
-    let script = dir.join("haproxy-counting");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
-            log.display(),
-            sys::haproxy_bin()?.display()
-        ),
-    )?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
-    Ok((script, log))
-}
-
 /// A plain HTTP/1.1 GET / with `Connection: close`, every step bounded; status and body.
 pub fn http_get(port: u16, host: &str) -> std::io::Result<(u16, String)> {
     let target = SocketAddr::from(([127, 0, 0, 1], port));
@@ -343,120 +307,18 @@ pub fn http_get(port: u16, host: &str) -> std::io::Result<(u16, String)> {
 /// [`http_get`] from another loopback source address (e.g. 127.10.0.1): what a client with
 /// that IP gets from the edge.
 pub fn http_get_from(source: Ipv4Addr, port: u16, host: &str) -> std::io::Result<(u16, String)> {
-    get_on(connect_from(source, port)?, host)
+    get_on(
+        http::connect(Some(source), port).map_err(std::io::Error::other)?,
+        host,
+    )
 }
 
-/// A TCP connection to 127.0.0.1:`port` bound to `source` first (std cannot bind before
-/// connecting). Loopback connects complete at once, so the connect needs no timeout.
-fn connect_from(source: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
-    use std::os::unix::io::FromRawFd;
-    let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a fresh socket owned by the TcpStream at once (closed on every error path);
-    // the sockaddr values live across the calls that read them.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        let local = sockaddr(source, 0);
-        if libc::bind(fd, &local as *const _ as *const libc::sockaddr, len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let remote = sockaddr(Ipv4Addr::LOCALHOST, port);
-        if libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(stream)
-    }
+fn get_on(stream: TcpStream, host: &str) -> std::io::Result<(u16, String)> {
+    let raw = http::raw_request("GET", "/", host, &[], None);
+    let answer =
+        http::exchange(stream, &raw, Duration::from_secs(5)).map_err(std::io::Error::other)?;
+    Ok((answer.status, answer.text()))
 }
 
-fn get_on(mut stream: TcpStream, host: &str) -> std::io::Result<(u16, String)> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(
-        format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no status line in {text:?}")))?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    Ok((status, body.to_string()))
-}
-
-/// A backend on 127.0.0.1 answering every request with 200 and a fixed body; stopped on drop.
-pub struct HttpBackend {
-    pub port: u16,
-    stop: Arc<AtomicBool>,
-}
-
-impl HttpBackend {
-    pub fn start(body: &'static str) -> anyhow::Result<HttpBackend> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let port = listener.local_addr()?.port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                if flag.load(Ordering::SeqCst) {
-                    break;
-                }
-                if let Ok(mut conn) = conn {
-                    thread::spawn(move || serve(&mut conn, body));
-                }
-            }
-        });
-        Ok(HttpBackend { port, stop })
-    }
-
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for HttpBackend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag.
-        let _ = TcpStream::connect_timeout(
-            &SocketAddr::from(([127, 0, 0, 1], self.port)),
-            Duration::from_secs(1),
-        );
-    }
-}
-
-/// One request per connection: answer once the head is complete (health checks that only
-/// connect and close end at the first read).
-fn serve(conn: &mut TcpStream, body: &str) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if buf.len() > 64 * 1024 {
-            return;
-        }
-    }
-    let resp = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = conn.write_all(resp.as_bytes());
-}
+/// The benches' backends: 200 and a fixed body on every request.
+pub use testkit::Backend as HttpBackend;

@@ -16,7 +16,6 @@ use serde_json::json;
 
 use crate::daemon::Daemon;
 use crate::harness::Edge;
-use crate::sys;
 use crate::{Ctx, Report, Table, Target};
 
 const WINDOW: Duration = Duration::from_secs(5);
@@ -71,7 +70,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         "none".into(),
         pct(unix_share),
     ]);
-    let version = Command::new(sys::haproxy_bin()?).arg("-v").output()?;
+    let version = Command::new(testkit::haproxy_bin()).arg("-v").output()?;
     let version = String::from_utf8_lossy(&version.stdout)
         .lines()
         .next()
@@ -142,7 +141,7 @@ fn with_master(args: &[String], config: &Path, instead: &Path, port: u16) -> any
             }
         })
         .collect();
-    let mut child = Command::new(sys::haproxy_bin()?)
+    let mut child = Command::new(testkit::haproxy_bin())
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

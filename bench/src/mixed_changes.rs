@@ -98,8 +98,8 @@ struct Run {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let a = HttpBackend::start("hapctl-bench mixed A\n")?;
-    let b = HttpBackend::start("hapctl-bench mixed B\n")?;
+    let a = HttpBackend::start("hapctl-bench mixed A\n");
+    let b = HttpBackend::start("hapctl-bench mixed B\n");
     let mut runs = Vec::new();
     for &n in &ctx.sizes {
         eprintln!("mixed-changes: {} changes at {n} domains…", ctx.changes);

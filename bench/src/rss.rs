@@ -86,7 +86,7 @@ type Variant = (&'static str, usize, usize, Env);
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = HttpBackend::start(BODY)?;
+    let backend = HttpBackend::start(BODY);
     let addr = backend.addr();
 
     let mut runs: Vec<Run> = Vec::new();

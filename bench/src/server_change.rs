@@ -231,7 +231,7 @@ fn runs_for(ctx: &Ctx, path: &str, n: usize) -> usize {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let (backend_a, backend_b) = (HttpBackend::start(BODY_A)?, HttpBackend::start(BODY_B)?);
+    let (backend_a, backend_b) = (HttpBackend::start(BODY_A), HttpBackend::start(BODY_B));
     let mut setup = Table::new(
         "server-change: the edge under test",
         &[

@@ -1,7 +1,6 @@
 //! Small OS helpers: the machine description, temp dirs, bounded child processes, ports.
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,9 +35,10 @@ pub fn machine() -> Value {
     let debian = std::fs::read_to_string("/etc/debian_version")
         .map(|v| v.trim().to_string())
         .unwrap_or_default();
-    let haproxy = haproxy_bin()
+    let haproxy = Command::new(testkit::haproxy_bin())
+        .arg("-v")
+        .output()
         .ok()
-        .and_then(|bin| Command::new(bin).arg("-v").output().ok())
         .and_then(|o| {
             String::from_utf8_lossy(&o.stdout)
                 .lines()
@@ -70,21 +70,6 @@ pub fn load_average() -> Option<f64> {
         .ok()
 }
 
-/// The real haproxy binary: in PATH, else /usr/sbin or /usr/local/sbin.
-pub fn haproxy_bin() -> anyhow::Result<PathBuf> {
-    for dir in std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .chain(["/usr/sbin", "/usr/local/sbin"])
-    {
-        let p = Path::new(dir).join("haproxy");
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    bail!("haproxy is not installed (apt-get install -y haproxy)")
-}
-
 /// A folder removed (with everything in it) on drop, also when a panic unwinds.
 pub struct TempDir {
     path: PathBuf,
@@ -112,40 +97,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
-}
-
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Runs a command to its end, killing it after `timeout`.
-pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Output> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
-    let out = read_in_background(child.stdout.take());
-    let err = read_in_background(child.stderr.take());
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{cmd:?} did not finish within {timeout:?}; it was killed");
-        }
-        thread::sleep(Duration::from_millis(2));
-    };
-    Ok(Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
 }
 
 /// Reads a child's pipe to its end on a thread (so a full pipe never blocks the child).

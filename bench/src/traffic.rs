@@ -8,7 +8,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
+use testkit::http;
 
 /// Bound on every read and write of the bench's sockets.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,7 +89,6 @@ fn head_end(buf: &[u8]) -> Option<usize> {
 pub struct Client {
     stream: TcpStream,
     request: Vec<u8>,
-    pending: Vec<u8>,
 }
 
 impl Client {
@@ -107,7 +107,6 @@ impl Client {
         Ok(Client {
             stream,
             request: request.into_bytes(),
-            pending: Vec::new(),
         })
     }
 
@@ -116,42 +115,9 @@ impl Client {
         self.stream
             .write_all(&self.request)
             .context("send a request to the edge")?;
-        let end = loop {
-            if let Some(end) = head_end(&self.pending) {
-                break end;
-            }
-            self.fill()?;
-        };
-        let head = String::from_utf8_lossy(&self.pending[..end]).into_owned();
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .with_context(|| format!("no status line in {head:?}"))?;
-        let length = head
-            .split("\r\n")
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-            .with_context(|| format!("an answer without content-length: {head:?}"))?;
-        while self.pending.len() < end + length {
-            self.fill()?;
-        }
-        self.pending.drain(..end + length);
-        Ok(status)
-    }
-
-    fn fill(&mut self) -> anyhow::Result<()> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).context("read from the edge")?;
-        if n == 0 {
-            bail!("the edge closed the connection mid-answer");
-        }
-        self.pending.extend_from_slice(&chunk[..n]);
-        if self.pending.len() > MAX_HEAD * 4 {
-            bail!("an answer larger than {} bytes", MAX_HEAD * 4);
-        }
-        Ok(())
+        let answer = http::read_response(&mut self.stream)
+            .map_err(|e| anyhow::anyhow!("the answer from the edge: {e}"))?;
+        Ok(answer.status)
     }
 }
 

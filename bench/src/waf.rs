@@ -117,7 +117,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let backend = KeepAliveBackend::start(BODY)?;
     let mut edge = Edge::init(&hapctl, "waf")?;
     let settings = edge.state_dir.join("hapctl.toml");
-    let agent_port = crate::sys::free_port()?;
+    let agent_port = testkit::free_port();
     let mut text = std::fs::read_to_string(&settings)?;
     text += &format!("\n[waf]\nlisten = \"127.0.0.1:{agent_port}\"\n");
     std::fs::write(&settings, text)?;

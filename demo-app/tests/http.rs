@@ -1,19 +1,18 @@
 //! End-to-end tests: start the built `demo-app` binary on a free loopback
-//! port and talk to it with a raw TCP client that checks the HTTP framing.
+//! port (the test kit's) and talk to it with a raw TCP client that checks the
+//! HTTP framing strictly (CRLF lines, one framing, chunk arrival times): a
+//! protocol probe, not the kit's lenient client.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use testkit::{free_port, run_bounded};
+
 const BIN: &str = env!("CARGO_BIN_EXE_demo-app");
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
-}
 
 /// A running `demo-app`, killed when dropped so it never outlives the test.
 struct Server {
@@ -519,23 +518,9 @@ fn wait_served(s: &Server) -> Client {
 
 /// Runs the binary with `args`, expecting it to exit by itself.
 fn run_to_exit(args: &[&str]) -> (ExitStatus, String, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + IO_TIMEOUT;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("demo-app {args:?} did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    let out = run_bounded(cmd, IO_TIMEOUT);
     (
         out.status,
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -1,14 +1,14 @@
 //! Uploaded certificate bundles: PEM blocks, keys, certificates and chains.
 //!
 //! The input is tried as a bundle itself, and as an edit of the DER of one block of a good
-//! bundle from `tls::corpus` (re-encoded as PEM), so that the key and certificate readers
-//! behind the PEM layer are reached too.
+//! bundle from the test kit's `tls_corpus` (re-encoded as PEM), so that the key and
+//! certificate readers behind the PEM layer are reached too.
 #![no_main]
 use std::sync::OnceLock;
 
 use hapctl::fuzzing::{parse_bundle, BundleCheck};
-use hapctl::tls::corpus::{accepted_corpus, Accepted, NOW};
 use hapctl::tls::pem::{encode, parse_blocks};
+use testkit::tls_corpus::{accepted_corpus, Accepted, NOW};
 
 /// A good bundle and its blocks (label, DER).
 type Good = (Accepted, Vec<(&'static str, Vec<u8>)>);

@@ -27,6 +27,11 @@ pub mod store;
 pub mod tls;
 pub mod waf;
 
+// The test kit's TLS corpus, which the unit tests compile in (`tls::corpus`), names this crate
+// `hapctl` as the kit does.
+#[cfg(test)]
+extern crate self as hapctl;
+
 /// Entry points for the fuzz targets in `fuzz/` (built with `--cfg fuzzing` by cargo-fuzz):
 /// every parser of text that comes from outside.
 #[cfg(fuzzing)]

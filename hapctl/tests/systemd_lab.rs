@@ -4,7 +4,6 @@
 //! real template units for the generations, real power-offs and boots, and a master killed
 //! under a probe. The image is built once by `scripts/ensure-systemd-image.sh`.
 
-mod common;
 // The container harness (a crate root finds its modules next to it, hence the path).
 #[path = "systemd_lab/container.rs"]
 mod container;
@@ -167,7 +166,7 @@ fn prove(c: &Container, export: &str, version: &str, command: &str) -> Value {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "prove of `{command}` gave no JSON ({e}): {}",
-            common::describe(&out)
+            testkit::describe(&out)
         )
     });
     let proof = &report["proofs"][0];

@@ -112,7 +112,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     sizes.dedup();
     let largest = *sizes.last().context("--cert-sizes is empty")?;
     let hapctl = ctx.hapctl_bin()?;
-    let backend = HttpBackend::start(BODY)?;
+    let backend = HttpBackend::start(BODY);
     let addr = backend.addr();
     let ca = TestCa::new()?;
 

@@ -49,7 +49,7 @@ impl Setup {
     /// The domain, with its first weight (a new domain: one check and one reload, before the
     /// series starts).
     pub fn new(app: &AppEdge) -> anyhow::Result<Setup> {
-        let backend = HttpBackend::start("changes\n")?;
+        let backend = HttpBackend::start("changes\n");
         app.ok(&[
             "domain",
             "add",
@@ -89,7 +89,8 @@ impl Setup {
             ];
             for (kind, args) in commands.iter().enumerate() {
                 let started = Instant::now();
-                let out = sys::run_bounded(&mut app.command(args), COMMAND_TIMEOUT);
+                let out =
+                    hapctl::process::run_with_timeout(&mut app.command(args), COMMAND_TIMEOUT);
                 let took = started.elapsed().as_secs_f64() * 1000.0;
                 match out {
                     Ok(out) if out.status.success() => {

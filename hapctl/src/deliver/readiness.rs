@@ -1,18 +1,16 @@
 //! Waiting until a generation answers, before HAProxy is shown it.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::model::Generation;
+use crate::prove::http::{self, Timeouts};
 use crate::settings::AppSettings;
 
 /// Pause between two readiness requests: short, since the wait adds to every cutover.
 const INTERVAL: Duration = Duration::from_millis(10);
 /// Bound on one request (connect, write, read).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// Larger answers are cut: readiness and version bodies are tiny.
-const MAX_RESPONSE: u64 = 64 * 1024;
 
 /// What to require of a generation before the cutover.
 pub struct Readiness<'a> {
@@ -82,36 +80,18 @@ impl<'a> Readiness<'a> {
     }
 }
 
-/// One `GET` on 127.0.0.1:`port`, HTTP/1.0 so the body is simply the rest of the stream.
+/// One `GET` on 127.0.0.1:`port` with prove's client (bounded, the body framed by its
+/// length or its chunks): the status and the body.
 pub fn get(port: u16, path: &str) -> Result<(u16, String), String> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream =
-        TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(REQUEST_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    stream
-        .set_write_timeout(Some(REQUEST_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: hapctl\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    stream
-        .take(MAX_RESPONSE)
-        .read_to_end(&mut raw)
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| "not an HTTP answer".to_string())?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let timeouts = Timeouts {
+        connect: REQUEST_TIMEOUT,
+        read: REQUEST_TIMEOUT,
+    };
+    let answer =
+        http::get(addr, "127.0.0.1", path, timeouts, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+    Ok((
+        answer.head.status,
+        String::from_utf8_lossy(&answer.body).into_owned(),
+    ))
 }

@@ -2,16 +2,21 @@
 //! it, even when the test panics.
 
 use std::cell::RefCell;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::process::{pid_alive, send_signal};
+use crate::prove::http::{self, Timeouts};
 
 use super::master::Master;
 use super::supervisor::{StartReport, Supervisor, SupervisorError};
+
+// The kit's free port, from its source: these unit tests cannot link the kit (it links hapctl).
+#[path = "../../../testkit/src/ports.rs"]
+mod ports;
+pub(crate) use ports::free_port;
 
 /// The HAProxy under test: `HAPCTL_HAPROXY_BIN` (to test another version) or Debian's.
 pub(crate) fn haproxy_bin() -> PathBuf {
@@ -19,14 +24,6 @@ pub(crate) fn haproxy_bin() -> PathBuf {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/sbin/haproxy"))
-}
-
-/// A loopback port nobody listens on right now.
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("cannot bind a loopback port")
 }
 
 /// A main configuration answering 200 on `port`.
@@ -37,27 +34,17 @@ pub(crate) fn edge_config(port: u16) -> String {
     )
 }
 
-/// Status code of `GET /` on a loopback port.
+/// Status code of `GET /` on a loopback port (prove's client).
 pub(crate) fn http_get(port: u16) -> u16 {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream
-        .set_write_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.0\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"))
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        read: Duration::from_secs(5),
+    };
+    http::get(addr, "test", "/", timeouts, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("GET / on {addr}: {e}"))
+        .head
+        .status
 }
 
 /// Files and paths of one test edge; stops whatever master it started when dropped.

@@ -1,6 +1,7 @@
-//! prove's own plain HTTP/1.1 client. It shares nothing with the delivery code it judges:
-//! every connect and every read has its own timeout, every request carries `Connection: close`
-//! on a new connection, and every way a request can go wrong is named by a [`Cause`].
+//! prove's plain HTTP/1.1 client, also the deliveries' readiness probe (a client, not any of
+//! the delivery logic prove judges): every connect and every read has its own timeout, every
+//! request carries `Connection: close` on a new connection, and every way a request can go
+//! wrong is named by a [`Cause`].
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -14,7 +14,7 @@
 
 mod checks;
 mod command;
-mod http;
+pub(crate) mod http;
 pub mod journal;
 mod options;
 mod probe;

@@ -14,8 +14,10 @@ pub mod acme;
 pub mod bundle;
 pub mod certs;
 pub mod challenge;
-#[doc(hidden)]
-pub mod corpus;
+// Test material, kept in the test kit: not part of the library.
+#[cfg(test)]
+#[path = "../../../testkit/src/tls_corpus/mod.rs"]
+mod corpus;
 pub mod crtlist;
 mod installed;
 pub mod key;

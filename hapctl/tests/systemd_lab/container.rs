@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{demo_app_bin, describe, run_bounded};
+use testkit::{demo_app_bin, describe, run_bounded};
 
 /// Where the lab lives inside the container (a copy of `examples/lab`).
 pub const LAB: &str = "/root/lab";

@@ -1,0 +1,25 @@
+//! The integration tests, one binary: each module tests one capability of the edge (or one
+//! hazard: `crash`, `hostile_input`, `properties`) against the real `hapctl` binary, a real
+//! HAProxy and real processes. One binary links the workspace once instead of once per suite;
+//! nextest still runs every test in its own process. The systemd lab, which boots containers,
+//! is its own binary (`tests/systemd_lab.rs`). The harness is the `testkit` crate.
+
+mod apply;
+mod blocks;
+mod certs;
+mod cli;
+mod compat;
+mod crash;
+mod daemon;
+mod dashboard;
+mod deliveries;
+mod domains;
+mod hostile_input;
+mod import_legacy;
+mod logs;
+mod privileges;
+mod properties;
+mod protections;
+mod prove;
+mod supervision;
+mod waf;

@@ -1,0 +1,161 @@
+//! An edge delivering the demo app (exec generations stopped on drop), and a long stream read
+//! through it.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::thread;
+use std::time::Duration;
+
+use hapctl::process::start_time;
+
+use crate::edge::collect_files;
+use crate::{demo_app_bin, free_port, http, Edge};
+
+/// A long chunked stream read through the edge, line by line, in a thread.
+pub struct Stream {
+    handle: thread::JoinHandle<Result<Vec<String>, String>>,
+}
+
+impl Stream {
+    /// Opens `/stream?lines=N&interval_ms=M` on `host` and waits for its first line.
+    pub fn open(port: u16, host: &str, lines: u32, interval_ms: u32) -> Stream {
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
+        let host = host.to_string();
+        let handle = thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            write!(s, "GET /stream?lines={lines}&interval_ms={interval_ms} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            let mut told = false;
+            loop {
+                let n = s
+                    .read(&mut buf)
+                    .map_err(|e| format!("after {} lines: {e}", got.len()))?;
+                if n == 0 {
+                    break;
+                }
+                raw.extend_from_slice(&buf[..n]);
+                got = decode_chunked_lines(&raw);
+                if !told && !got.is_empty() {
+                    let _ = first_tx.send(got[0].clone());
+                    told = true;
+                }
+            }
+            let text = String::from_utf8_lossy(&raw);
+            if !text.ends_with("0\r\n\r\n") {
+                return Err(format!(
+                    "stream cut after {} lines (no final chunk)",
+                    got.len()
+                ));
+            }
+            Ok(got)
+        });
+        first_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the stream's first line");
+        Stream { handle }
+    }
+
+    /// Waits for the end; returns every line, or why it broke.
+    pub fn finish(self) -> Result<Vec<String>, String> {
+        self.handle.join().unwrap()
+    }
+}
+
+/// The lines carried by the complete chunks of a chunked HTTP response.
+fn decode_chunked_lines(raw: &[u8]) -> Vec<String> {
+    let Some(start) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Vec::new();
+    };
+    let (data, _) = http::dechunk(&raw[start + 4..]);
+    String::from_utf8_lossy(&data)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// An edge with app `shop` (exec runner around demo-app, backend `applicatif`, server
+/// `courante`) routed from `host`, and `first` delivered. Versions containing `never` never
+/// become ready. Unlike [`Edge`] alone, dropping it also stops every generation it started.
+pub fn demo_app_edge(host: &str, first: &str) -> DemoEdge {
+    use std::os::unix::fs::PermissionsExt;
+    let edge = DemoEdge { edge: Edge::new() };
+    let script = edge.path("run-app.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in *never*) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
+            demo_app_bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let first_port = free_port().min(65000);
+    let settings = format!(
+        "{}\n[[app]]\nname = \"shop\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"2s\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
+        edge.settings_text(),
+        first_port + 30
+    );
+    edge.write_settings(&settings);
+    edge.ok(&["haproxy", "start"]);
+    edge.ok(&["domain", "add", host, "--app", "shop"]);
+    edge.ok(&["deliver", first]);
+    edge.wait_for_body(host, &format!("{first}\n"));
+    edge
+}
+
+/// An [`Edge`] whose exec generations (`generations/<app>/<version>.pid`) are killed on drop,
+/// before HAProxy is stopped, also when the test panicked.
+pub struct DemoEdge {
+    pub edge: Edge,
+}
+
+impl std::ops::Deref for DemoEdge {
+    type Target = Edge;
+    fn deref(&self) -> &Edge {
+        &self.edge
+    }
+}
+
+impl std::ops::DerefMut for DemoEdge {
+    fn deref_mut(&mut self) -> &mut Edge {
+        &mut self.edge
+    }
+}
+
+impl DemoEdge {
+    /// PIDs of the running generations ([`generation_pids`]).
+    pub fn generation_pids(&self) -> Vec<i32> {
+        generation_pids(self.state_dir())
+    }
+}
+
+/// PIDs of the running generations of the edge in `state_dir`, from their pidfiles
+/// (`generations/<app>/<version>.pid`: `PID START-TIME`), checked against PID reuse.
+pub fn generation_pids(state_dir: &Path) -> Vec<i32> {
+    let mut pidfiles = Vec::new();
+    collect_files(&state_dir.join("generations"), &mut pidfiles);
+    pidfiles
+        .iter()
+        .filter(|(p, _)| p.extension().is_some_and(|e| e == "pid"))
+        .filter_map(|(_, bytes)| {
+            let text = String::from_utf8_lossy(bytes);
+            let mut parts = text.split_whitespace();
+            let pid: i32 = parts.next()?.parse().ok()?;
+            let stamp: u64 = parts.next()?.parse().ok()?;
+            (pid > 1 && start_time(pid) == Some(stamp)).then_some(pid)
+        })
+        .collect()
+}
+
+impl Drop for DemoEdge {
+    fn drop(&mut self) {
+        // Each exec generation leads its own session (setsid): kill the whole group.
+        for pid in self.generation_pids() {
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
+}

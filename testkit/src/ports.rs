@@ -1,0 +1,25 @@
+//! Free loopback ports. Also compiled into hapctl's own unit tests (`haproxy/testutil.rs`),
+//! which cannot use the kit: std only.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    // Below Linux's ephemeral range (32768-60999): a port the kernel hands out for bind(0) is
+    // also what it gives outgoing connections, and one of those (a client, HAProxy to a backend)
+    // took such a port between this probe and HAProxy's bind once in CI.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7919)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..200 {
+        let n = seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
+        let port = 20_000 + (n % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port found in 20000-31999");
+}
