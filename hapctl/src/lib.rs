@@ -13,6 +13,7 @@ pub mod fault;
 pub mod fsutil;
 pub mod haproxy;
 pub mod legacy;
+pub mod locks;
 pub mod logs;
 pub mod model;
 pub mod process;

@@ -27,8 +27,9 @@ use std::time::Duration;
 use crate::blocks::{Blocks, WorkerMap};
 use crate::clock::unix_now;
 use crate::fault;
-use crate::fsutil::{self, LockFile};
+use crate::fsutil;
 use crate::haproxy::{CliSocket, Master, Validator};
+use crate::locks::ApplyLock;
 use crate::model::EdgeState;
 use crate::render::{self, RenderError, Templates};
 use crate::settings::Settings;
@@ -181,9 +182,9 @@ impl<'a> Applier<'a> {
         trigger: &str,
         change: impl FnOnce(&Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), ApplyError> {
-        // Before the apply lock: the certificate path takes the apply lock under its own.
+        // The certificates' lock comes before the apply lock (see `crate::locks`).
         Certs::new(self.settings).ensure_files(store)?;
-        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
+        let _lock = ApplyLock::acquire(&self.settings.paths, LOCK_TIMEOUT)?;
         if let Some(report) = self.recover()? {
             store.record_apply_diff(
                 &record(&report, "recovery of an interrupted apply"),

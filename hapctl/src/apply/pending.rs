@@ -3,10 +3,11 @@
 //! command, and before the next apply (so that apply's rollback target carries it). A failure
 //! is a defect (the typed model rendered something HAProxy refuses): an alarm, never promoted.
 
-use crate::fsutil::{self, LockFile};
+use crate::fsutil;
 use crate::haproxy::Verdict;
 
 use super::{io_context, Applier, ApplyError, KnownGood, Snapshot, LOCK_TIMEOUT};
+use crate::locks::ApplyLock;
 
 /// Where the live set stands between a runtime change and its check.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -56,7 +57,7 @@ impl Applier<'_> {
         if !self.unchecked_marker().exists() {
             return Ok(PendingCheck::Nothing);
         }
-        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
+        let _lock = ApplyLock::acquire(&self.settings.paths, LOCK_TIMEOUT)?;
         self.check_pending(give_way)
     }
 

@@ -28,6 +28,7 @@ use crate::fsutil::{self, LockError, LockFile};
 use crate::haproxy::{
     CliSocket, Master, ReloadKind, ReloadReason, RuntimeCerts, RuntimeError, Validator, Verdict,
 };
+use crate::locks::ApplyLock;
 use crate::model::{CertName, CertSource};
 use crate::render::{FileId, HEADER};
 use crate::settings::Settings;
@@ -297,12 +298,10 @@ impl<'a> Certs<'a> {
                     report.handshake_sni = sni;
                 }
                 Err(e) => {
-                    // The apply lock is taken after ours is released: applies take ours
-                    // (ensure_files) before theirs, never the other way round.
-                    drop(lock);
                     report.runtime_error = Some(e.clone());
                     report.installed = Installed::Reload;
                     self.checked_reload(
+                        lock,
                         store,
                         &format!("certificate {}", record.name),
                         &e,
@@ -445,15 +444,18 @@ impl<'a> Certs<'a> {
     }
 
     /// The fallback: one `haproxy -c` of the live set, then one reload, recorded in the
-    /// apply history with the reason.
+    /// apply history with the reason. Under the apply lock, taken once `certs_lock` is
+    /// released: applies take ours (ensure_files) before theirs, never the other way round.
     fn checked_reload(
         &self,
+        certs_lock: LockFile,
         store: &mut Store,
         what: &str,
         why: &str,
         report: &mut InstallReport,
     ) -> Result<(), CertError> {
-        let _apply = LockFile::acquire(&self.settings.paths.apply_lock(), APPLY_LOCK_TIMEOUT)?;
+        let _apply =
+            ApplyLock::after_releasing(certs_lock, &self.settings.paths, APPLY_LOCK_TIMEOUT)?;
         let started = Instant::now();
         let started_at_ms = unix_millis();
         let paths = &self.settings.paths;
