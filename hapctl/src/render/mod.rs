@@ -61,8 +61,6 @@ pub fn render_with(
     templates: &Templates,
     memo: Option<&mut Sections>,
 ) -> Result<FileSet, RenderError> {
-    let paths = &settings.paths;
-    let at = |id: FileId| id.path(paths).display().to_string();
     // One backend per domain, written directly: at 10,000 domains a template loop costs
     // several times the whole render budget. The shape of a backend is typed logic (its
     // profile), not free text, so it is not part of the overridable templates.
@@ -72,30 +70,37 @@ pub fn render_with(
         resolvers.map(|_| crate::settings::RESOLVERS_NAME),
         memo,
     );
-    let apps: Vec<AppView> = settings
-        .apps
-        .iter()
-        .map(|app| {
-            let live = state.live_generations.get(&app.name);
-            AppView {
-                name: app.name.to_string(),
-                backend: app.backend.clone(),
-                server: app.server.clone(),
-                readiness_path: app.readiness_path.to_string(),
-                version: live.map(|g| g.version.to_string()),
-                port: live.map(|g| g.port.get()),
-            }
-        })
-        .collect();
-    let hard_stop_after = settings
-        .apps
-        .iter()
-        .filter_map(|a| a.hard_stop_after)
-        .max()
-        .map(|d| format!("{}s", d.as_secs().max(1)));
     let routes = routes(state, settings)?;
+    let ctx = template_context(state, settings, backends);
+    let paths = &settings.paths;
+    let mut set = FileSet::default();
+    for id in FileId::RENDERED {
+        let bytes = match id.template() {
+            Some(name) => {
+                let text = templates
+                    .render(name, &ctx)
+                    .map_err(|message| RenderError::Template { name, message })?;
+                // The pages are returned with `lf-file`: a log-format string.
+                if name.ends_with(".html.j2") {
+                    logging::lf_page(&text).into_bytes()
+                } else {
+                    text.into_bytes()
+                }
+            }
+            None => render_data(id, state, &routes),
+        };
+        set.insert(id, id.path(paths), ensure_final_newline(bytes));
+    }
+    Ok(set)
+}
+
+/// What the templates see: the settings, the files' paths, the protections' views, the
+/// backend sections and the apps.
+fn template_context(state: &EdgeState, settings: &Settings, backends: String) -> minijinja::Value {
+    let paths = &settings.paths;
+    let at = |id: FileId| id.path(paths).display().to_string();
     let drop_to = settings.haproxy.privileges.effective();
-    let ctx = minijinja::context! {
+    minijinja::context! {
         header => HEADER,
         user => drop_to.user.map(|a| a.name),
         group => drop_to.group.map(|a| a.name),
@@ -142,7 +147,7 @@ pub fn render_with(
         limits => crate::protect::maps::view(&state.limits),
         log_target => logging::log_line(&settings.logs),
         log_ring => logging::ring(&settings.logs),
-        resolvers => resolvers.map(|r| minijinja::context! {
+        resolvers => settings.resolvers.as_ref().map(|r| minijinja::context! {
             name => crate::settings::RESOLVERS_NAME,
             nameservers => r.nameservers.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
             hold_valid => r.hold_valid.to_string(),
@@ -150,32 +155,41 @@ pub fn render_with(
         request_id => logging::REQUEST_ID_MARK,
         waf => waf::view(settings.waf.as_ref(), paths),
         backends => minijinja::Value::from_object(Verbatim(backends)),
-        apps => apps,
-        hard_stop_after => hard_stop_after,
+        apps => app_views(state, settings),
+        hard_stop_after => hard_stop_after(settings),
         default_backend => settings.edge.default_app.as_ref().and_then(|name| {
             settings.apps.iter().find(|a| &a.name == name).map(|a| a.backend.clone())
         }),
-    };
-
-    let mut set = FileSet::default();
-    for id in FileId::RENDERED {
-        let bytes = match id.template() {
-            Some(name) => {
-                let text = templates
-                    .render(name, &ctx)
-                    .map_err(|message| RenderError::Template { name, message })?;
-                // The pages are returned with `lf-file`: a log-format string.
-                if name.ends_with(".html.j2") {
-                    logging::lf_page(&text).into_bytes()
-                } else {
-                    text.into_bytes()
-                }
-            }
-            None => render_data(id, state, &routes),
-        };
-        set.insert(id, id.path(paths), ensure_final_newline(bytes));
     }
-    Ok(set)
+}
+
+/// Each app with its live generation, if any.
+fn app_views(state: &EdgeState, settings: &Settings) -> Vec<AppView> {
+    settings
+        .apps
+        .iter()
+        .map(|app| {
+            let live = state.live_generations.get(&app.name);
+            AppView {
+                name: app.name.to_string(),
+                backend: app.backend.clone(),
+                server: app.server.clone(),
+                readiness_path: app.readiness_path.to_string(),
+                version: live.map(|g| g.version.to_string()),
+                port: live.map(|g| g.port.get()),
+            }
+        })
+        .collect()
+}
+
+/// The longest `hard_stop_after` of the apps, in HAProxy's syntax.
+fn hard_stop_after(settings: &Settings) -> Option<String> {
+    settings
+        .apps
+        .iter()
+        .filter_map(|a| a.hard_stop_after)
+        .max()
+        .map(|d| format!("{}s", d.as_secs().max(1)))
 }
 
 /// Text given to a template that goes into its output as it is, without the copy a string
