@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use crate::apply::{ApplyError, ApplyReport, Snapshot};
 use crate::fsutil;
-use crate::haproxy::{has_configuration, systemctl, Layout, MasterCommand, Validator, Verdict};
+use crate::haproxy::{
+    has_configuration, systemctl, Layout, MasterCommand, SupervisorError, Validator, Verdict,
+};
 use crate::render::{self, FileId};
 use crate::settings::{Mode, Settings};
 
@@ -160,12 +162,13 @@ impl Edge {
         }
         fsutil::write_atomic(&drop_in, text.as_bytes(), 0o644)
             .map_err(io_err(format!("cannot write {}", drop_in.display())))?;
-        systemctl::daemon_reload(SYSTEMCTL_TIMEOUT)?;
+        systemctl::daemon_reload(SYSTEMCTL_TIMEOUT).map_err(SupervisorError::from)?;
         out.steps
             .push(format!("wrote {} and reloaded systemd", drop_in.display()));
 
         let restart = Instant::now();
-        systemctl::systemctl("restart", &[], &unit, self.settings.haproxy.start_timeout)?;
+        systemctl::systemctl("restart", &[], &unit, self.settings.haproxy.start_timeout)
+            .map_err(SupervisorError::from)?;
         let new_pid = wait_for_new_master(self, pid)?;
         out.restarted = true;
         out.steps.push(format!(

@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use super::bundle::{Bundle, BundleError};
 use super::crtlist::{self, Served};
+use super::installed::DamagedFile;
 use super::probe;
 use super::x509::{self, CertInfo};
 use crate::clock::{unix_millis, unix_now};
@@ -66,6 +67,12 @@ pub enum CertError {
     },
     #[error("{0}")]
     Acme(String),
+}
+
+impl From<DamagedFile> for CertError {
+    fn from(e: DamagedFile) -> CertError {
+        CertError::Refused(e.to_string())
+    }
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> CertError {
@@ -566,7 +573,7 @@ impl<'a> Certs<'a> {
         let path = self.pem_path(name);
         let text = std::fs::read_to_string(&path)
             .map_err(|_| CertError::NotFound(format!("certificate {name} has no file")))?;
-        super::installed::key_pem(&text)
+        Ok(super::installed::key_pem(&text)?)
     }
 }
 
