@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::apply::state_changes;
+use super::changes::state_changes;
 use super::{LegacyError, Plan, Status};
 use crate::edge::{Edge, ScratchCheck};
 use crate::haproxy::Verdict;

@@ -18,6 +18,7 @@ use crate::model::{Backend, BackendLabel, Block, BlockKey, CertName, Domain, Edg
 use crate::resolve::Resolution;
 
 mod apply;
+mod changes;
 mod check;
 mod plan;
 mod read;
