@@ -164,70 +164,14 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
             measured: "no stream asked (--streams 0)".into(),
         };
     }
-    let mut broken = Vec::new();
-    for s in streams {
-        let v = s.version.as_deref().unwrap_or("?");
-        if !s.intact() {
-            let mut why = Vec::new();
-            if let Some(e) = &s.error {
-                why.push(e.clone());
-            } else if !s.final_chunk && !s.closed_by_client {
-                why.push("no final chunk".into());
-            }
-            if s.received != s.announced && !s.closed_by_client {
-                why.push(format!("{}/{} lines", s.received, s.announced));
-            }
-            if s.foreign_lines > 0 {
-                why.push(format!("{} line(s) not from {v}", s.foreign_lines));
-            }
-            if s.out_of_sequence > 0 {
-                why.push(format!("{} line(s) out of sequence", s.out_of_sequence));
-            }
-            broken.push(format!("stream {} ({v}): {}", s.id, why.join("; ")));
-        } else if s.ended_ms.unwrap_or(0.0) <= run.ended_ms {
-            broken.push(format!(
-                "stream {} ({v}) ended at {:.0} ms, before the command ended at {:.0} ms: it did \
-                 not span the cutover (raise --stream-lines or --stream-interval-ms)",
-                s.id,
-                s.ended_ms.unwrap_or(0.0),
-                run.ended_ms
-            ));
-        }
-    }
+    let broken: Vec<String> = streams.iter().filter_map(|s| why_broken(s, run)).collect();
     let lines: u32 = streams.iter().map(|s| s.received).sum();
-    let max_gap = streams.iter().map(|s| s.max_gap_ms).fold(0.0, f64::max);
     Check {
         name: "streams",
         status: pass_if(broken.is_empty()),
         expected,
         measured: if broken.is_empty() {
-            let received = |f: fn(u32, u32) -> u32| streams.iter().map(|s| s.received).reduce(f);
-            let each = if options.stream_hold.is_some() {
-                format!(
-                    "{}-{} lines each until the client closed it",
-                    received(u32::min).unwrap_or(0),
-                    received(u32::max).unwrap_or(0)
-                )
-            } else {
-                format!(
-                    "{} lines of {} each",
-                    options.stream_lines, options.stream_lines
-                )
-            };
-            format!(
-                "{}/{} streams intact: {each}, every one from the generation it started on ({}); \
-                 longest pause between lines {:.0} ms",
-                streams.len(),
-                streams.len(),
-                streams
-                    .iter()
-                    .filter_map(|s| s.version.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                max_gap
-            )
+            streams_intact(streams, options)
         } else {
             format!(
                 "{} of {} stream(s) broken ({lines} lines received in all): {}",
@@ -237,6 +181,71 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
             )
         },
     }
+}
+
+/// What broke a stream, or that it did not span the cutover; `None` when it did its job.
+fn why_broken(s: &StreamLog, run: &CommandRun) -> Option<String> {
+    let v = s.version.as_deref().unwrap_or("?");
+    if !s.intact() {
+        let mut why = Vec::new();
+        if let Some(e) = &s.error {
+            why.push(e.clone());
+        } else if !s.final_chunk && !s.closed_by_client {
+            why.push("no final chunk".into());
+        }
+        if s.received != s.announced && !s.closed_by_client {
+            why.push(format!("{}/{} lines", s.received, s.announced));
+        }
+        if s.foreign_lines > 0 {
+            why.push(format!("{} line(s) not from {v}", s.foreign_lines));
+        }
+        if s.out_of_sequence > 0 {
+            why.push(format!("{} line(s) out of sequence", s.out_of_sequence));
+        }
+        Some(format!("stream {} ({v}): {}", s.id, why.join("; ")))
+    } else if s.ended_ms.unwrap_or(0.0) <= run.ended_ms {
+        Some(format!(
+            "stream {} ({v}) ended at {:.0} ms, before the command ended at {:.0} ms: it did \
+             not span the cutover (raise --stream-lines or --stream-interval-ms)",
+            s.id,
+            s.ended_ms.unwrap_or(0.0),
+            run.ended_ms
+        ))
+    } else {
+        None
+    }
+}
+
+/// The measure of streams that all did their job.
+fn streams_intact(streams: &[StreamLog], options: &Options) -> String {
+    let max_gap = streams.iter().map(|s| s.max_gap_ms).fold(0.0, f64::max);
+    let received = |f: fn(u32, u32) -> u32| streams.iter().map(|s| s.received).reduce(f);
+    let each = if options.stream_hold.is_some() {
+        format!(
+            "{}-{} lines each until the client closed it",
+            received(u32::min).unwrap_or(0),
+            received(u32::max).unwrap_or(0)
+        )
+    } else {
+        format!(
+            "{} lines of {} each",
+            options.stream_lines, options.stream_lines
+        )
+    };
+    format!(
+        "{}/{} streams intact: {each}, every one from the generation it started on ({}); \
+         longest pause between lines {:.0} ms",
+        streams.len(),
+        streams.len(),
+        streams
+            .iter()
+            .filter_map(|s| s.version.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(", "),
+        max_gap
+    )
 }
 
 pub(super) fn check_version(expected: Option<&str>, answers: &[String]) -> Check {
