@@ -268,12 +268,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             }
         }
         FileId::WildcardsMap => {
-            // `map_end` returns the first matching line: longest suffix first, so the most
-            // specific wildcard wins.
-            let mut wild: Vec<&(&Domain, Target)> =
-                routes.iter().filter(|(d, _)| d.is_wildcard()).collect();
-            wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for (domain, backend) in wild {
+            for (domain, backend) in longest_suffix_first(routes.iter().map(|(d, t)| (*d, t))) {
                 let _ = writeln!(out, ".{} {backend}", domain.name());
             }
         }
@@ -289,9 +284,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             }
         }
         FileId::SuspendedWildcardsMap => {
-            let mut wild: Vec<_> = state.suspended.iter().filter(|d| d.is_wildcard()).collect();
-            wild.sort_by_key(|d| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for domain in wild {
+            for (domain, ()) in longest_suffix_first(state.suspended.iter().map(|d| (d, ()))) {
                 let _ = writeln!(out, ".{} 1", domain.name());
             }
         }
@@ -301,13 +294,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             }
         }
         FileId::HttpsWildcardsMap => {
-            let mut wild: Vec<_> = state
-                .https
-                .iter()
-                .filter(|(d, _)| d.is_wildcard())
-                .collect();
-            wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for (domain, policy) in wild {
+            for (domain, policy) in longest_suffix_first(state.https.iter()) {
                 let _ = writeln!(out, ".{} {}", domain.name(), policy.map_value());
             }
         }
@@ -320,31 +307,44 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
         FileId::ProfilesWildcardsMap => {
             crate::protect::profiles::map(&mut out, &state.protections, true)
         }
-        // Keyed by the backend the host routed to, not by host: the route's own lookup (exact
-        // name before wildcard, app domains) decides, and the twin follows it. Every slot with
-        // a twin has its line, taken or not, so a domain that takes one at runtime needs none.
-        FileId::SseMap => {
-            let own = state
-                .domains
-                .iter()
-                .filter(|(domain, b)| b.sse_routing() && state.placement.slot_of(domain).is_none());
-            for (domain, _) in own {
-                let _ = writeln!(out, "{} {}", domain.backend(), domain.sse_twin_name());
-            }
-            let slots = state.placement.capacities().flat_map(|(kind, n)| {
-                (0..n).map(move |index| crate::model::BackendSlot { kind, index })
-            });
-            for slot in slots {
-                if let Some(twin) = slot.twin_name() {
-                    let _ = writeln!(out, "{slot} {twin}");
-                }
-            }
-        }
+        FileId::SseMap => sse_map(&mut out, state),
         FileId::WafMap => waf::map(&mut out, state, false),
         FileId::WafWildcardsMap => waf::map(&mut out, state, true),
         _ => unreachable!("{id:?} is rendered from a template"),
     }
     out.into_bytes()
+}
+
+/// The wildcard entries, longest suffix first: `map_end` returns the first matching line, so
+/// the most specific wildcard wins.
+fn longest_suffix_first<'a, T>(
+    entries: impl Iterator<Item = (&'a Domain, T)>,
+) -> Vec<(&'a Domain, T)> {
+    let mut wild: Vec<_> = entries.filter(|(d, _)| d.is_wildcard()).collect();
+    wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
+    wild
+}
+
+/// Keyed by the backend the host routed to, not by host: the route's own lookup (exact
+/// name before wildcard, app domains) decides, and the twin follows it. Every slot with
+/// a twin has its line, taken or not, so a domain that takes one at runtime needs none.
+fn sse_map(out: &mut String, state: &EdgeState) {
+    let own = state
+        .domains
+        .iter()
+        .filter(|(domain, b)| b.sse_routing() && state.placement.slot_of(domain).is_none());
+    for (domain, _) in own {
+        let _ = writeln!(out, "{} {}", domain.backend(), domain.sse_twin_name());
+    }
+    let slots = state
+        .placement
+        .capacities()
+        .flat_map(|(kind, n)| (0..n).map(move |index| crate::model::BackendSlot { kind, index }));
+    for slot in slots {
+        if let Some(twin) = slot.twin_name() {
+            let _ = writeln!(out, "{slot} {twin}");
+        }
+    }
 }
 
 /// The value of every blocked-map entry. The match is on the key (`map_ip(...) -m found`);
