@@ -218,15 +218,7 @@ impl<'a> Blocks<'a> {
         let tx = store.begin_blocks()?;
         let (results, expired) = stage(&tx, changes)?;
         let touched = touched(cache, changes, &results, &expired);
-        let plan = if interrupted || !in_line {
-            Plan::Whole
-        } else if touched.gone.iter().any(|k| !cache.delta.contains(k))
-            || cache.delta.len() + touched.new.len() > DELTA_MAX
-        {
-            Plan::Fold
-        } else {
-            Plan::Delta
-        };
+        let plan = Plan::choose(interrupted || !in_line, &cache.delta, &touched);
         if touched.is_empty() && plan == Plan::Delta {
             tx.commit()?;
             self.clear_pending()?;
