@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use hapctl::haproxy::{Validator, Verdict};
+use hapctl::haproxy::{ConfigVerdict, Validator};
 use hapctl::model::{
     Backend, BlockKey, Domain, EdgeState, Hsts, HttpsPolicy, Interval, Profile, ProxyProtocol,
     Redirect, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Sni, TextContext, Verify,
@@ -230,6 +230,6 @@ proptest! {
         let mut store = Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
         Certs::new(&settings).ensure_files(&mut store).unwrap();
         let verdict = Validator::new(common::haproxy_bin(), std::time::Duration::from_secs(30)).check(&set.config_paths());
-        prop_assert!(matches!(verdict, Verdict::Valid), "{:?}", verdict);
+        prop_assert!(matches!(verdict, ConfigVerdict::Valid), "{:?}", verdict);
     }
 }

@@ -44,7 +44,7 @@ use path::ApplyPath;
 pub use pending::{PendingCheck, RuntimeCheck};
 use reload::ReloadFrom;
 use report::{record, Progress};
-pub use report::{ApplyReport, Outcome, Step};
+pub use report::{ApplyOutcome, ApplyReport, Step};
 pub use snapshot::{KnownGood, Snapshot};
 
 /// How long an apply waits for another one to finish.
@@ -220,7 +220,7 @@ impl<'a> Applier<'a> {
         } else {
             drop(tx);
             // After a failed rollback the marker stays, so the next command retries the recovery.
-            if report.outcome != Outcome::RollbackFailed {
+            if report.outcome != ApplyOutcome::RollbackFailed {
                 self.clear_marker()?;
             }
             store.record_apply_diff(&record(&report, trigger), &report.diff)?;
@@ -257,7 +257,7 @@ impl<'a> Applier<'a> {
         });
         if path == ApplyPath::Unchanged {
             let message = "the live files already match the desired state".into();
-            return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
+            return Ok((p.report(ApplyOutcome::Unchanged, message, vec![]), None));
         }
         let mut a = Attempt {
             tx,
@@ -283,7 +283,8 @@ impl<'a> Applier<'a> {
             if path.is_runtime() {
                 a.diff_step(self);
             }
-            let report = a.p.report(Outcome::ValidatorUnavailable, message, vec![]);
+            let report =
+                a.p.report(ApplyOutcome::ValidatorUnavailable, message, vec![]);
             return Ok((report, None));
         }
         fault::point("before-snapshot");
@@ -305,9 +306,10 @@ impl<'a> Applier<'a> {
             }
         };
         match ran {
-            Ran::Applied(message, loaded) => {
-                Ok((a.p.report(Outcome::Applied, message, vec![]), Some(loaded)))
-            }
+            Ran::Applied(message, loaded) => Ok((
+                a.p.report(ApplyOutcome::Applied, message, vec![]),
+                Some(loaded),
+            )),
             Ran::Reload(from) => self.reload_path(a, from),
         }
     }

@@ -4,7 +4,7 @@
 //! is a defect (the typed model rendered something HAProxy refuses): an alarm, never promoted.
 
 use crate::fsutil;
-use crate::haproxy::Verdict;
+use crate::haproxy::ConfigVerdict;
 
 use super::{io_context, Applier, ApplyError, KnownGood, Snapshot, LOCK_TIMEOUT};
 use crate::locks::ApplyLock;
@@ -76,11 +76,11 @@ impl Applier<'_> {
         let files: Vec<&std::path::Path> = files.iter().map(|p| p.as_path()).collect();
         let verdict = self.validator.check_unless(&files, give_way);
         let result = match verdict {
-            Verdict::Valid => {
+            ConfigVerdict::Valid => {
                 self.promote(&live)?;
                 PendingCheck::Promoted
             }
-            Verdict::Invalid { messages } => {
+            ConfigVerdict::Invalid { messages } => {
                 tracing::error!(
                     "DEFECT: HAProxy refuses the set hapctl changed at runtime; it is not promoted to known-good: {}",
                     messages.join(" | ")
@@ -93,9 +93,9 @@ impl Applier<'_> {
                 .map_err(io_context("cannot write the check-failed alarm"))?;
                 PendingCheck::Refused(messages)
             }
-            Verdict::Unavailable { .. } if give_way() => return Ok(PendingCheck::GaveWay),
+            ConfigVerdict::Unavailable { .. } if give_way() => return Ok(PendingCheck::GaveWay),
             // Not a verdict on the set: it stays pending, checked again next time.
-            Verdict::Unavailable { reason } => {
+            ConfigVerdict::Unavailable { reason } => {
                 tracing::warn!(
                     "the pending check of the runtime-changed set could not run: {reason}"
                 );

@@ -6,17 +6,17 @@ use std::path::PathBuf;
 
 use crate::clock::unix_now;
 use crate::fault;
-use crate::haproxy::{ReloadError, ReloadKind, ReloadReason, Verdict};
+use crate::haproxy::{ConfigVerdict, ReloadError, ReloadKind, ReloadReason};
 use crate::model::Placement;
 
 use super::memo::Role;
 use super::recovery::Phase;
 use super::report::{reason_for_files, Progress};
 use super::runtime_plan::NotRuntime;
-use super::{Applier, ApplyError, Attempt, Converged, Loaded, Outcome, Snapshot};
+use super::{Applier, ApplyError, ApplyOutcome, Attempt, Converged, Loaded, Snapshot};
 
 /// A failed step: the outcome to report, the sentence, HAProxy's own messages.
-type Failed = (Outcome, String, Vec<String>);
+type Failed = (ApplyOutcome, String, Vec<String>);
 
 /// Where the reload path starts.
 pub(super) struct ReloadFrom {
@@ -58,7 +58,7 @@ impl Applier<'_> {
         });
         if let Err(e) = written {
             let (outcome, restored) =
-                self.restore(&from.target, refused(&mut a.p), Outcome::Rejected);
+                self.restore(&from.target, refused(&mut a.p), ApplyOutcome::Rejected);
             let message = format!("writing the new files failed ({e}); {restored}");
             return Ok((a.p.report(outcome, message, vec![]), None));
         }
@@ -80,7 +80,7 @@ impl Applier<'_> {
         fault::point("before-commit");
         let message = loaded_message(&a.p, running);
         Ok((
-            a.p.report(Outcome::Applied, message, vec![]),
+            a.p.report(ApplyOutcome::Applied, message, vec![]),
             Some(Loaded::Checked(a.new)),
         ))
     }
@@ -122,14 +122,14 @@ impl Applier<'_> {
         );
         p.step("check");
         match verdict {
-            Verdict::Valid => None,
-            Verdict::Invalid { messages } => Some((
-                Outcome::Rejected,
+            ConfigVerdict::Valid => None,
+            ConfigVerdict::Invalid { messages } => Some((
+                ApplyOutcome::Rejected,
                 "HAProxy rejected the new configuration".to_string(),
                 messages,
             )),
-            Verdict::Unavailable { reason } => Some((
-                Outcome::ValidatorUnavailable,
+            ConfigVerdict::Unavailable { reason } => Some((
+                ApplyOutcome::ValidatorUnavailable,
                 format!("haproxy -c could not run ({reason})"),
                 vec![],
             )),
@@ -156,7 +156,7 @@ impl Applier<'_> {
                 format!("the reload of the new set failed ({e})"),
             ));
             let (outcome, restored) =
-                self.restore(&from.target, true, Outcome::ReloadFailedRolledBack);
+                self.restore(&from.target, true, ApplyOutcome::ReloadFailedRolledBack);
             let message = format!("the reload failed ({e}); {restored}");
             return Ok(Some((outcome, message, reload_messages(&e))));
         }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use crate::apply::{ApplyError, ApplyReport, Snapshot};
 use crate::fsutil;
 use crate::haproxy::{
-    has_configuration, systemctl, Layout, MasterCommand, SupervisorError, Validator, Verdict,
+    has_configuration, systemctl, ConfigVerdict, MasterCommand, MasterLayout, SupervisorError,
+    Validator,
 };
 use crate::render::{self, FileId};
 use crate::settings::{Mode, Settings};
@@ -79,7 +80,7 @@ impl Edge {
             .map(|(id, path)| (path.as_path(), new.get(*id).is_some_and(has_configuration)))
             .collect();
         match running.layout(&ours) {
-            Layout::Fits => {
+            MasterLayout::Fits => {
                 out.steps
                     .push("it loads hapctl's files: one checked reload, no restart".into());
                 if !dry_run {
@@ -87,11 +88,11 @@ impl Edge {
                 }
                 return Ok(out);
             }
-            Layout::Differs { foreign, .. } if !foreign.is_empty() => {
+            MasterLayout::Differs { foreign, .. } if !foreign.is_empty() => {
                 let list: Vec<String> = foreign.iter().map(|f| f.display().to_string()).collect();
                 return refuse(format!("{unit} also loads {}, which hapctl does not write: what they serve would stop. Move it into hapctl (`hapctl import-legacy`, `hapctl domain add`), take them off the unit's command line, then adopt again", list.join(", ")));
             }
-            Layout::Differs { missing, .. } => {
+            MasterLayout::Differs { missing, .. } => {
                 let list: Vec<String> = missing.iter().map(|f| f.display().to_string()).collect();
                 out.steps.push(format!(
                     "it does not load {}: the unit must change, and HAProxy restart once",
@@ -112,14 +113,16 @@ impl Edge {
             .filter(|f| f.exists())
             .collect();
         let verdict = Validator::from_settings(&self.settings).check(&present);
-        if !matches!(verdict, Verdict::Valid) {
+        if !matches!(verdict, ConfigVerdict::Valid) {
             for f in &created {
                 let _ = fsutil::remove_durable(f);
             }
             let why = match verdict {
-                Verdict::Invalid { messages } => messages.join(" | "),
-                Verdict::Unavailable { reason } => format!("haproxy -c could not run: {reason}"),
-                Verdict::Valid => unreachable!(),
+                ConfigVerdict::Invalid { messages } => messages.join(" | "),
+                ConfigVerdict::Unavailable { reason } => {
+                    format!("haproxy -c could not run: {reason}")
+                }
+                ConfigVerdict::Valid => unreachable!(),
             };
             return refuse(format!("HAProxy refuses the new command line on the files as they are now ({why}); nothing was changed: fix the files, then adopt again"));
         }

@@ -85,7 +85,7 @@ pub enum StopReport {
 
 /// Serializable for `status --json` and the API.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Status {
+pub struct HaproxyStatus {
     pub running: bool,
     pub master_pid: Option<i32>,
     /// The master's process list, when its socket answers.

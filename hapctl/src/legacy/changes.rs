@@ -1,7 +1,7 @@
 //! The changes of the desired state a plan makes, and the changes that undo them: what the
 //! import applies and what its check tries on scratch copies.
 
-use super::{Item, LegacyError, Plan, Status};
+use super::{Item, ItemStatus, LegacyError, Plan};
 use crate::edge::{DomainChange, Edge, StateChange};
 use crate::model::ProxyPreset;
 
@@ -9,7 +9,7 @@ use crate::model::ProxyPreset;
 pub(super) fn new<T>(items: &[Item<T>]) -> impl Iterator<Item = &T> {
     items
         .iter()
-        .filter(|i| i.status == Status::New)
+        .filter(|i| i.status == ItemStatus::New)
         .map(|i| &i.value)
 }
 

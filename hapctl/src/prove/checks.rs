@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::report::{
-    After, Before, Check, CommandRun, ProbeFailure, ProbeSummary, Processes, Status,
+    After, Before, Check, CheckStatus, CommandRun, ProbeFailure, ProbeSummary, Processes,
 };
 use super::stream::StreamLog;
 use super::Options;
@@ -22,11 +22,11 @@ pub(super) fn summarize_answers(answers: &[String]) -> String {
         .join(", ")
 }
 
-fn pass_if(ok: bool) -> Status {
+fn pass_if(ok: bool) -> CheckStatus {
     if ok {
-        Status::Pass
+        CheckStatus::Pass
     } else {
-        Status::Fail
+        CheckStatus::Fail
     }
 }
 
@@ -40,7 +40,7 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
             );
             if sup_changed {
                 (
-                    Status::Fail,
+                    CheckStatus::Fail,
                     format!(
                         "show proc names PID {b} before and after, but the {} changed: {:?} -> {:?}",
                         before.supervisor_source, before.supervisor_pid, after.supervisor_pid
@@ -48,7 +48,7 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
                 )
             } else {
                 (
-                    Status::Pass,
+                    CheckStatus::Pass,
                     format!(
                         "PID {b} before and after ({}: {})",
                         after.supervisor_source,
@@ -60,11 +60,11 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
             }
         }
         (Some(b), Some(a)) => (
-            Status::Fail,
+            CheckStatus::Fail,
             format!("PID {b} before, {a} after: HAProxy was restarted, not reloaded; every connection of the old master was cut"),
         ),
         (Some(b), None) => (
-            Status::Fail,
+            CheckStatus::Fail,
             format!(
                 "PID {b} before; after the command the master socket does not answer ({}) — {} says {:?}",
                 after.error.as_deref().unwrap_or("?"),
@@ -73,7 +73,7 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
             ),
         ),
         (None, _) => (
-            Status::Fail,
+            CheckStatus::Fail,
             "the master was not readable before the command".into(),
         ),
     };
@@ -159,7 +159,7 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
     if streams.is_empty() {
         return Check {
             name: "streams",
-            status: Status::Skipped,
+            status: CheckStatus::Skipped,
             expected,
             measured: "no stream asked (--streams 0)".into(),
         };
@@ -252,7 +252,7 @@ pub(super) fn check_version(expected: Option<&str>, answers: &[String]) -> Check
     let Some(expected) = expected else {
         return Check {
             name: "version",
-            status: Status::Skipped,
+            status: CheckStatus::Skipped,
             expected: "no --expect-version given".into(),
             measured: "not measured".into(),
         };
@@ -334,7 +334,7 @@ pub(super) fn way_back(
     let failed = |name| {
         checks
             .iter()
-            .any(|c| c.name == name && c.status == Status::Fail)
+            .any(|c| c.name == name && c.status == CheckStatus::Fail)
     };
     if failed("master") {
         text += " The master was replaced: the connections it held were cut, and no rollback \
@@ -369,31 +369,34 @@ mod tests {
         let b = procs(Some(10), Some(10), &[11]);
         assert_eq!(
             check_master(&b, &procs(Some(10), Some(10), &[12])).status,
-            Status::Pass
+            CheckStatus::Pass
         );
         assert_eq!(
             check_master(&b, &procs(Some(20), Some(20), &[21])).status,
-            Status::Fail
+            CheckStatus::Fail
         );
         assert_eq!(
             check_master(&b, &procs(None, None, &[])).status,
-            Status::Fail
+            CheckStatus::Fail
         );
         assert_eq!(
             check_master(&b, &procs(Some(10), Some(30), &[12])).status,
-            Status::Fail
+            CheckStatus::Fail
         );
     }
 
     #[test]
     fn the_version_and_command_checks() {
-        assert_eq!(check_version(None, &[]).status, Status::Skipped);
+        assert_eq!(check_version(None, &[]).status, CheckStatus::Skipped);
         let all = vec!["1.5.0".to_string(); 5];
-        assert_eq!(check_version(Some("1.5.0"), &all).status, Status::Pass);
+        assert_eq!(check_version(Some("1.5.0"), &all).status, CheckStatus::Pass);
         let mut mixed = all.clone();
         mixed[3] = "1.4.2".into();
-        assert_eq!(check_version(Some("1.5.0"), &mixed).status, Status::Fail);
-        assert_eq!(check_version(Some("1.5.0"), &[]).status, Status::Fail);
+        assert_eq!(
+            check_version(Some("1.5.0"), &mixed).status,
+            CheckStatus::Fail
+        );
+        assert_eq!(check_version(Some("1.5.0"), &[]).status, CheckStatus::Fail);
     }
 
     #[test]
@@ -411,7 +414,7 @@ mod tests {
         };
         assert_eq!(
             check_command(&run, Duration::from_secs(1)).status,
-            Status::Fail
+            CheckStatus::Fail
         );
         let ok = CommandRun {
             exit_code: Some(0),
@@ -420,7 +423,7 @@ mod tests {
         };
         assert_eq!(
             check_command(&ok, Duration::from_secs(1)).status,
-            Status::Pass
+            CheckStatus::Pass
         );
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Proof, Report, Status};
+use super::{CheckStatus, Proof, Report};
 
 /// Writes the journal of `report` in `dir` (created if needed) and returns its path.
 pub fn write(dir: &Path, report: &Report) -> io::Result<PathBuf> {
@@ -209,9 +209,9 @@ fn checks_table(md: &mut String, p: &Proof) {
             "| {} | {} | {} | {} |",
             c.name,
             match c.status {
-                Status::Pass => "pass",
-                Status::Fail => "**FAIL**",
-                Status::Skipped => "skipped",
+                CheckStatus::Pass => "pass",
+                CheckStatus::Fail => "**FAIL**",
+                CheckStatus::Skipped => "skipped",
             },
             cell(&c.expected),
             cell(&c.measured)
@@ -290,7 +290,7 @@ fn failures_section(md: &mut String, p: &Proof) {
     let failed_checks: Vec<_> = p
         .checks
         .iter()
-        .filter(|c| c.status == Status::Fail)
+        .filter(|c| c.status == CheckStatus::Fail)
         .collect();
     if failed_checks.is_empty() && p.failures.is_empty() {
         let _ = writeln!(

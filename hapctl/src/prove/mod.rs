@@ -36,8 +36,8 @@ use crate::settings::{Mode, Settings};
 pub use http::Cause;
 pub use options::{Options, ProveError, Subject};
 pub use report::{
-    After, Before, Check, CommandRun, Event, Latency, NotRun, ProbeFailure, ProbeSummary,
-    Processes, Proof, Report, Status, Switch, VersionSeen,
+    After, Before, Check, CheckStatus, CommandRun, Event, Latency, NotRun, ProbeFailure,
+    ProbeSummary, Processes, Proof, Report, Switch, VersionSeen,
 };
 pub use stream::StreamLog;
 
@@ -297,8 +297,8 @@ mod tests {
     use super::summary::{probe_events, probe_failures, summarize_probe};
     use super::*;
 
-    fn outcome(t_ms: f64, result: Result<&str, Cause>) -> probe::Outcome {
-        probe::Outcome {
+    fn outcome(t_ms: f64, result: Result<&str, Cause>) -> probe::RequestOutcome {
+        probe::RequestOutcome {
             t_ms,
             duration_ms: 1.0,
             result: result

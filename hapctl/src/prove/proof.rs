@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::report::event;
 use super::summary::{probe_events, probe_failures, summarize_probe};
 use super::{
-    checks, command, http, ms, now_rfc3339, probe, stream, watch, After, Before, Cause, CommandRun,
-    Edge, Event, Options, Processes, Proof, ProveError, Status, StreamLog, CONNECT_TIMEOUT,
-    VERSION_REQUESTS,
+    checks, command, http, ms, now_rfc3339, probe, stream, watch, After, Before, Cause,
+    CheckStatus, CommandRun, Edge, Event, Options, Processes, Proof, ProveError, StreamLog,
+    CONNECT_TIMEOUT, VERSION_REQUESTS,
 };
 
 /// One proof under way: what it measures, its clock and what it saw so far.
@@ -321,7 +321,7 @@ impl Measurement<'_> {
             checks::check_version(self.expect_version.as_deref(), &after.version_answers),
             checks::check_command(&run, options.timeout),
         ];
-        let passed = checks.iter().all(|c| c.status != Status::Fail);
+        let passed = checks.iter().all(|c| c.status != CheckStatus::Fail);
         let way_back = checks::way_back(self.argv, &self.edge.state_dir, &before, &after, &checks);
         Proof {
             label: self.label.to_string(),

@@ -27,7 +27,8 @@ use crate::clock::{unix_millis, unix_now};
 use crate::fault;
 use crate::fsutil::{self, LockError, LockFile};
 use crate::haproxy::{
-    CliSocket, Master, ReloadKind, ReloadReason, RuntimeCerts, RuntimeError, Validator, Verdict,
+    CliSocket, ConfigVerdict, Master, ReloadKind, ReloadReason, RuntimeCerts, RuntimeError,
+    Validator,
 };
 use crate::locks::ApplyLock;
 use crate::model::{CertName, CertSource};
@@ -468,20 +469,22 @@ impl<'a> Certs<'a> {
         let paths = &self.settings.paths;
         report.checks += 1;
         let verdict = Validator::from_settings(self.settings).check(&paths.config_files());
-        let reloading = matches!(verdict, Verdict::Valid);
+        let reloading = matches!(verdict, ConfigVerdict::Valid);
         let result = match verdict {
-            Verdict::Valid => {
+            ConfigVerdict::Valid => {
                 report.reloads += 1;
                 Master::from_settings(self.settings)
                     .reload(self.settings.haproxy.reload_timeout)
                     .map(|_| ())
                     .map_err(|e| format!("the reload failed: {e}"))
             }
-            Verdict::Invalid { messages } => Err(format!(
+            ConfigVerdict::Invalid { messages } => Err(format!(
                 "haproxy -c refused the live files: {}",
                 messages.join("; ")
             )),
-            Verdict::Unavailable { reason } => Err(format!("haproxy -c cannot run: {reason}")),
+            ConfigVerdict::Unavailable { reason } => {
+                Err(format!("haproxy -c cannot run: {reason}"))
+            }
         };
         store.record_apply(&ApplyRecord {
             id: 0,

@@ -24,8 +24,8 @@ use crate::model::WafMode;
 
 use super::engine::Engine;
 use super::message::{Inspect, MESSAGE};
-use super::metrics::{Metrics, Outcome};
-use super::verdict::Verdict;
+use super::metrics::{InspectionOutcome, Metrics};
+use super::verdict::WafVerdict;
 
 /// Requests one connection may have in evaluation before the agent stops reading it.
 pub const PER_CONNECTION: usize = 64;
@@ -94,7 +94,7 @@ impl Agent {
             Ok(None) => Answer::Error("internal"),
             Ok(Some((_, Err(_)))) => Answer::Error("engine"),
             Ok(Some((req, Ok(matches)))) => {
-                let v = Verdict::score(&matches, &req.policy, &req.path);
+                let v = WafVerdict::score(&matches, &req.policy, &req.path);
                 match (v.over, req.policy.mode) {
                     (true, WafMode::Block) => Answer::Block(v),
                     (true, _) => Answer::Detect(v),
@@ -112,20 +112,20 @@ impl Agent {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    Pass(Verdict),
-    Detect(Verdict),
-    Block(Verdict),
+    Pass(WafVerdict),
+    Detect(WafVerdict),
+    Block(WafVerdict),
     Error(&'static str),
 }
 
 impl Answer {
-    fn outcome(&self) -> Outcome<'_> {
+    fn outcome(&self) -> InspectionOutcome<'_> {
         match self {
-            Answer::Pass(_) => Outcome::Pass,
-            Answer::Detect(v) => Outcome::Detected(&v.rules),
-            Answer::Block(v) => Outcome::Blocked(&v.rules),
-            Answer::Error("timeout") => Outcome::Timeout,
-            Answer::Error(_) => Outcome::Error,
+            Answer::Pass(_) => InspectionOutcome::Pass,
+            Answer::Detect(v) => InspectionOutcome::Detected(&v.rules),
+            Answer::Block(v) => InspectionOutcome::Blocked(&v.rules),
+            Answer::Error("timeout") => InspectionOutcome::Timeout,
+            Answer::Error(_) => InspectionOutcome::Error,
         }
     }
 
@@ -256,7 +256,9 @@ async fn notify(
         let answer = match parsed {
             Ok(req) => agent.inspect(req).await,
             Err(_) => {
-                agent.metrics.record(Outcome::Error, Duration::ZERO);
+                agent
+                    .metrics
+                    .record(InspectionOutcome::Error, Duration::ZERO);
                 Answer::Error("message")
             }
         };

@@ -11,7 +11,7 @@ use crate::model::{Domain, Invalid, WafMode, WafPolicy};
 use super::engine::{Engine, EngineError};
 use super::matches::RuleMatch;
 use super::message::Inspect;
-use super::verdict::Verdict;
+use super::verdict::WafVerdict;
 
 /// Bounds on what a trial takes (an edge would refuse larger requests long before the WAF).
 pub const MAX_URL: usize = 8192;
@@ -146,18 +146,18 @@ impl Trial {
         engine: &Engine,
         policy: WafPolicy,
         body_max: u32,
-    ) -> Result<Outcome, EngineError> {
+    ) -> Result<TrialOutcome, EngineError> {
         let req = self.inspect(policy, body_max);
         let uri = req.uri();
         let matches = engine.evaluate(&req.request(&uri), req.policy.paranoia)?;
-        let verdict = Verdict::score(&matches, &req.policy, &req.path);
+        let verdict = WafVerdict::score(&matches, &req.policy, &req.path);
         let outcome = match (req.policy.mode, verdict.over) {
             (WafMode::Off, _) => "off",
             (WafMode::Block, true) => "block",
             (WafMode::Detect, true) => "detect",
             (_, false) => "pass",
         };
-        Ok(Outcome {
+        Ok(TrialOutcome {
             verdict: outcome,
             score: verdict.score,
             threshold: req.policy.threshold,
@@ -200,7 +200,7 @@ impl Trial {
 /// What a trial found. `verdict`: block, detect (would be logged, not blocked), pass, or off
 /// (the policy inspects nothing; the score is what it would be).
 #[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
+pub struct TrialOutcome {
     pub verdict: &'static str,
     pub score: u32,
     pub threshold: u32,

@@ -16,7 +16,7 @@ use serde_json::json;
 use super::super::error::ApiError;
 use super::super::AppState;
 use super::{as_500, e1, e2, Answer};
-use crate::apply::Outcome;
+use crate::apply::ApplyOutcome;
 use crate::haproxy::{Master, Supervisor};
 
 /// `{"status":"healthy","haproxy_status":"running"|"stopped","database":"connected"}`, 200
@@ -67,7 +67,7 @@ async fn master_reload(app: &AppState) -> Result<(), ApiError> {
 async fn apply_and_reload(app: &AppState) -> Result<(), ApiError> {
     let (report, _) = app.domain_job(None).await.map_err(as_500)?;
     match report.outcome {
-        Outcome::Unchanged => master_reload(app).await,
+        ApplyOutcome::Unchanged => master_reload(app).await,
         _ if report.outcome.is_success() => Ok(()),
         _ => Err(as_500(ApiError::from_apply(report))),
     }
