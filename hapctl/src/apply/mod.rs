@@ -292,18 +292,7 @@ impl<'a> Applier<'a> {
             ApplyPath::Unchanged => unreachable!("returned above"),
             ApplyPath::Maps => self.maps_path(&mut a)?,
             ApplyPath::Runtime(plan) => self.runtime_path(plan, before, &mut a)?,
-            ApplyPath::Reload { why, placed } => {
-                // A reload from the start has no runtime files to put back.
-                let target = self.reload_path_target(&a.live, false, &mut a.p)?;
-                if placed {
-                    tx.save_placement(&a.state.placement)?;
-                }
-                Ran::Reload(ReloadFrom {
-                    target,
-                    why_not: why,
-                    runtime_failure: None,
-                })
-            }
+            ApplyPath::Reload { why, placed } => self.reload_from_start(why, placed, &mut a)?,
         };
         match ran {
             Ran::Applied(message, loaded) => Ok((

@@ -13,7 +13,7 @@ use super::memo::Role;
 use super::recovery::Phase;
 use super::report::{reason_for_files, Progress};
 use super::runtime_plan::NotRuntime;
-use super::{Applier, ApplyError, ApplyOutcome, Attempt, Converged, Loaded, Snapshot};
+use super::{Applier, ApplyError, ApplyOutcome, Attempt, Converged, Loaded, Ran, Snapshot};
 
 /// A failed step: the outcome to report, the sentence, HAProxy's own messages.
 type Failed = (ApplyOutcome, String, Vec<String>);
@@ -29,6 +29,26 @@ pub(super) struct ReloadFrom {
 }
 
 impl Applier<'_> {
+    /// The executor of [`super::ApplyPath::Reload`], up to [`Applier::reload_path`]: the
+    /// rollback target read (no runtime files to put back), and the runtime plan's placement
+    /// saved when it `placed` added domains.
+    pub(super) fn reload_from_start(
+        &self,
+        why: Option<NotRuntime>,
+        placed: bool,
+        a: &mut Attempt,
+    ) -> Result<Ran, ApplyError> {
+        let target = self.reload_path_target(&a.live, false, &mut a.p)?;
+        if placed {
+            a.tx.save_placement(&a.state.placement)?;
+        }
+        Ok(Ran::Reload(ReloadFrom {
+            target,
+            why_not: why,
+            runtime_failure: None,
+        }))
+    }
+
     /// Writes the new set, checks it, reloads HAProxy with it when one runs; restores
     /// `from.target` on any failure.
     pub(super) fn reload_path(
