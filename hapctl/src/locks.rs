@@ -2,10 +2,11 @@
 //! lock without importing `apply`.
 //!
 //! The apply lock: one writer of the live files and of HAProxy's processes (apply, reload,
-//! start, restart, the certificates' fallback reload) at a time on this host.
+//! start, restart, the check of a runtime-changed set, the certificates' fallback reload) at
+//! a time on this host.
 //!
-//! Its order with the other locks, each taken only before the ones below it, never while
-//! one below is held (so no two holders wait for each other):
+//! Its order with the other locks: whoever holds one takes only locks below it, never one
+//! above, so no two holders wait for each other.
 //!
 //! 1. `deliver-<app>.lock`: a delivery's cutover applies under it.
 //! 2. `certs.lock`: an apply takes it (`Certs::ensure_files`) and releases it before the
@@ -13,6 +14,9 @@
 //! 3. `apply.lock`.
 //! 4. `blocks.lock`: an apply brings the blocked map in line under the apply lock; the block
 //!    path takes it alone, and nothing in it takes the apply lock.
+//!
+//! `acme-map.lock` (the HTTP-01 tokens) is held only around its own map's writes, no other
+//! lock taken under it.
 
 use std::time::Duration;
 
