@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
-use hapctl::prove::{self, Options, Report as ProveReport, Status, Subject};
+use hapctl::prove::{self, CheckStatus, Options, Report as ProveReport, Subject};
 use serde_json::{json, Value};
 
 use crate::app_edge::{AppEdge, HOST};
@@ -382,7 +382,7 @@ fn read_proof(
         failed_checks: p
             .checks
             .iter()
-            .filter(|c| c.status == Status::Fail)
+            .filter(|c| c.status == CheckStatus::Fail)
             .map(|c| format!("{}: {}", c.name, c.measured))
             .collect(),
         requests: p.probe.requests,

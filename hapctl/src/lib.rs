@@ -15,6 +15,7 @@ pub mod fsutil;
 pub mod haproxy;
 pub mod http;
 pub mod legacy;
+pub mod locks;
 pub mod logs;
 pub mod model;
 pub mod process;

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::haproxy::{has_configuration, Layout, MasterCommand};
+use crate::haproxy::{has_configuration, MasterCommand, MasterLayout};
 use crate::render::FileId;
 use crate::settings::{Mode, Settings};
 
@@ -44,8 +44,8 @@ pub fn check(settings: &Settings, new: &Snapshot, master_pid: i32) -> Result<(),
         .collect();
     let refs: Vec<(&Path, bool)> = ours.iter().map(|(p, c)| (p.as_path(), *c)).collect();
     match running.layout(&refs) {
-        Layout::Fits => Ok(()),
-        Layout::Differs { missing, foreign } => Err(LayoutMismatch(Box::new(Mismatch {
+        MasterLayout::Fits => Ok(()),
+        MasterLayout::Differs { missing, foreign } => Err(LayoutMismatch(Box::new(Mismatch {
             running,
             ours: ours.into_iter().map(|(p, _)| p).collect(),
             missing,

@@ -10,8 +10,10 @@
 mod diff;
 mod layout;
 mod memo;
+mod path;
 mod pending;
 mod recovery;
+mod reload;
 mod report;
 mod runtime_maps;
 mod runtime_plan;
@@ -19,19 +21,17 @@ mod runtime_push;
 mod snapshot;
 
 use std::cell::RefCell;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::blocks::{Blocks, WorkerMap};
 use crate::clock::unix_now;
 use crate::fault;
-use crate::fsutil::{self, LockFile};
-use crate::haproxy::{
-    CliSocket, Master, ReloadError, ReloadKind, ReloadReason, Validator, Verdict,
-};
-use crate::model::{EdgeState, Placement};
-use crate::render::{self, FileId, RenderError, Templates};
+use crate::fsutil;
+use crate::haproxy::{CliSocket, Master, Validator};
+use crate::locks::ApplyLock;
+use crate::model::EdgeState;
+use crate::render::{self, RenderError, Templates};
 use crate::settings::Settings;
 use crate::store::{Store, StoreError, Tx};
 use crate::tls::Certs;
@@ -40,11 +40,11 @@ pub use diff::unified as diff_files;
 pub use layout::LayoutMismatch;
 pub use memo::RenderMemo;
 use memo::Role;
+use path::ApplyPath;
 pub use pending::{PendingCheck, RuntimeCheck};
-use recovery::Phase;
-use report::{reason_for_files, record, Progress};
-pub use report::{ApplyReport, Outcome, Step};
-use runtime_push::RuntimeOutcome;
+use reload::ReloadFrom;
+use report::{record, Progress};
+pub use report::{ApplyOutcome, ApplyReport, Step};
 pub use snapshot::{KnownGood, Snapshot};
 
 /// How long an apply waits for another one to finish.
@@ -90,6 +90,38 @@ pub struct Applier<'a> {
     master: Master,
     /// Renders kept from earlier applies by a long-lived caller (the daemon).
     memo: Option<&'a RefCell<RenderMemo>>,
+}
+
+/// What `converge` returns: the account, and on success the set now loaded (none when
+/// nothing changed).
+type Converged = (ApplyReport, Option<Loaded>);
+
+/// One apply under way: its transaction, the state and files it makes live, its account.
+struct Attempt<'t> {
+    tx: &'t Tx<'t>,
+    blocks: &'t Blocks<'t>,
+    /// The new desired state, with its slot placement.
+    state: EdgeState,
+    /// The files `state` renders.
+    new: Arc<Snapshot>,
+    /// The files on disk before this apply.
+    live: Snapshot,
+    p: Progress,
+}
+
+impl Attempt<'_> {
+    fn diff_step(&mut self, applier: &Applier) {
+        self.p.diff = applier.diff(&self.live, &self.new);
+        self.p.step("diff");
+    }
+}
+
+/// How a runtime executor ended.
+enum Ran {
+    /// In effect: the sentence for the report, and the set now loaded.
+    Applied(String, Loaded),
+    /// The reload path takes the change over.
+    Reload(ReloadFrom),
 }
 
 /// The set a successful apply left live.
@@ -150,9 +182,9 @@ impl<'a> Applier<'a> {
         trigger: &str,
         change: impl FnOnce(&Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), ApplyError> {
-        // Before the apply lock: the certificate path takes the apply lock under its own.
+        // The certificates' lock comes before the apply lock (see `crate::locks`).
         Certs::new(self.settings).ensure_files(store)?;
-        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
+        let _lock = ApplyLock::acquire(&self.settings.paths, LOCK_TIMEOUT)?;
         if let Some(report) = self.recover()? {
             store.record_apply_diff(
                 &record(&report, "recovery of an interrupted apply"),
@@ -188,7 +220,7 @@ impl<'a> Applier<'a> {
         } else {
             drop(tx);
             // After a failed rollback the marker stays, so the next command retries the recovery.
-            if report.outcome != Outcome::RollbackFailed {
+            if report.outcome != ApplyOutcome::RollbackFailed {
                 self.clear_marker()?;
             }
             store.record_apply_diff(&record(&report, trigger), &report.diff)?;
@@ -206,251 +238,69 @@ impl<'a> Applier<'a> {
         blocks: &Blocks,
         stale_worker: bool,
         before: &EdgeState,
-    ) -> Result<(ApplyReport, Option<Loaded>), ApplyError> {
+    ) -> Result<Converged, ApplyError> {
         let mut p = Progress::new();
         let mut state = tx.load_state()?;
-        // Added domains take free slots in `state` here; saved below if the plan is used.
+        // Added domains take free slots in `state` here; saved if the path uses the plan.
         let plan = runtime_plan::plan(before, &mut state);
-        let mut new = self.render(&state, Role::New)?;
+        let new = self.render(&state, Role::New)?;
         p.step("render");
         let paths = &self.settings.paths;
         let live = Snapshot::read_live(paths).map_err(io_context("cannot read the live files"))?;
         p.changed = new.differing(&live);
-
-        if p.changed.is_empty() && !stale_worker {
-            let message = "the live files already match the desired state".into();
-            return Ok((p.report(Outcome::Unchanged, message, vec![]), None));
-        }
         // One question to the master for the decisions before the first write (a running
         // worker to change, the files it loads): each costs a round trip on its socket.
-        let procs = self.master.show_proc().ok();
-        // Maps alone (policies, suspensions, limits, profiles, WAF) reach the worker through
-        // the runtime API; so do the servers and routes of a runtime plan. Neither needs a
-        // rollback target unless it falls back to a reload, nor the check of a runtime change
-        // before it: back-to-back runtime changes do not each wait for the previous one's
-        // `haproxy -c`, which the background check covers.
-        let maps_only = !stale_worker
-            && procs.is_some()
-            && p.changed.iter().all(|id| FileId::RUNTIME_MAPS.contains(id));
-        let runtime_path = !stale_worker && (plan.is_ok() || maps_only);
+        let mut procs = None;
+        let path = ApplyPath::choose(&p.changed, stale_worker, plan, || {
+            procs = self.master.show_proc().ok();
+            procs.is_some()
+        });
+        if path == ApplyPath::Unchanged {
+            let message = "the live files already match the desired state".into();
+            return Ok((p.report(ApplyOutcome::Unchanged, message, vec![]), None));
+        }
+        let mut a = Attempt {
+            tx,
+            blocks,
+            state,
+            new,
+            live,
+            p,
+        };
         // The history's diff (10-15 ms at 10,000 domains): a runtime change is in effect first.
-        if !runtime_path {
-            self.diff_step(&live, &new, &mut p);
+        if !path.is_runtime() {
+            a.diff_step(self);
         }
         // Before the first write: a master that loads other files cannot take this set.
         if let Some(procs) = &procs {
-            layout::check(self.settings, &new, procs.master.pid)?;
+            layout::check(self.settings, &a.new, procs.master.pid)?;
         }
-
         // Without a validator nothing can be trusted: stop before the first write.
         if let Err(reason) = self.validator.available() {
             let message = format!(
                 "haproxy -c cannot run ({reason}); nothing was written. Install haproxy or fix [haproxy] binary"
             );
-            if runtime_path {
-                self.diff_step(&live, &new, &mut p);
+            if path.is_runtime() {
+                a.diff_step(self);
             }
-            return Ok((
-                p.report(Outcome::ValidatorUnavailable, message, vec![]),
-                None,
-            ));
+            let report =
+                a.p.report(ApplyOutcome::ValidatorUnavailable, message, vec![]);
+            return Ok((report, None));
         }
-
         fault::point("before-snapshot");
-        // A runtime change reads no rollback target (1.5 MB at 10,000 domains) unless it falls
-        // back.
-        let mut target = None;
-        if !runtime_path {
-            target = Some(self.reload_path_target(&live, false, &mut p)?);
-        }
-
-        let (mut runtime_failure, mut why_not) = (None, None);
-        if maps_only {
-            let pushed = self.runtime_maps(&new, &live, &mut p)?;
-            self.diff_step(&live, &new, &mut p);
-            match pushed {
-                Ok(message) => {
-                    // Valid by construction; with an unchecked runtime change under it, the
-                    // set becomes known-good with that change's check.
-                    let loaded = if self.runtime_check_pending() {
-                        Loaded::Unchecked
-                    } else {
-                        Loaded::Checked(new)
-                    };
-                    return Ok((p.report(Outcome::Applied, message, vec![]), Some(loaded)));
-                }
-                Err(failure) => {
-                    target = Some(self.reload_path_target(&live, true, &mut p)?);
-                    runtime_failure = Some(failure);
-                }
-            }
-        } else if !stale_worker {
-            if plan.is_ok() {
-                tx.save_placement(&state.placement)?;
-            }
-            let outcome = match (runtime_push::usable(plan, &p.changed), &procs) {
-                (Err(why), _) => RuntimeOutcome::Reload {
-                    why: Some(why),
-                    failure: None,
-                },
-                (Ok(plan), Some(_)) => {
-                    self.runtime_change(plan, before, &state, &new, &live, &mut p)?
-                }
-                // No worker to change: the files wait for HAProxy's start.
-                (Ok(_), None) => RuntimeOutcome::Reload {
-                    why: None,
-                    failure: None,
-                },
-            };
-            if runtime_path {
-                self.diff_step(&live, &new, &mut p);
-            }
-            match outcome {
-                RuntimeOutcome::Applied(message) => {
-                    return Ok((
-                        p.report(Outcome::Applied, message, vec![]),
-                        Some(Loaded::Unchecked),
-                    ))
-                }
-                RuntimeOutcome::Reload { why, failure } => {
-                    if runtime_path {
-                        target = Some(self.reload_path_target(&live, failure.is_some(), &mut p)?);
-                    }
-                    (runtime_failure, why_not) = (failure, why);
-                }
-            }
-        }
-
-        // A domain change only a reload loads: slotted domains move back to their own
-        // backends, and the spare slots are sized for the domains there are now. (Other
-        // reloads keep the placement: a recovery loads exactly the committed set.)
-        let fresh = Placement::sized_for(&state);
-        let domain_change = matches!(
-            why_not,
-            Some(runtime_plan::NotRuntime::Reload(_) | runtime_plan::NotRuntime::Capacity(_))
-        );
-        if domain_change && fresh != state.placement {
-            state.placement = fresh;
-            tx.save_placement(&state.placement)?;
-            new = self.render(&state, Role::New)?;
-            p.changed = new.differing(&live);
-            p.diff = self.diff(&live, &new);
-            p.step("placement");
-        }
-
-        let target = match target {
-            Some(target) => target,
-            None => self.reload_path_target(&live, false, &mut p)?,
+        let ran = match path {
+            ApplyPath::Unchanged => unreachable!("returned above"),
+            ApplyPath::Maps => self.maps_path(&mut a)?,
+            ApplyPath::Runtime(plan) => self.runtime_path(plan, before, &mut a)?,
+            ApplyPath::Reload { why, placed } => self.reload_from_start(why, placed, &mut a)?,
         };
-        // A runtime change that failed may have changed the worker part way (a server added,
-        // a route moved): if its fallback is refused, the known-good set is reloaded, so the
-        // worker serves what the files say again instead of keeping those parts.
-        let reload_back = runtime_failure.is_some() && self.master.show_proc().is_ok();
-        let refused = |p: &mut Progress| {
-            if reload_back {
-                p.reload(ReloadReason::new(
-                    ReloadKind::Rollback,
-                    "the runtime change failed and its fallback was refused: the known-good set is reloaded so the worker drops what the runtime change had done",
-                ));
-            }
-            reload_back
-        };
-        self.write_marker(Phase::Writing)?;
-        let written = new.write_live(paths, &live, |n| {
-            if n > 0 {
-                fault::point(&format!("write:{n}"));
-            }
-        });
-        if let Err(e) = written {
-            let (outcome, restored) = self.restore(&target, refused(&mut p), Outcome::Rejected);
-            let message = format!("writing the new files failed ({e}); {restored}");
-            return Ok((p.report(outcome, message, vec![]), None));
+        match ran {
+            Ran::Applied(message, loaded) => Ok((
+                a.p.report(ApplyOutcome::Applied, message, vec![]),
+                Some(loaded),
+            )),
+            Ran::Reload(from) => self.reload_path(a, from),
         }
-        fault::point("after-write");
-        p.step("write");
-
-        p.checks += 1;
-        let config_paths = new.config_paths(paths);
-        let verdict = self.validator.check(
-            &config_paths
-                .iter()
-                .map(PathBuf::as_path)
-                .collect::<Vec<_>>(),
-        );
-        p.step("check");
-        let (failure, messages) = match verdict {
-            Verdict::Valid => (None, vec![]),
-            Verdict::Invalid { messages } => (
-                Some((
-                    Outcome::Rejected,
-                    "HAProxy rejected the new configuration".to_string(),
-                )),
-                messages,
-            ),
-            Verdict::Unavailable { reason } => (
-                Some((
-                    Outcome::ValidatorUnavailable,
-                    format!("haproxy -c could not run ({reason})"),
-                )),
-                vec![],
-            ),
-        };
-        if let Some((outcome, what)) = failure {
-            let (outcome, restored) = self.restore(&target, refused(&mut p), outcome);
-            return Ok((
-                p.report(outcome, format!("{what}; {restored}"), messages),
-                None,
-            ));
-        }
-
-        let running = self.master.show_proc().is_ok();
-        if running {
-            fault::point("before-reload");
-            self.write_marker(Phase::Reloading)?;
-            p.reload(reason_for_files(
-                &p.changed,
-                runtime_failure.as_deref(),
-                why_not.as_ref(),
-            ));
-            let map_before = blocks.file_now();
-            let reload = self.master.reload(self.settings.haproxy.reload_timeout);
-            p.step("reload");
-            if let Err(e) = reload {
-                p.reload(ReloadReason::new(
-                    ReloadKind::Rollback,
-                    format!("the reload of the new set failed ({e})"),
-                ));
-                let (outcome, restored) =
-                    self.restore(&target, true, Outcome::ReloadFailedRolledBack);
-                let message = format!("the reload failed ({e}); {restored}");
-                return Ok((p.report(outcome, message, reload_messages(&e)), None));
-            }
-            fault::point("after-reload");
-            // A block that landed while the new worker read its files may be missing there.
-            blocks.after_reload(|| tx.block_keys(unix_now()), &map_before)?;
-        }
-
-        fault::point("before-commit");
-        let changed: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
-        let message = if running && changed.is_empty() {
-            "the files were already hapctl's, but the running HAProxy had not loaded them (its worker had no blocked map): checked and reloaded".into()
-        } else if running {
-            format!("{} changed, HAProxy reloaded", changed.join(", "))
-        } else {
-            format!(
-                "{} changed; HAProxy is not running, it will load this set when it starts",
-                changed.join(", ")
-            )
-        };
-        Ok((
-            p.report(Outcome::Applied, message, vec![]),
-            Some(Loaded::Checked(new)),
-        ))
-    }
-
-    fn diff_step(&self, live: &Snapshot, new: &Snapshot, p: &mut Progress) {
-        p.diff = self.diff(live, new);
-        p.step("diff");
     }
 
     /// The diff an apply keeps in its history: every file that differs, bounded.
@@ -465,12 +315,5 @@ impl<'a> Applier<'a> {
             labels,
             diff::HISTORY_LIMIT,
         )
-    }
-}
-
-fn reload_messages(e: &ReloadError) -> Vec<String> {
-    match e {
-        ReloadError::Failed { messages } => messages.clone(),
-        _ => vec![],
     }
 }

@@ -3,10 +3,11 @@
 //! command, and before the next apply (so that apply's rollback target carries it). A failure
 //! is a defect (the typed model rendered something HAProxy refuses): an alarm, never promoted.
 
-use crate::fsutil::{self, LockFile};
-use crate::haproxy::Verdict;
+use crate::fsutil;
+use crate::haproxy::ConfigVerdict;
 
 use super::{io_context, Applier, ApplyError, KnownGood, Snapshot, LOCK_TIMEOUT};
+use crate::locks::ApplyLock;
 
 /// Where the live set stands between a runtime change and its check.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -56,7 +57,7 @@ impl Applier<'_> {
         if !self.unchecked_marker().exists() {
             return Ok(PendingCheck::Nothing);
         }
-        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_TIMEOUT)?;
+        let _lock = ApplyLock::acquire(&self.settings.paths, LOCK_TIMEOUT)?;
         self.check_pending(give_way)
     }
 
@@ -75,11 +76,11 @@ impl Applier<'_> {
         let files: Vec<&std::path::Path> = files.iter().map(|p| p.as_path()).collect();
         let verdict = self.validator.check_unless(&files, give_way);
         let result = match verdict {
-            Verdict::Valid => {
+            ConfigVerdict::Valid => {
                 self.promote(&live)?;
                 PendingCheck::Promoted
             }
-            Verdict::Invalid { messages } => {
+            ConfigVerdict::Invalid { messages } => {
                 tracing::error!(
                     "DEFECT: HAProxy refuses the set hapctl changed at runtime; it is not promoted to known-good: {}",
                     messages.join(" | ")
@@ -92,9 +93,9 @@ impl Applier<'_> {
                 .map_err(io_context("cannot write the check-failed alarm"))?;
                 PendingCheck::Refused(messages)
             }
-            Verdict::Unavailable { .. } if give_way() => return Ok(PendingCheck::GaveWay),
+            ConfigVerdict::Unavailable { .. } if give_way() => return Ok(PendingCheck::GaveWay),
             // Not a verdict on the set: it stays pending, checked again next time.
-            Verdict::Unavailable { reason } => {
+            ConfigVerdict::Unavailable { reason } => {
                 tracing::warn!(
                     "the pending check of the runtime-changed set could not run: {reason}"
                 );

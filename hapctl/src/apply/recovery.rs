@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use crate::fsutil;
-use crate::haproxy::{ReloadKind, ReloadReason, Supervisor, Verdict};
+use crate::haproxy::{ConfigVerdict, ReloadKind, ReloadReason, Supervisor};
 use crate::render::FileId;
 
 use super::report::Progress;
-use super::{io_context, Applier, ApplyError, ApplyReport, KnownGood, Outcome, Snapshot};
+use super::{io_context, Applier, ApplyError, ApplyOutcome, ApplyReport, KnownGood, Snapshot};
 
 /// What the apply marker says about the apply that wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Applier<'_> {
                 .validator
                 .check(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>());
             match verdict {
-                Verdict::Valid => true,
+                ConfigVerdict::Valid => true,
                 other => {
                     tracing::warn!(?other, "the live set is not valid and there is no known-good snapshot: a failed apply will put the same live files back");
                     false
@@ -94,8 +94,8 @@ impl Applier<'_> {
         &self,
         target: &Snapshot,
         reload_back: bool,
-        on_success: Outcome,
-    ) -> (Outcome, String) {
+        on_success: ApplyOutcome,
+    ) -> (ApplyOutcome, String) {
         let paths = &self.settings.paths;
         let result = Snapshot::read_live(paths)
             .and_then(|current| target.write_live(paths, &current, |_| {}))
@@ -115,7 +115,7 @@ impl Applier<'_> {
             Ok(()) => (on_success, "the previous files were restored; nothing was reloaded".into()),
             Err(message) => {
                 tracing::error!("{message}");
-                (Outcome::RollbackFailed, message)
+                (ApplyOutcome::RollbackFailed, message)
             }
         }
     }
@@ -158,16 +158,16 @@ impl Applier<'_> {
                         "an apply was killed while HAProxy was reloading its files",
                     ));
                 }
-                let (outcome, message) = self.restore(&snapshot, reload_back, Outcome::Recovered);
+                let (outcome, message) = self.restore(&snapshot, reload_back, ApplyOutcome::Recovered);
                 p.report(outcome, format!("an earlier apply was interrupted; {message}"), vec![])
             }
             None => p.report(
-                Outcome::Recovered,
+                ApplyOutcome::Recovered,
                 "an earlier apply was interrupted on a host without a known-good snapshot; nothing to restore".into(),
                 vec![],
             ),
         };
-        if report.outcome != Outcome::RollbackFailed {
+        if report.outcome != ApplyOutcome::RollbackFailed {
             self.clear_marker()?;
         }
         Ok(Some(report))

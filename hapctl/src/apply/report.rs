@@ -14,7 +14,7 @@ use super::runtime_plan::NotRuntime;
 /// What an apply did. Only `Applied` and `Unchanged` leave the desired-state change committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
+pub enum ApplyOutcome {
     /// The new set validated, loaded, and is the known-good set now.
     Applied,
     /// The rendered set equals the live one: nothing ran.
@@ -32,31 +32,31 @@ pub enum Outcome {
     Recovered,
 }
 
-impl Outcome {
+impl ApplyOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Applied => "applied",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Rejected => "rejected",
-            Outcome::ValidatorUnavailable => "validator-unavailable",
-            Outcome::ReloadFailedRolledBack => "reload-failed-rolled-back",
-            Outcome::RollbackFailed => "rollback-failed",
-            Outcome::Recovered => "recovered",
+            ApplyOutcome::Applied => "applied",
+            ApplyOutcome::Unchanged => "unchanged",
+            ApplyOutcome::Rejected => "rejected",
+            ApplyOutcome::ValidatorUnavailable => "validator-unavailable",
+            ApplyOutcome::ReloadFailedRolledBack => "reload-failed-rolled-back",
+            ApplyOutcome::RollbackFailed => "rollback-failed",
+            ApplyOutcome::Recovered => "recovered",
         }
     }
 
     pub fn is_success(self) -> bool {
-        matches!(self, Outcome::Applied | Outcome::Unchanged)
+        matches!(self, ApplyOutcome::Applied | ApplyOutcome::Unchanged)
     }
 
     /// Process exit code for this outcome (documented in `hapctl --help`).
     pub fn exit_code(self) -> i32 {
         match self {
-            Outcome::Applied | Outcome::Unchanged | Outcome::Recovered => 0,
-            Outcome::Rejected => 3,
-            Outcome::ValidatorUnavailable => 4,
-            Outcome::ReloadFailedRolledBack => 5,
-            Outcome::RollbackFailed => 6,
+            ApplyOutcome::Applied | ApplyOutcome::Unchanged | ApplyOutcome::Recovered => 0,
+            ApplyOutcome::Rejected => 3,
+            ApplyOutcome::ValidatorUnavailable => 4,
+            ApplyOutcome::ReloadFailedRolledBack => 5,
+            ApplyOutcome::RollbackFailed => 6,
         }
     }
 }
@@ -64,7 +64,7 @@ impl Outcome {
 /// The full account of one apply.
 #[derive(Debug, Clone, Serialize)]
 pub struct ApplyReport {
-    pub outcome: Outcome,
+    pub outcome: ApplyOutcome,
     /// One sentence for people.
     pub message: String,
     /// HAProxy's own lines (ALERTs with file and line) when it refused something.
@@ -144,7 +144,7 @@ impl Progress {
 
     pub(super) fn report(
         self,
-        outcome: Outcome,
+        outcome: ApplyOutcome,
         message: String,
         haproxy_messages: Vec<String>,
     ) -> ApplyReport {

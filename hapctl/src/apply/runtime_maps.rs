@@ -8,32 +8,44 @@ use crate::fault;
 use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap};
 use crate::render::FileId;
 
-use super::report::Progress;
-use super::{pending, Applier, ApplyError, Snapshot};
+use super::reload::ReloadFrom;
+use super::{pending, Applier, ApplyError, Attempt, Loaded, Ran, Snapshot};
 
 impl Applier<'_> {
-    /// Writes `new`'s changed maps and pushes them into the worker. The inner error is the
-    /// runtime failure that sends the apply to the reload path (the files stay written).
-    pub(super) fn runtime_maps(
-        &self,
-        new: &Snapshot,
-        live: &Snapshot,
-        p: &mut Progress,
-    ) -> Result<Result<String, String>, ApplyError> {
-        self.write_runtime_files(new, live, "cannot write the changed maps")?;
+    /// The executor of [`super::ApplyPath::Maps`]: writes the changed maps and pushes them
+    /// into the worker; if the worker refuses, the reload path takes over, with the files it
+    /// wrote put back first.
+    pub(super) fn maps_path(&self, a: &mut Attempt) -> Result<Ran, ApplyError> {
+        self.write_runtime_files(&a.new, &a.live, "cannot write the changed maps")?;
         fault::point("runtime-maps:after-write");
-        match self.push_maps(new, &p.changed) {
+        let pushed = self.push_maps(&a.new, &a.p.changed);
+        if pushed.is_ok() {
+            a.p.step("runtime");
+        }
+        a.diff_step(self);
+        match pushed {
             Ok(()) => {
-                p.step("runtime");
-                let names: Vec<&str> = p.changed.iter().map(|id| id.name()).collect();
-                Ok(Ok(format!(
+                let names: Vec<&str> = a.p.changed.iter().map(|id| id.name()).collect();
+                let message = format!(
                     "{} changed through the runtime API (read back), no reload",
                     names.join(", ")
-                )))
+                );
+                // Valid by construction; with an unchecked runtime change under it, the set
+                // becomes known-good with that change's check.
+                let loaded = if self.runtime_check_pending() {
+                    Loaded::Unchecked
+                } else {
+                    Loaded::Checked(a.new.clone())
+                };
+                Ok(Ran::Applied(message, loaded))
             }
             Err(e) => {
                 tracing::warn!("runtime map change failed ({e}); checking and reloading instead");
-                Ok(Err(e.to_string()))
+                Ok(Ran::Reload(ReloadFrom {
+                    target: self.reload_path_target(&a.live, true, &mut a.p)?,
+                    why_not: None,
+                    runtime_failure: Some(e.to_string()),
+                }))
             }
         }
     }

@@ -119,8 +119,25 @@ const DEFAULT_WEIGHT: u16 = 1;
 /// free slots of `new.placement`, which the caller saves with the change.
 pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRuntime> {
     let diff = DomainDiff::of(&old.domains, &new.domains);
-    // Everything but the servers of the domains both have must be equal. Compared field by
-    // field, without copying the states (tens of ms at 10,000 domains).
+    only_servers_and_domains_differ(old, new, &diff)?;
+    let mut plan = RuntimePlan::default();
+    plan.change_servers(&old.placement, &diff.changed)?;
+    plan.add_domains(&mut new.placement, &diff.added)?;
+    plan.remove_domains(&old.placement, &diff.removed)?;
+    if plan.len() == 0 {
+        return Err(NotRuntime::Unchanged);
+    }
+    Ok(plan)
+}
+
+/// Everything but the servers of the domains both have, and the domains added or removed,
+/// must be equal; else why not.
+fn only_servers_and_domains_differ(
+    old: &EdgeState,
+    new: &EdgeState,
+    diff: &DomainDiff,
+) -> Result<(), NotRuntime> {
+    // Compared field by field, without copying the states (tens of ms at 10,000 domains).
     let others_equal = others_equal(old, new);
     let mut placement = old.placement.clone();
     for (domain, _) in &diff.removed {
@@ -130,95 +147,115 @@ pub fn plan(old: &EdgeState, new: &mut EdgeState) -> Result<RuntimePlan, NotRunt
     let shapes_equal = diff.changed.iter().all(|(_, before, after)| {
         before.profile() == after.profile() && before.sse_routing() == after.sse_routing()
     });
-    let domains_equal = diff.is_empty();
-    if !(others_equal && placement_equal && shapes_equal) {
-        return Err(match (domains_equal, others_equal, placement_equal) {
-            (true, true, false) => NotRuntime::Reload(
-                "the placement changed: slotted domains move to backends of their own (compaction)"
-                    .into(),
-            ),
-            (true, _, true) => NotRuntime::Unchanged,
-            _ => NotRuntime::Reload(
-                "domains changed beyond their servers (profile, SSE routing) or with other settings"
-                    .into(),
-            ),
-        });
+    if others_equal && placement_equal && shapes_equal {
+        return Ok(());
     }
-    let mut plan = RuntimePlan::default();
-    for (domain, before, after) in &diff.changed {
-        if before.servers() == after.servers() {
-            continue;
-        }
-        plan.domains.push((*domain).clone());
-        let name = |s: &Server| old.placement.server_name(domain, &s.name);
-        for backend in backends_of(&old.placement, domain, after) {
-            plan.servers.extend(backend_ops(
-                &backend,
-                &name,
-                before.servers(),
-                after.servers(),
-            )?);
-        }
-    }
-    for (domain, backend) in &diff.added {
-        let kind = slot_kind(domain, backend)?;
-        if new.placement.capacity(kind) == 0 {
-            return Err(NotRuntime::Reload(format!(
-                "{domain} is the first {} domain: there is no slot backend of that kind yet",
-                kind.as_str()
-            )));
-        }
-        let Some(slot) = new.placement.place(domain, kind) else {
-            return Err(NotRuntime::Capacity(format!(
-                "no free slot_{}_* backend for {domain} ({} of {} in use)",
-                kind.as_str(),
-                new.placement.capacity(kind),
-                new.placement.capacity(kind)
-            )));
-        };
-        plan.domains.push((*domain).clone());
-        for into in backends_of(&new.placement, domain, backend) {
-            for s in backend.servers() {
-                plan.servers.push(ServerOp::Add {
-                    backend: into.clone(),
-                    name: new.placement.server_name(domain, &s.name),
-                    server: s.clone(),
-                });
+    Err(match (diff.is_empty(), others_equal, placement_equal) {
+        (true, true, false) => NotRuntime::Reload(
+            "the placement changed: slotted domains move to backends of their own (compaction)"
+                .into(),
+        ),
+        (true, _, true) => NotRuntime::Unchanged,
+        _ => NotRuntime::Reload(
+            "domains changed beyond their servers (profile, SSE routing) or with other settings"
+                .into(),
+        ),
+    })
+}
+
+impl RuntimePlan {
+    /// The server operations of the domains both states have, where they are.
+    fn change_servers(
+        &mut self,
+        placement: &Placement,
+        changed: &[(&Domain, &Backend, &Backend)],
+    ) -> Result<(), NotRuntime> {
+        for (domain, before, after) in changed {
+            if before.servers() == after.servers() {
+                continue;
+            }
+            self.domains.push((*domain).clone());
+            let name = |s: &Server| placement.server_name(domain, &s.name);
+            for backend in backends_of(placement, domain, after) {
+                let ops = backend_ops(&backend, &name, before.servers(), after.servers())?;
+                self.servers.extend(ops);
             }
         }
-        plan.routes.push(RouteOp::Add {
-            domain: (*domain).clone(),
-            backend: slot.backend_name(),
-        });
+        Ok(())
     }
-    for (domain, backend) in &diff.removed {
-        if domain.is_wildcard() {
-            return Err(NotRuntime::Reload(format!(
-                "{domain} is removed: a wildcard's route is a suffix map"
-            )));
-        }
-        plan.routes.push(RouteOp::Remove {
-            domain: (*domain).clone(),
-        });
-        if backend.sse_routing() && old.placement.slot_of(domain).is_none() {
-            plan.routes.push(RouteOp::RemoveTwin {
-                backend: domain.backend_name(),
+
+    /// Each added domain into a free slot of its kind: its servers, then its route.
+    fn add_domains(
+        &mut self,
+        placement: &mut Placement,
+        added: &[(&Domain, &Backend)],
+    ) -> Result<(), NotRuntime> {
+        for (domain, backend) in added {
+            let kind = slot_kind(domain, backend)?;
+            if placement.capacity(kind) == 0 {
+                return Err(NotRuntime::Reload(format!(
+                    "{domain} is the first {} domain: there is no slot backend of that kind yet",
+                    kind.as_str()
+                )));
+            }
+            let Some(slot) = placement.place(domain, kind) else {
+                return Err(NotRuntime::Capacity(format!(
+                    "no free slot_{}_* backend for {domain} ({} of {} in use)",
+                    kind.as_str(),
+                    placement.capacity(kind),
+                    placement.capacity(kind)
+                )));
+            };
+            self.domains.push((*domain).clone());
+            for into in backends_of(placement, domain, backend) {
+                for s in backend.servers() {
+                    self.servers.push(ServerOp::Add {
+                        backend: into.clone(),
+                        name: placement.server_name(domain, &s.name),
+                        server: s.clone(),
+                    });
+                }
+            }
+            self.routes.push(RouteOp::Add {
+                domain: (*domain).clone(),
+                backend: slot.backend_name(),
             });
         }
-        plan.domains.push((*domain).clone());
-        for from in backends_of(&old.placement, domain, backend) {
-            for s in backend.servers() {
-                plan.servers.push(ServerOp::Remove {
-                    backend: from.clone(),
-                    name: old.placement.server_name(domain, &s.name),
+        Ok(())
+    }
+
+    /// Each removed domain: its routes, then its servers (drained).
+    fn remove_domains(
+        &mut self,
+        placement: &Placement,
+        removed: &[(&Domain, &Backend)],
+    ) -> Result<(), NotRuntime> {
+        for (domain, backend) in removed {
+            if domain.is_wildcard() {
+                return Err(NotRuntime::Reload(format!(
+                    "{domain} is removed: a wildcard's route is a suffix map"
+                )));
+            }
+            self.routes.push(RouteOp::Remove {
+                domain: (*domain).clone(),
+            });
+            if backend.sse_routing() && placement.slot_of(domain).is_none() {
+                self.routes.push(RouteOp::RemoveTwin {
+                    backend: domain.backend_name(),
                 });
             }
+            self.domains.push((*domain).clone());
+            for from in backends_of(placement, domain, backend) {
+                for s in backend.servers() {
+                    self.servers.push(ServerOp::Remove {
+                        backend: from.clone(),
+                        name: placement.server_name(domain, &s.name),
+                    });
+                }
+            }
         }
+        Ok(())
     }
-    if plan.len() == 0 {
-        return Err(NotRuntime::Unchanged);
-    }
-    Ok(plan)
 }
 
 /// How two domain maps differ, found in one pass over both in key order: at 10,000 domains a

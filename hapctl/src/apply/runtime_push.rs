@@ -10,7 +10,10 @@ use crate::haproxy::{CliSocket, RuntimeError, RuntimeMap, RuntimeServers};
 use crate::model::{Domain, EdgeState, Server};
 use crate::render::FileId;
 
+use super::memo::Role;
+use super::reload::ReloadFrom;
 use super::runtime_plan::{backends_of, ip_of, NotRuntime, RouteOp, RuntimePlan, ServerOp};
+use super::{Applier, ApplyError, Attempt, Loaded, Ran};
 
 /// How long a removal waits for a draining server's last connection before leaving it
 /// draining (no new request) until its connections end or the next reload.
@@ -204,8 +207,8 @@ fn check_backend(
     Ok(())
 }
 
-/// How the apply goes on after [`super::Applier::runtime_change`].
-pub(super) enum RuntimeOutcome {
+/// How the runtime change ended.
+enum RuntimeOutcome {
     /// The worker took the plan (files written first, read back; no check, no reload).
     Applied(String),
     /// Check and reload instead; `why` is the recorded reason's detail (`None`: only the
@@ -230,21 +233,40 @@ pub(super) fn usable(
     }
 }
 
-impl super::Applier<'_> {
-    /// The runtime path for domains and servers: `plan` is [`usable`] and a worker runs.
-    pub(super) fn runtime_change(
+impl Applier<'_> {
+    /// The executor of [`super::ApplyPath::Runtime`]: saves the plan's placement, carries the
+    /// plan into the worker, or hands the change to the reload path (with the files it wrote
+    /// put back first).
+    pub(super) fn runtime_path(
         &self,
         plan: RuntimePlan,
         before: &EdgeState,
-        state: &EdgeState,
-        new: &super::Snapshot,
-        live: &super::Snapshot,
-        p: &mut super::Progress,
-    ) -> Result<RuntimeOutcome, super::ApplyError> {
+        a: &mut Attempt,
+    ) -> Result<Ran, ApplyError> {
+        a.tx.save_placement(&a.state.placement)?;
+        let outcome = self.runtime_change(plan, before, a)?;
+        a.diff_step(self);
+        match outcome {
+            RuntimeOutcome::Applied(message) => Ok(Ran::Applied(message, Loaded::Unchecked)),
+            RuntimeOutcome::Reload { why, failure } => Ok(Ran::Reload(ReloadFrom {
+                target: self.reload_path_target(&a.live, failure.is_some(), &mut a.p)?,
+                why_not: why,
+                runtime_failure: failure,
+            })),
+        }
+    }
+
+    /// The runtime change of domains and servers: `plan` is [`usable`] and a worker runs.
+    fn runtime_change(
+        &self,
+        plan: RuntimePlan,
+        before: &EdgeState,
+        a: &mut Attempt,
+    ) -> Result<RuntimeOutcome, ApplyError> {
         // The live files must be what the previous state renders with today's settings and
         // templates: then the new files differ from them by the plan alone.
-        let old = self.render(before, super::Role::Before)?;
-        if PLAN_FILES.iter().any(|id| old.get(*id) != live.get(*id)) {
+        let old = self.render(before, Role::Before)?;
+        if PLAN_FILES.iter().any(|id| old.get(*id) != a.live.get(*id)) {
             return Ok(RuntimeOutcome::Reload {
                 why: Some(NotRuntime::Reload(
                     "the live files are not what the previous state renders (settings or templates changed)"
@@ -253,14 +275,14 @@ impl super::Applier<'_> {
                 failure: None,
             });
         }
-        p.step("prepare");
-        self.write_runtime_files(new, live, "cannot write the changed files")?;
+        a.p.step("prepare");
+        self.write_runtime_files(&a.new, &a.live, "cannot write the changed files")?;
         crate::fault::point("runtime-servers:after-write");
-        p.step("write");
-        match push(self.settings, &plan, state) {
+        a.p.step("write");
+        match push(self.settings, &plan, &a.state) {
             Ok(pushed) => {
                 crate::fault::point("runtime-servers:after-push");
-                p.step("runtime");
+                a.p.step("runtime");
                 let mut message = format!(
                     "{} change(s) through the runtime API ({} server, {} route), read back, no check, no reload",
                     plan.len(),

@@ -56,7 +56,7 @@ pub(super) enum Step {
 }
 
 /// How a runtime change ended.
-pub(super) enum Outcome {
+pub(super) enum EnforceOutcome {
     Done(Enforcement, Option<String>),
     /// The worker's configuration has no delta map (it predates it): the change must go to
     /// the base map, files first.
@@ -82,9 +82,13 @@ impl Runtime<'_> {
     /// Runs `steps` on the current worker (again after each reload that raced with them).
     /// Called once the files are in place: a reload the master has not counted yet when it
     /// answers the check beside the steps reads the new files.
-    pub fn enforce(&self, steps: &[Step], before: Option<ProcList>) -> Result<Outcome, BlockError> {
+    pub fn enforce(
+        &self,
+        steps: &[Step],
+        before: Option<ProcList>,
+    ) -> Result<EnforceOutcome, BlockError> {
         let Some(mut seen) = before else {
-            return Ok(Outcome::Done(Enforcement::NotRunning, None));
+            return Ok(EnforceOutcome::Done(Enforcement::NotRunning, None));
         };
         let deadline = Instant::now() + self.settings.haproxy.reload_timeout;
         let supervisor = Supervisor::from_settings(self.settings);
@@ -103,14 +107,16 @@ impl Runtime<'_> {
                 Ok(()) => {}
                 // Reloading would not help: the files it would read do not declare the map.
                 Err(Failure::NotLoaded(why)) => {
-                    return Ok(Outcome::Done(Enforcement::NotLoaded, Some(why)))
+                    return Ok(EnforceOutcome::Done(Enforcement::NotLoaded, Some(why)))
                 }
-                Err(Failure::NoDeltaMap) => return Ok(Outcome::NoDeltaMap),
+                Err(Failure::NoDeltaMap) => return Ok(EnforceOutcome::NoDeltaMap),
                 // Killed meanwhile: the next master loads the files, already in place.
                 Err(Failure::Transient(_)) if gone() => {
-                    return Ok(Outcome::Done(Enforcement::NotRunning, None))
+                    return Ok(EnforceOutcome::Done(Enforcement::NotRunning, None))
                 }
-                Err(Failure::Transient(e) | Failure::Final(e)) => return Ok(Outcome::Failed(e)),
+                Err(Failure::Transient(e) | Failure::Final(e)) => {
+                    return Ok(EnforceOutcome::Failed(e))
+                }
             }
             first = false;
             match now {
@@ -119,7 +125,7 @@ impl Runtime<'_> {
                 {
                     seen = now
                 }
-                _ => return Ok(Outcome::Done(Enforcement::Runtime, None)),
+                _ => return Ok(EnforceOutcome::Done(Enforcement::Runtime, None)),
             }
         }
     }

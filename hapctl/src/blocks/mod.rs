@@ -35,7 +35,7 @@ mod files;
 mod plan;
 
 pub use cache::BlockCache;
-use enforce::{Outcome, Runtime, Step};
+use enforce::{EnforceOutcome, Runtime, Step};
 pub use files::MapsDigest;
 use files::{delta_keys, BlockFiles};
 use plan::{delta_steps, fold_steps, touched, whole_steps, Plan, Touched};
@@ -218,15 +218,7 @@ impl<'a> Blocks<'a> {
         let tx = store.begin_blocks()?;
         let (results, expired) = stage(&tx, changes)?;
         let touched = touched(cache, changes, &results, &expired);
-        let plan = if interrupted || !in_line {
-            Plan::Whole
-        } else if touched.gone.iter().any(|k| !cache.delta.contains(k))
-            || cache.delta.len() + touched.new.len() > DELTA_MAX
-        {
-            Plan::Fold
-        } else {
-            Plan::Delta
-        };
+        let plan = Plan::choose(interrupted || !in_line, &cache.delta, &touched);
         if touched.is_empty() && plan == Plan::Delta {
             tx.commit()?;
             self.clear_pending()?;
@@ -367,17 +359,19 @@ impl<'a> Blocks<'a> {
         before: Option<ProcList>,
     ) -> Result<(Enforcement, Option<String>), BlockError> {
         match runtime.enforce(steps, before.clone())? {
-            Outcome::Done(e, why) => Ok((e, why)),
-            Outcome::Failed(why) => runtime.reload_instead(why),
-            Outcome::NoDeltaMap => {
+            EnforceOutcome::Done(e, why) => Ok((e, why)),
+            EnforceOutcome::Failed(why) => runtime.reload_instead(why),
+            EnforceOutcome::NoDeltaMap => {
                 // The worker's configuration predates the delta map: what it would load at a
                 // reload is the base map alone, so every key goes there, files first.
                 let moved = std::mem::take(&mut cache.delta);
                 self.write_folded(cache, files)?;
                 match runtime.enforce(&fold_steps(cache, &moved, touched), before)? {
-                    Outcome::Done(e, why) => Ok((e, why)),
-                    Outcome::Failed(why) => runtime.reload_instead(why),
-                    Outcome::NoDeltaMap => unreachable!("a fold does not write to the delta map"),
+                    EnforceOutcome::Done(e, why) => Ok((e, why)),
+                    EnforceOutcome::Failed(why) => runtime.reload_instead(why),
+                    EnforceOutcome::NoDeltaMap => {
+                        unreachable!("a fold does not write to the delta map")
+                    }
                 }
             }
         }
@@ -475,16 +469,16 @@ impl<'a> Blocks<'a> {
             self.write_folded(&mut cache, &files)?;
         }
         let worker = match runtime.enforce(&whole_steps(&cache), runtime.procs())? {
-            Outcome::Done(Enforcement::NotRunning, _) => WorkerMap::NotRunning,
-            Outcome::Done(Enforcement::NotLoaded, why) => {
+            EnforceOutcome::Done(Enforcement::NotRunning, _) => WorkerMap::NotRunning,
+            EnforceOutcome::Done(Enforcement::NotLoaded, why) => {
                 tracing::info!(
                     "{}: the blocks reach HAProxy with the reload that loads hapctl's files",
                     why.unwrap_or_default()
                 );
                 WorkerMap::NotLoaded
             }
-            Outcome::Done(..) | Outcome::NoDeltaMap => WorkerMap::InLine,
-            Outcome::Failed(runtime) => {
+            EnforceOutcome::Done(..) | EnforceOutcome::NoDeltaMap => WorkerMap::InLine,
+            EnforceOutcome::Failed(runtime) => {
                 return Err(BlockError::NotEnforced {
                     path: files.base.display().to_string(),
                     runtime,

@@ -7,7 +7,7 @@ use crate::model::BlockKey;
 
 use super::cache::BlockCache;
 use super::enforce::{Step, Want, Which};
-use super::{BlockChange, ChangeResult};
+use super::{BlockChange, ChangeResult, DELTA_MAX};
 
 /// How a change reaches the files and the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +20,23 @@ pub(super) enum Plan {
     /// Both files and both runtime maps are rewritten whole: what the worker or the files hold
     /// is not known (a killed change, files written by someone else).
     Whole,
+}
+
+impl Plan {
+    /// The plan for `touched`: whole when the files or the worker are not known to hold
+    /// what the database says (`unknown`), a fold when the delta map cannot take the change
+    /// (a removal of a base key, or too many keys), else the delta alone.
+    pub(super) fn choose(unknown: bool, delta: &BTreeSet<BlockKey>, touched: &Touched) -> Plan {
+        if unknown {
+            Plan::Whole
+        } else if touched.gone.iter().any(|k| !delta.contains(k))
+            || delta.len() + touched.new.len() > DELTA_MAX
+        {
+            Plan::Fold
+        } else {
+            Plan::Delta
+        }
+    }
 }
 
 /// The keys a change added, removed and only refreshed (reason or expiry), net of each other.

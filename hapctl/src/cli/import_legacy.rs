@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use hapctl::legacy::{self, Current, HaproxyCheck, Item, LegacyError, Outcome, Plan, Status};
+use hapctl::legacy::{
+    self, Current, HaproxyCheck, ImportOutcome, Item, ItemStatus, LegacyError, Plan,
+};
 use hapctl::model::TextContext;
 
 use super::output::{print_json, rfc3339};
@@ -98,7 +100,7 @@ pub fn run(dir: &Path, args: ImportArgs) -> Result<u8, Failure> {
 fn dry_run_code(plan: &Plan) -> Result<u8, Failure> {
     match &plan.haproxy_check {
         Some(HaproxyCheck::Invalid { .. }) => Err(Failure {
-            code: hapctl::apply::Outcome::Rejected.exit_code() as u8,
+            code: hapctl::apply::ApplyOutcome::Rejected.exit_code() as u8,
             error: anyhow::anyhow!(
                 "the import would be refused: HAProxy refuses the set for reasons no row explains"
             ),
@@ -107,10 +109,10 @@ fn dry_run_code(plan: &Plan) -> Result<u8, Failure> {
     }
 }
 
-fn mark(status: Status) -> &'static str {
+fn mark(status: ItemStatus) -> &'static str {
     match status {
-        Status::New => "+",
-        Status::Unchanged => "=",
+        ItemStatus::New => "+",
+        ItemStatus::Unchanged => "=",
     }
 }
 
@@ -118,7 +120,7 @@ fn section<T>(title: &str, items: &[Item<T>], line: impl Fn(&T) -> String) {
     if items.is_empty() {
         return;
     }
-    let new = items.iter().filter(|i| i.status == Status::New).count();
+    let new = items.iter().filter(|i| i.status == ItemStatus::New).count();
     println!(
         "{title}: {new} to import, {} already present",
         items.len() - new
@@ -203,7 +205,7 @@ fn print_checks(plan: &Plan) {
     }
 }
 
-fn print_outcome(o: &Outcome) {
+fn print_outcome(o: &ImportOutcome) {
     for c in &o.certificates {
         println!(
             "certificate {}: installed ({:?}, {} reload(s))",

@@ -1,10 +1,10 @@
 //! Everything the CLI prints: tables for people, JSON for machines.
 
-use hapctl::apply::{ApplyReport, Outcome};
+use hapctl::apply::{ApplyOutcome, ApplyReport};
 use hapctl::blocks::{BlockReport, Enforcement};
 use hapctl::deliver::{DeliveryReport, DeliveryStep, GenerationStatus};
 use hapctl::edge::{DryRun, EdgeStatus, Supervision};
-use hapctl::haproxy::Status;
+use hapctl::haproxy::HaproxyStatus;
 use hapctl::model::BlockKey;
 use hapctl::model::{Block, EdgeState};
 use hapctl::resolve::Resolution;
@@ -39,7 +39,7 @@ pub fn print_report(report: &ApplyReport, json: bool) -> u8 {
 /// `hapctl serve` answered with: `forward.rs`).
 #[derive(serde::Deserialize)]
 struct ReportText {
-    outcome: Outcome,
+    outcome: ApplyOutcome,
     message: String,
     haproxy_messages: Vec<String>,
     /// Milliseconds.
@@ -162,12 +162,12 @@ pub fn print_blocks(blocks: &[Block], json: bool) {
 
 pub use hapctl::tls::x509::rfc3339;
 
-pub fn print_haproxy_status(status: &Status, supervision: &Supervision, json: bool) {
+pub fn print_haproxy_status(status: &HaproxyStatus, supervision: &Supervision, json: bool) {
     if json {
         #[derive(serde::Serialize)]
         struct View<'a> {
             #[serde(flatten)]
-            status: &'a Status,
+            status: &'a HaproxyStatus,
             supervision: &'a Supervision,
         }
         print_json(&View {
@@ -180,7 +180,7 @@ pub fn print_haproxy_status(status: &Status, supervision: &Supervision, json: bo
     println!("{supervision}");
 }
 
-fn print_master(status: &Status) {
+fn print_master(status: &HaproxyStatus) {
     match (&status.master_pid, &status.procs) {
         (None, _) => println!("HAProxy: not running"),
         (Some(pid), None) => println!("HAProxy: master PID {pid}, master socket not answering"),

@@ -5,6 +5,7 @@
 //! the *previous* delivery — never the one it replaces, whose old HAProxy workers may still
 //! stream from it, and which is the instant way back.
 
+mod cutover;
 mod readiness;
 mod runner;
 
@@ -13,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::apply::{Applier, ApplyError, ApplyReport};
-use crate::clock::unix_now;
+use crate::apply::{ApplyError, ApplyReport};
 use crate::fsutil::{LockError, LockFile};
-use crate::model::{AppName, Generation, Port, Version};
+use crate::model::{AppName, Port, Version};
 use crate::render::Templates;
 use crate::settings::{AppSettings, PortPlan, Settings};
 use crate::store::{AppState, DeliveryRecord, Store, StoreError};
@@ -225,189 +225,6 @@ impl<'a> Deliveries<'a> {
             .run_dir
             .join(format!("deliver-{app}.lock"));
         Ok(LockFile::acquire(&path, DELIVERY_LOCK_TIMEOUT)?)
-    }
-
-    fn cutover(
-        &self,
-        store: &mut Store,
-        app_name: &AppName,
-        target: Option<&Version>,
-        kind: &'static str,
-        on_step: &mut dyn FnMut(&DeliveryStep),
-    ) -> Result<DeliveryReport, DeliverError> {
-        let app = self.app(app_name)?;
-        let _lock = self.lock(app_name)?;
-        let started_at_ms = crate::clock::unix_millis();
-        let now = Instant::now();
-        let mut steps = Steps {
-            started: now,
-            last: now,
-            steps: Vec::new(),
-            on_step,
-        };
-        let before = store.app_state(app_name)?;
-        let target = match target {
-            Some(t) => t.clone(),
-            None => before
-                .previous
-                .clone()
-                .ok_or_else(|| DeliverError::NoPrevious {
-                    app: app_name.to_string(),
-                    current: before
-                        .current
-                        .as_ref()
-                        .map_or("none".into(), Version::to_string),
-                })?,
-        };
-        let report = |steps: Steps, outcome, message: String, apply| DeliveryReport {
-            app: app_name.clone(),
-            kind,
-            from: before.current.clone(),
-            to: target.clone(),
-            outcome,
-            message,
-            total_ms: steps.started.elapsed().as_secs_f64() * 1000.0,
-            steps: steps.steps,
-            apply,
-        };
-        if before.current.as_ref() == Some(&target) {
-            let r = report(
-                steps,
-                DeliveryOutcome::AlreadyLive,
-                format!("{app_name} {target} is already live; nothing done"),
-                None,
-            );
-            return Ok(r);
-        }
-
-        let runner = Runner::new(self.settings, app);
-        let generation = Generation {
-            port: self.port_for(store, app, &before, &target)?,
-            version: target.clone(),
-        };
-        let started_here = if runner.is_running(&target) {
-            steps.done(
-                "start",
-                format!("{target} already runs on 127.0.0.1:{}", generation.port),
-            );
-            false
-        } else {
-            ensure_port_free(generation.port).map_err(|message| DeliverError::NoPort {
-                app: app_name.to_string(),
-                version: target.to_string(),
-                message,
-            })?;
-            runner.start(&generation)?;
-            steps.done(
-                "start",
-                format!("started {target} on 127.0.0.1:{}", generation.port),
-            );
-            true
-        };
-        // What this delivery started, it stops again when it fails.
-        let abandon = |runner: &Runner| {
-            if started_here {
-                if let Err(e) = runner.remove(app_name, &target) {
-                    tracing::error!(
-                        "could not stop {app_name} {target} after a failed delivery: {e}"
-                    );
-                }
-            }
-        };
-
-        let readiness = readiness::Readiness::of(app, &generation);
-        if let Err(why) = readiness.wait(|| runner.is_running(&target)) {
-            abandon(&runner);
-            let message =
-                format!(
-                "{app_name} {target} did not become ready: {why}; nothing changed{}. Its log: {}",
-                if started_here { ", the process was stopped" } else { "" },
-                runner.log_tail(&target)
-            );
-            steps.done("ready", why);
-            let r = report(steps, DeliveryOutcome::NotReady, message, None);
-            store.record_delivery(&record(&r, started_at_ms))?;
-            return Ok(r);
-        }
-        steps.done(
-            "ready",
-            format!(
-                "{} consecutive answers on {}",
-                app.readiness_successes, app.readiness_path
-            ),
-        );
-
-        let after = AppState {
-            current: Some(target.clone()),
-            previous: before.current.clone(),
-        };
-        let applier = Applier::new(self.settings, self.templates);
-        let trigger = format!("{kind} {app_name} {target}");
-        let applied = applier.apply(store, &trigger, |tx| {
-            tx.remember_generation(app_name, &generation, unix_now())?;
-            tx.set_app_state(app_name, &after, unix_now())?;
-            Ok(())
-        });
-        let apply = match applied {
-            Ok((apply, _)) => apply,
-            Err(e) => {
-                abandon(&runner);
-                return Err(e.into());
-            }
-        };
-        steps.done(
-            "apply",
-            format!("{}: {}", apply.outcome.as_str(), apply.message),
-        );
-        if !apply.outcome.is_success() {
-            abandon(&runner);
-            let message = format!(
-                "the cutover to {target} failed ({}); {} still serves",
-                apply.outcome.as_str(),
-                before
-                    .current
-                    .as_ref()
-                    .map_or("nothing".into(), Version::to_string)
-            );
-            let r = report(steps, DeliveryOutcome::ApplyFailed, message, Some(apply));
-            store.record_delivery(&record(&r, started_at_ms))?;
-            return Ok(r);
-        }
-
-        // The retention rule. A failure here does not undo the cutover: it is reported.
-        let mut notes = Vec::new();
-        match &before.previous {
-            Some(old) if old != &target && Some(old) != before.current.as_ref() => match runner
-                .remove(app_name, old)
-            {
-                Ok(()) => notes.push(format!("removed {old}, replaced by the previous delivery")),
-                Err(e) => notes.push(format!("could not remove {old}: {e}")),
-            },
-            _ => notes.push("nothing to remove".into()),
-        }
-        if let Some(replaced) = &before.current {
-            match runner.keep_not_at_boot(replaced) {
-                Ok(()) => notes.push(format!(
-                    "kept {replaced} running for the old workers and the way back"
-                )),
-                Err(e) => notes.push(format!("could not mark {replaced} as not-at-boot: {e}")),
-            }
-        }
-        if let Err(e) = runner.start_at_boot(&target) {
-            notes.push(format!("could not mark {target} as started at boot: {e}"));
-        }
-        steps.done("retire", notes.join("; "));
-
-        let message = format!(
-            "{app_name} {target} is live ({kind}); {}",
-            before
-                .current
-                .as_ref()
-                .map_or("first delivery".into(), |c| format!("{c} kept running"))
-        );
-        let r = report(steps, DeliveryOutcome::Delivered, message, Some(apply));
-        store.record_delivery(&record(&r, started_at_ms))?;
-        Ok(r)
     }
 
     /// The port `version` runs on: remembered, from the table, or allocated from the range.

@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 
 use crate::apply::{ApplyError, ApplyReport, Snapshot};
 use crate::fsutil;
-use crate::haproxy::{has_configuration, systemctl, Layout, MasterCommand, Validator, Verdict};
+use crate::haproxy::{
+    has_configuration, systemctl, ConfigVerdict, MasterCommand, MasterLayout, SupervisorError,
+    Validator,
+};
 use crate::render::{self, FileId};
 use crate::settings::{Mode, Settings};
 
@@ -65,7 +68,7 @@ impl Edge {
             .map(|(id, path)| (path.as_path(), new.get(*id).is_some_and(has_configuration)))
             .collect();
         match running.layout(&ours) {
-            Layout::Fits => {
+            MasterLayout::Fits => {
                 out.steps
                     .push("it loads hapctl's files: one checked reload, no restart".into());
                 if !dry_run {
@@ -73,11 +76,11 @@ impl Edge {
                 }
                 return Ok(out);
             }
-            Layout::Differs { foreign, .. } if !foreign.is_empty() => {
+            MasterLayout::Differs { foreign, .. } if !foreign.is_empty() => {
                 let list: Vec<String> = foreign.iter().map(|f| f.display().to_string()).collect();
                 return refuse(format!("{unit} also loads {}, which hapctl does not write: what they serve would stop. Move it into hapctl (`hapctl import-legacy`, `hapctl domain add`), take them off the unit's command line, then adopt again", list.join(", ")));
             }
-            Layout::Differs { missing, .. } => {
+            MasterLayout::Differs { missing, .. } => {
                 let list: Vec<String> = missing.iter().map(|f| f.display().to_string()).collect();
                 out.steps.push(format!(
                     "it does not load {}: the unit must change, and HAProxy restart once",
@@ -122,14 +125,16 @@ impl Edge {
             .filter(|f| f.exists())
             .collect();
         let verdict = Validator::from_settings(&self.settings).check(&present);
-        if !matches!(verdict, Verdict::Valid) {
+        if !matches!(verdict, ConfigVerdict::Valid) {
             for f in &created {
                 let _ = fsutil::remove_durable(f);
             }
             let why = match verdict {
-                Verdict::Invalid { messages } => messages.join(" | "),
-                Verdict::Unavailable { reason } => format!("haproxy -c could not run: {reason}"),
-                Verdict::Valid => unreachable!(),
+                ConfigVerdict::Invalid { messages } => messages.join(" | "),
+                ConfigVerdict::Unavailable { reason } => {
+                    format!("haproxy -c could not run: {reason}")
+                }
+                ConfigVerdict::Valid => unreachable!(),
             };
             return refuse(format!("HAProxy refuses the new command line on the files as they are now ({why}); nothing was changed: fix the files, then adopt again"));
         }
@@ -182,12 +187,13 @@ impl Edge {
         }
         fsutil::write_atomic(&drop_in, text.as_bytes(), 0o644)
             .map_err(io_err(format!("cannot write {}", drop_in.display())))?;
-        systemctl::daemon_reload(SYSTEMCTL_TIMEOUT)?;
+        systemctl::daemon_reload(SYSTEMCTL_TIMEOUT).map_err(SupervisorError::from)?;
         out.steps
             .push(format!("wrote {} and reloaded systemd", drop_in.display()));
 
         let restart = Instant::now();
-        systemctl::systemctl("restart", &[], unit, self.settings.haproxy.start_timeout)?;
+        systemctl::systemctl("restart", &[], unit, self.settings.haproxy.start_timeout)
+            .map_err(SupervisorError::from)?;
         let new_pid = wait_for_new_master(self, pid)?;
         out.restarted = true;
         out.steps.push(format!(

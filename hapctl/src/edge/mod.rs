@@ -8,7 +8,7 @@ use crate::apply::{Applier, ApplyError, ApplyReport, Snapshot};
 use crate::blocks::{BlockChange, BlockReport, Blocks};
 use crate::clock::unix_now;
 use crate::deliver::{DeliverError, Deliveries, DeliveryReport, DeliveryStep, GenerationStatus};
-use crate::haproxy::{Supervisor, Verdict};
+use crate::haproxy::{ConfigVerdict, Supervisor};
 use crate::model::{
     AppName, Backend, Block, BlockKey, Domain, EdgeState, Note, ProxyNet, ProxyPreset, Ttl, Version,
 };
@@ -534,9 +534,9 @@ impl Edge {
         );
 
         let (verdict, haproxy_messages) = match self.check_scratch(&state)?.verdict {
-            Verdict::Valid => ("valid", vec![]),
-            Verdict::Invalid { messages } => ("invalid", messages),
-            Verdict::Unavailable { reason } => ("validator-unavailable", vec![reason]),
+            ConfigVerdict::Valid => ("valid", vec![]),
+            ConfigVerdict::Invalid { messages } => ("invalid", messages),
+            ConfigVerdict::Unavailable { reason } => ("validator-unavailable", vec![reason]),
         };
         Ok(DryRun {
             diff,

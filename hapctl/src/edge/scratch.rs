@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use super::{io_err, Edge, EdgeError};
 use crate::apply::ApplyError;
 use crate::clock::unix_now;
-use crate::haproxy::{Validator, Verdict};
+use crate::haproxy::{ConfigVerdict, Validator};
 use crate::model::EdgeState;
 use crate::render::{self, FileId};
 
 /// What the check of a scratch copy found.
 pub struct ScratchCheck {
-    pub verdict: Verdict,
+    pub verdict: ConfigVerdict,
     /// The haproxy.cfg that was checked, and its path as HAProxy's messages name it (the
     /// folder is gone by now).
     pub config: String,

@@ -5,10 +5,10 @@ use serde::Serialize;
 
 use super::{CertView, Edge, EdgeError, Supervision};
 use crate::apply::RuntimeCheck;
-use crate::haproxy::{MigrateReq, Status as HaproxyStatus};
+use crate::haproxy::{HaproxyStatus, MigrateReq};
 use crate::resolve::Resolution;
 use crate::store::{ApplyRecord, CertRecord};
-use crate::waf::status::Status as WafStatus;
+use crate::waf::status::WafStatus;
 
 /// The edge at one moment: HAProxy and its supervision, the live set, the last applies,
 /// counts, certificates, name resolution, the WAF agent, the kernel's handover. (Not the

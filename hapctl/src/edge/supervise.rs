@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 use super::{io_err, Edge, EdgeError, STOP_TIMEOUT};
 use crate::apply::{ApplyError, ApplyReport, KnownGood, Snapshot};
 use crate::clock::{unix_millis, unix_now};
-use crate::fsutil::{self, LockFile};
+use crate::fsutil;
 use crate::haproxy::{
     ReloadKind, ReloadReason, ReloadReport, StartReport, StopReport, SupervisorError,
 };
+use crate::locks::ApplyLock;
 use crate::process::{pid_alive, start_time};
 use crate::settings::Mode;
 use crate::store::ApplyRecord;
@@ -227,8 +228,8 @@ impl Edge {
     /// Starts the master (never a second one) under the apply lock, so no apply rewrites the
     /// files it loads and no restart races it; an earlier `hapctl haproxy stop` no longer holds.
     pub fn start_haproxy(&self) -> Result<StartReport, EdgeError> {
-        let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_WAIT)
-            .map_err(ApplyError::from)?;
+        let _lock =
+            ApplyLock::acquire(&self.settings.paths, LOCK_WAIT).map_err(ApplyError::from)?;
         let report = self
             .supervisor()
             .start(self.settings.haproxy.start_timeout)?;
@@ -428,8 +429,8 @@ impl Edge {
         let started_at_ms = unix_millis();
         let reason = ReloadReason::new(ReloadKind::Requested, format!("asked for by {who}"));
         let result = {
-            let _lock = LockFile::acquire(&self.settings.paths.apply_lock(), LOCK_WAIT)
-                .map_err(ApplyError::from)?;
+            let _lock =
+                ApplyLock::acquire(&self.settings.paths, LOCK_WAIT).map_err(ApplyError::from)?;
             self.supervisor()
                 .master()
                 .reload(self.settings.haproxy.reload_timeout)
@@ -467,8 +468,8 @@ impl Edge {
     }
 
     fn start_from_known_good(&mut self, trigger: &str) -> Result<Restart, EdgeError> {
-        let lock_path = self.settings.paths.apply_lock();
-        let lock = || LockFile::acquire(&lock_path, LOCK_WAIT).map_err(ApplyError::from);
+        let paths = self.settings.paths.clone();
+        let lock = || ApplyLock::acquire(&paths, LOCK_WAIT).map_err(ApplyError::from);
         let mut held = lock()?;
         // Under the lock the marker means an apply was killed half-way (not one in progress).
         if self.settings.paths.apply_marker().exists() {

@@ -20,7 +20,7 @@ pub struct MasterCommand {
 
 /// How a master's files compare with the files hapctl writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Layout {
+pub enum MasterLayout {
     /// Every file of hapctl's with configuration in it is loaded, and nothing else.
     Fits,
     /// A reload would load something other than what hapctl checked.
@@ -87,7 +87,7 @@ impl MasterCommand {
 
     /// Compares with hapctl's files, each given with whether it holds any configuration (a
     /// file of comments only changes nothing whether it is loaded or not).
-    pub fn layout(&self, ours: &[(&Path, bool)]) -> Layout {
+    pub fn layout(&self, ours: &[(&Path, bool)]) -> MasterLayout {
         let missing: Vec<PathBuf> = ours
             .iter()
             .filter(|(path, content)| *content && !self.loads(path))
@@ -106,9 +106,9 @@ impl MasterCommand {
             .cloned()
             .collect();
         if missing.is_empty() && foreign.is_empty() {
-            Layout::Fits
+            MasterLayout::Fits
         } else {
-            Layout::Differs { missing, foreign }
+            MasterLayout::Differs { missing, foreign }
         }
     }
 }
@@ -172,11 +172,11 @@ mod tests {
         let generation = Path::new("/etc/haproxy/generation.cfg");
         assert_eq!(
             stock.layout(&[(config, true), (generation, false)]),
-            Layout::Fits
+            MasterLayout::Fits
         );
         assert_eq!(
             stock.layout(&[(config, true), (generation, true)]),
-            Layout::Differs {
+            MasterLayout::Differs {
                 missing: vec![generation.into()],
                 foreign: vec![]
             }
@@ -190,7 +190,7 @@ mod tests {
         ]);
         assert_eq!(
             more.layout(&[(config, true), (generation, false)]),
-            Layout::Differs {
+            MasterLayout::Differs {
                 missing: vec![],
                 foreign: vec!["/etc/haproxy/extra.cfg".into()]
             }
@@ -205,7 +205,7 @@ mod tests {
         let c = cmd(&["haproxy", "-f", dir.path().to_str().unwrap()]);
         assert_eq!(
             c.layout(&[(&config, true), (&generation, true)]),
-            Layout::Fits
+            MasterLayout::Fits
         );
     }
 

@@ -149,11 +149,22 @@ impl Master {
         })?;
         let log = self.log_file.as_deref().map(LogMark::at_end);
         let started = Instant::now();
-        let deadline = started + timeout;
         // Its death can be watched only if its PID is ours to see (not in another PID
         // namespace behind a shared socket).
         let watch_death = pid_alive(before.master.pid);
+        self.send_reload(timeout)?;
+        let reloading = Reloading {
+            before: &before,
+            started,
+            timeout,
+            log: log.as_ref(),
+            watch_death,
+        };
+        self.wait_reloaded(&reloading)
+    }
 
+    /// The `reload` command, and its answer where HAProxy gives one (2.7+).
+    fn send_reload(&self, timeout: Duration) -> Result<(), ReloadError> {
         // 2.7+ answers once the new worker is up or has failed, hence the whole bound.
         let reply = match self.socket.with_timeout(timeout).command("reload") {
             Ok(reply) => reply,
@@ -178,14 +189,26 @@ impl Master {
                 },
             });
         }
+        Ok(())
+    }
 
+    /// Polls the process list until the reload is judged, at most until its bound.
+    fn wait_reloaded(&self, r: &Reloading) -> Result<ReloadReport, ReloadError> {
+        let Reloading {
+            before,
+            started,
+            timeout,
+            log,
+            watch_death,
+        } = *r;
+        let deadline = started + timeout;
         // What the last poll saw, for the timeout message.
         let mut last_seen: String;
         loop {
             // Each poll is bounded by what is left of the reload's bound, not the socket's.
             let remaining = deadline.saturating_duration_since(Instant::now());
             match self.show_proc_within(remaining) {
-                Ok(now) => match judge(&before, &now) {
+                Ok(now) => match judge(before, &now) {
                     Outcome::Pending(why) => last_seen = why,
                     Outcome::Reloaded { new_workers } => {
                         return Ok(ReloadReport {
@@ -198,7 +221,6 @@ impl Master {
                     Outcome::Failed => {
                         return Err(ReloadError::Failed {
                             messages: log
-                                .as_ref()
                                 .map(|l| messages::alerts(&l.appended()))
                                 .unwrap_or_default(),
                         })
@@ -234,6 +256,19 @@ impl Master {
             thread::sleep(POLL_INTERVAL);
         }
     }
+}
+
+/// A reload sent, as [`Master::wait_reloaded`] judges it.
+#[derive(Clone, Copy)]
+struct Reloading<'a> {
+    /// The processes before the reload.
+    before: &'a ProcList,
+    started: Instant,
+    timeout: Duration,
+    /// The master's log from before the reload.
+    log: Option<&'a LogMark>,
+    /// Whether the master's death can be seen (its PID is ours to see).
+    watch_death: bool,
 }
 
 /// The 2.7+ answer to `reload`: `Success=0|1`, then optionally `--` and the startup logs.

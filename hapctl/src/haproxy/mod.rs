@@ -18,7 +18,7 @@ pub(crate) mod validator;
 #[cfg(test)]
 mod testutil;
 
-pub use cmdline::{has_configuration, Layout, MasterCommand};
+pub use cmdline::{has_configuration, MasterCommand, MasterLayout};
 pub use handover::MigrateReq;
 pub use master::{Master, MasterError, ReloadError, ReloadReport};
 pub use proc_list::{MasterProc, ParseError, ProcList, WorkerProc};
@@ -27,5 +27,7 @@ pub use runtime::{Lookup, RuntimeError, RuntimeMap};
 pub use servers::{RuntimeServers, ServerState, RESOLUTION_MAINT};
 pub use socket::{CliSocket, SocketError};
 pub use ssl::{LoadedCert, RuntimeCerts};
-pub use supervisor::{Draining, StartReport, Status, StopReport, Supervisor, SupervisorError};
-pub use validator::{Validator, Verdict, VersionError};
+pub use supervisor::{
+    Draining, HaproxyStatus, StartReport, StopReport, Supervisor, SupervisorError,
+};
+pub use validator::{ConfigVerdict, Validator, VersionError};

@@ -17,7 +17,7 @@ use super::master::{Master, MasterError, SOCKET_TIMEOUT};
 use super::messages::{self, LogMark};
 use super::proc_list::ProcList;
 use super::socket::{CliSocket, SocketError};
-use super::systemctl::{systemctl, systemd_main_pid};
+use super::systemctl::{systemctl, systemd_main_pid, SystemctlError};
 
 mod find;
 
@@ -53,12 +53,8 @@ pub enum SupervisorError {
     },
     #[error("HAProxy's master (PID {pid}) still runs {after:?} after SIGTERM and SIGKILL; check it with `ps`")]
     StopTimeout { pid: i32, after: Duration },
-    #[error("`systemctl {action} {unit}` failed: {message}; see `systemctl status {unit}` and `journalctl -u {unit}`")]
-    Systemctl {
-        action: &'static str,
-        unit: String,
-        message: String,
-    },
+    #[error(transparent)]
+    Systemctl(#[from] SystemctlError),
 }
 
 fn describe_log(log: &[String]) -> String {
@@ -89,7 +85,7 @@ pub enum StopReport {
 
 /// Serializable for `status --json` and the API.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Status {
+pub struct HaproxyStatus {
     pub running: bool,
     pub master_pid: Option<i32>,
     /// The master's process list, when its socket answers.

@@ -4,13 +4,25 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::process::run_with_timeout;
+use crate::process::{run_with_timeout, ProcessError};
 
 use super::messages;
-use super::supervisor::SupervisorError;
 
 /// Bound on `systemctl show`, which only reads the unit's state.
 const SYSTEMCTL_QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `systemctl` could not run, or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemctlError {
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    #[error("`systemctl {action} {unit}` failed: {message}; see `systemctl status {unit}` and `journalctl -u {unit}`")]
+    Failed {
+        action: &'static str,
+        unit: String,
+        message: String,
+    },
+}
 
 /// `systemctl` arguments for ACTION on UNIT.
 fn systemctl_args(action: &str, options: &[&str], unit: &str) -> Vec<String> {
@@ -29,7 +41,7 @@ pub(crate) fn systemctl(
     options: &[&str],
     unit: &str,
     timeout: Duration,
-) -> Result<String, SupervisorError> {
+) -> Result<String, SystemctlError> {
     run(systemctl_args(action, options, unit), action, unit, timeout)
 }
 
@@ -38,10 +50,10 @@ fn run(
     action: &'static str,
     unit: &str,
     timeout: Duration,
-) -> Result<String, SupervisorError> {
+) -> Result<String, SystemctlError> {
     let output = run_with_timeout(Command::new("systemctl").args(args), timeout)?;
     if !output.status.success() {
-        return Err(SupervisorError::Systemctl {
+        return Err(SystemctlError::Failed {
             action,
             unit: unit.to_string(),
             message: format!(
@@ -56,9 +68,9 @@ fn run(
 
 const MAIN_PID_OPTIONS: [&str; 2] = ["--property=MainPID", "--value"];
 
-pub(crate) fn systemd_main_pid(unit: &str) -> Result<Option<i32>, SupervisorError> {
+pub(crate) fn systemd_main_pid(unit: &str) -> Result<Option<i32>, SystemctlError> {
     let out = systemctl("show", &MAIN_PID_OPTIONS, unit, SYSTEMCTL_QUERY_TIMEOUT)?;
-    let pid: i32 = out.trim().parse().map_err(|_| SupervisorError::Systemctl {
+    let pid: i32 = out.trim().parse().map_err(|_| SystemctlError::Failed {
         action: "show",
         unit: unit.to_string(),
         message: format!("MainPID is not a number: {:?}", out.trim()),
@@ -68,7 +80,7 @@ pub(crate) fn systemd_main_pid(unit: &str) -> Result<Option<i32>, SupervisorErro
 }
 
 /// `systemctl daemon-reload`: systemd reads changed unit files and drop-ins.
-pub(crate) fn daemon_reload(timeout: Duration) -> Result<(), SupervisorError> {
+pub(crate) fn daemon_reload(timeout: Duration) -> Result<(), SystemctlError> {
     let args = ["--no-ask-password", "daemon-reload"]
         .map(String::from)
         .to_vec();

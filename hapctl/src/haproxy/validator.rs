@@ -20,7 +20,7 @@ use super::messages;
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ConfigVerdict {
     Valid,
     /// HAProxy judged the files and refused them.
     Invalid {
@@ -61,15 +61,15 @@ impl Validator {
     }
 
     /// Runs `haproxy -c -f FILE...` on the files, in the order HAProxy loads them.
-    pub fn check(&self, files: &[&Path]) -> Verdict {
+    pub fn check(&self, files: &[&Path]) -> ConfigVerdict {
         self.check_unless(files, &|| false)
     }
 
     /// [`Validator::check`], stopped when `give_way` answers true (then `Unavailable`: no
     /// verdict on the files).
-    pub fn check_unless(&self, files: &[&Path], give_way: &dyn Fn() -> bool) -> Verdict {
+    pub fn check_unless(&self, files: &[&Path], give_way: &dyn Fn() -> bool) -> ConfigVerdict {
         if files.is_empty() {
-            return Verdict::Unavailable {
+            return ConfigVerdict::Unavailable {
                 reason: "no configuration file was given to check".into(),
             };
         }
@@ -81,7 +81,7 @@ impl Validator {
         let output = match run_cancellable(&mut cmd, self.timeout, give_way) {
             Ok(output) => output,
             Err(e) => {
-                return Verdict::Unavailable {
+                return ConfigVerdict::Unavailable {
                     reason: e.to_string(),
                 }
             }
@@ -89,20 +89,20 @@ impl Validator {
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         match output.status.code() {
-            Some(0) => Verdict::Valid,
+            Some(0) => ConfigVerdict::Valid,
             // 1: errors; 2: no error but nothing to run ("no listener"). Both are HAProxy's
             // judgement of the files, so both reject them.
-            Some(code @ (1 | 2)) => Verdict::Invalid {
+            Some(code @ (1 | 2)) => ConfigVerdict::Invalid {
                 messages: invalid_messages(code, &stdout, &stderr),
             },
-            Some(code) => Verdict::Unavailable {
+            Some(code) => ConfigVerdict::Unavailable {
                 reason: format!(
                     "`{} -c` exited with unexpected status {code}: {}",
                     self.binary.display(),
                     messages::last_lines(&format!("{stderr}\n{stdout}"), 5).join(" | ")
                 ),
             },
-            None => Verdict::Unavailable {
+            None => ConfigVerdict::Unavailable {
                 reason: format!(
                     "`{} -c` was killed by a signal ({})",
                     self.binary.display(),
@@ -214,7 +214,7 @@ mod tests {
         let gen = dir.path().join("generation.cfg");
         std::fs::write(&main, edge_config(free_port())).unwrap();
         std::fs::write(&gen, "backend app\n    server a 127.0.0.1:9\n").unwrap();
-        assert_eq!(validator().check(&[&main, &gen]), Verdict::Valid);
+        assert_eq!(validator().check(&[&main, &gen]), ConfigVerdict::Valid);
     }
 
     #[test]
@@ -224,7 +224,7 @@ mod tests {
         let gen = dir.path().join("generation.cfg");
         std::fs::write(&main, edge_config(free_port())).unwrap();
         std::fs::write(&gen, "backend app\n    bogus_keyword 1\n").unwrap();
-        let Verdict::Invalid { messages } = validator().check(&[&main, &gen]) else {
+        let ConfigVerdict::Invalid { messages } = validator().check(&[&main, &gen]) else {
             panic!("expected Invalid");
         };
         assert!(
@@ -241,7 +241,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.cfg");
         std::fs::write(&empty, "").unwrap();
-        let Verdict::Invalid { messages } = validator().check(&[&empty]) else {
+        let ConfigVerdict::Invalid { messages } = validator().check(&[&empty]) else {
             panic!("expected Invalid");
         };
         assert!(
@@ -256,7 +256,7 @@ mod tests {
         let cfg = dir.path().join("haproxy.cfg");
         std::fs::write(&cfg, edge_config(free_port())).unwrap();
         let v = Validator::new("/nonexistent/haproxy", Duration::from_secs(5));
-        let Verdict::Unavailable { reason } = v.check(&[&cfg]) else {
+        let ConfigVerdict::Unavailable { reason } = v.check(&[&cfg]) else {
             panic!("expected Unavailable");
         };
         assert!(reason.contains("/nonexistent/haproxy"), "{reason}");
@@ -288,7 +288,9 @@ mod tests {
         for (binary, expected) in cases {
             let v = Validator::new(&binary, Duration::from_millis(300));
             match v.check(&[&cfg]) {
-                Verdict::Unavailable { reason } => assert!(reason.contains(expected), "{reason}"),
+                ConfigVerdict::Unavailable { reason } => {
+                    assert!(reason.contains(expected), "{reason}")
+                }
                 other => panic!("{}: {other:?}", binary.display()),
             }
         }

@@ -10,7 +10,7 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::apply::{ApplyError, ApplyReport, Outcome};
+use crate::apply::{ApplyError, ApplyOutcome, ApplyReport};
 use crate::contract::{ErrorAnswer, ErrorDetail};
 use crate::daemon::JobError;
 use crate::edge::{EdgeError, HaproxyConflict};
@@ -60,11 +60,11 @@ impl ApiError {
     /// An apply that did not succeed, with the status that says why.
     pub fn from_apply(report: ApplyReport) -> ApiError {
         let (status, code) = match report.outcome {
-            Outcome::Rejected => (StatusCode::UNPROCESSABLE_ENTITY, "rejected"),
-            Outcome::ValidatorUnavailable => {
+            ApplyOutcome::Rejected => (StatusCode::UNPROCESSABLE_ENTITY, "rejected"),
+            ApplyOutcome::ValidatorUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "validator_unavailable")
             }
-            Outcome::ReloadFailedRolledBack => {
+            ApplyOutcome::ReloadFailedRolledBack => {
                 (StatusCode::SERVICE_UNAVAILABLE, "reload_failed_rolled_back")
             }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "rollback_failed"),

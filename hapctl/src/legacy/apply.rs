@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::changes::{new, state_changes};
 use super::check::{check, HaproxyCheck};
 use super::{LegacyError, Plan};
-use crate::apply::{ApplyReport, Outcome as ApplyOutcome};
+use crate::apply::{ApplyOutcome, ApplyReport};
 use crate::blocks::{BlockChange, BlockReport};
 use crate::edge::{Edge, StateChange};
 use crate::model::CertName;
@@ -18,7 +18,7 @@ use crate::tls::InstallReport;
 
 /// What the import did.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Outcome {
+pub struct ImportOutcome {
     pub certificates: Vec<InstallReport>,
     /// The one apply of the desired state (none when only certificates or blocks were new).
     pub apply: Option<ApplyReport>,
@@ -27,8 +27,8 @@ pub struct Outcome {
 
 /// Applies the new items of `plan` (a plan with none changes nothing). The rows HAProxy
 /// refuses are moved to the plan's refused items.
-pub fn import(edge: &mut Edge, plan: &mut Plan) -> Result<Outcome, LegacyError> {
-    let mut outcome = Outcome::default();
+pub fn import(edge: &mut Edge, plan: &mut Plan) -> Result<ImportOutcome, LegacyError> {
+    let mut outcome = ImportOutcome::default();
     let installed = install_certificates(edge, plan, &mut outcome)?;
     let undo_state = match apply_state(edge, plan) {
         Ok((report, undo_state)) => {
@@ -62,7 +62,7 @@ pub fn import(edge: &mut Edge, plan: &mut Plan) -> Result<Outcome, LegacyError> 
 fn install_certificates(
     edge: &mut Edge,
     plan: &Plan,
-    outcome: &mut Outcome,
+    outcome: &mut ImportOutcome,
 ) -> Result<Vec<CertName>, LegacyError> {
     let mut installed: Vec<CertName> = Vec::new();
     for c in new(&plan.certificates) {

@@ -1,15 +1,15 @@
-//! The plan's new rows as changes of the edge's desired state, each with the change that
-//! undoes it. Both the check of a plan on scratch copies (`check.rs`) and its import
-//! (`apply.rs`) start from these.
+//! The changes of the desired state a plan makes, and the changes that undo them: what the
+//! import applies and what its check tries on scratch copies.
 
-use super::{Item, LegacyError, Plan, Status};
+use super::{Item, ItemStatus, LegacyError, Plan};
 use crate::edge::{DomainChange, Edge, StateChange};
 use crate::model::ProxyPreset;
 
+/// The items of a plan that are new to the edge.
 pub(super) fn new<T>(items: &[Item<T>]) -> impl Iterator<Item = &T> {
     items
         .iter()
-        .filter(|i| i.status == Status::New)
+        .filter(|i| i.status == ItemStatus::New)
         .map(|i| &i.value)
 }
 

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::changes::state_changes;
-use super::{LegacyError, Plan, Status};
+use super::{ItemStatus, LegacyError, Plan};
 use crate::edge::{Edge, ScratchCheck};
-use crate::haproxy::Verdict;
+use crate::haproxy::ConfigVerdict;
 use crate::model::Domain;
 
 /// Checks of a scratch copy one import may run.
@@ -45,12 +45,12 @@ pub fn check(edge: &mut Edge, plan: &mut Plan) -> Result<Option<HaproxyCheck>, L
         let state = edge.preview_state(&todo)?;
         let scratch = edge.check_scratch(&state)?;
         let messages = match &scratch.verdict {
-            Verdict::Valid => return Ok(Some(HaproxyCheck::Valid)),
-            Verdict::Unavailable { reason } => {
+            ConfigVerdict::Valid => return Ok(Some(HaproxyCheck::Valid)),
+            ConfigVerdict::Unavailable { reason } => {
                 let reason = reason.clone();
                 return Ok(Some(HaproxyCheck::Unavailable { reason }));
             }
-            Verdict::Invalid { messages } => messages,
+            ConfigVerdict::Invalid { messages } => messages,
         };
         let blamed = blame(messages, &scratch, plan);
         if blamed.is_empty() || round == MAX_ROUNDS {
@@ -79,7 +79,7 @@ fn blame(
     plan: &Plan,
 ) -> BTreeMap<Domain, Vec<String>> {
     let mut backends: BTreeMap<String, &Domain> = BTreeMap::new();
-    for item in plan.domains.iter().filter(|i| i.status == Status::New) {
+    for item in plan.domains.iter().filter(|i| i.status == ItemStatus::New) {
         let d = &item.value.domain;
         backends.insert(d.backend_name(), d);
         backends.insert(d.sse_twin_name(), d);

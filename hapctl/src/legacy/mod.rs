@@ -24,7 +24,7 @@ mod plan;
 mod read;
 mod values;
 
-pub use apply::{import, Outcome};
+pub use apply::{import, ImportOutcome};
 pub use check::{check, HaproxyCheck};
 pub use plan::{plan, Context};
 pub use read::{local_to_unix, read, Legacy, LIST_FILES};
@@ -50,7 +50,7 @@ pub enum LegacyError {
 /// Whether an item changes the edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Status {
+pub enum ItemStatus {
     New,
     /// hapctl already has it, the same: nothing to do.
     Unchanged,
@@ -60,7 +60,7 @@ pub enum Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct Item<T> {
     pub source: String,
-    pub status: Status,
+    pub status: ItemStatus,
     pub value: T,
 }
 
@@ -130,7 +130,7 @@ pub struct Plan {
 impl Plan {
     /// (new, unchanged) items.
     pub fn counts(&self) -> (usize, usize) {
-        fn count<T>(items: &[Item<T>], s: Status) -> usize {
+        fn count<T>(items: &[Item<T>], s: ItemStatus) -> usize {
             items.iter().filter(|i| i.status == s).count()
         }
         let by = |s| {
@@ -143,7 +143,7 @@ impl Plan {
                 + count(&self.wp_admin_gate_off, s)
                 + count(&self.suspended, s)
         };
-        (by(Status::New), by(Status::Unchanged))
+        (by(ItemStatus::New), by(ItemStatus::Unchanged))
     }
 
     /// Looks the host names of the new domains' servers up (the system resolver, as HAProxy's
@@ -152,7 +152,7 @@ impl Plan {
         let servers = self
             .domains
             .iter()
-            .filter(|i| i.status == Status::New)
+            .filter(|i| i.status == ItemStatus::New)
             .flat_map(|i| {
                 i.value
                     .backend
@@ -165,7 +165,7 @@ impl Plan {
 
     /// Leaves a new domain out with `reason`, and the list items that name it (they need it).
     pub fn refuse_domain(&mut self, domain: &Domain, reason: &str) {
-        let new = |d: &Domain, s: Status| d == domain && s == Status::New;
+        let new = |d: &Domain, s: ItemStatus| d == domain && s == ItemStatus::New;
         if let Some(at) = self
             .domains
             .iter()

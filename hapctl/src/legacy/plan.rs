@@ -7,7 +7,7 @@ use rusqlite::types::Value;
 
 use super::read::{Legacy, OldFile, OldList, Row};
 use super::values::{self, show, Naive};
-use super::{CertImport, Current, DomainImport, Item, Plan, Refused, Status};
+use super::{CertImport, Current, DomainImport, Item, ItemStatus, Plan, Refused};
 use crate::model::{
     Backend, BackendLabel, Block, BlockKey, CertName, Domain, Invalid, Note, Profile, ProxyNet,
     Server, ServerAddr, ServerName, TextContext,
@@ -53,11 +53,11 @@ struct Planner<'a> {
     options: TextContext,
 }
 
-fn status(unchanged: bool) -> Status {
+fn status(unchanged: bool) -> ItemStatus {
     if unchanged {
-        Status::Unchanged
+        ItemStatus::Unchanged
     } else {
-        Status::New
+        ItemStatus::New
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::report::{
-    After, Before, Check, CommandRun, ProbeFailure, ProbeSummary, Processes, Status,
+    After, Before, Check, CheckStatus, CommandRun, ProbeFailure, ProbeSummary, Processes,
 };
 use super::stream::StreamLog;
 use super::Options;
@@ -22,11 +22,11 @@ pub(super) fn summarize_answers(answers: &[String]) -> String {
         .join(", ")
 }
 
-fn pass_if(ok: bool) -> Status {
+fn pass_if(ok: bool) -> CheckStatus {
     if ok {
-        Status::Pass
+        CheckStatus::Pass
     } else {
-        Status::Fail
+        CheckStatus::Fail
     }
 }
 
@@ -40,7 +40,7 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
             );
             if sup_changed {
                 (
-                    Status::Fail,
+                    CheckStatus::Fail,
                     format!(
                         "show proc names PID {b} before and after, but the {} changed: {:?} -> {:?}",
                         before.supervisor_source, before.supervisor_pid, after.supervisor_pid
@@ -48,7 +48,7 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
                 )
             } else {
                 (
-                    Status::Pass,
+                    CheckStatus::Pass,
                     format!(
                         "PID {b} before and after ({}: {})",
                         after.supervisor_source,
@@ -60,11 +60,11 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
             }
         }
         (Some(b), Some(a)) => (
-            Status::Fail,
+            CheckStatus::Fail,
             format!("PID {b} before, {a} after: HAProxy was restarted, not reloaded; every connection of the old master was cut"),
         ),
         (Some(b), None) => (
-            Status::Fail,
+            CheckStatus::Fail,
             format!(
                 "PID {b} before; after the command the master socket does not answer ({}) — {} says {:?}",
                 after.error.as_deref().unwrap_or("?"),
@@ -73,7 +73,7 @@ pub(super) fn check_master(before: &Processes, after: &Processes) -> Check {
             ),
         ),
         (None, _) => (
-            Status::Fail,
+            CheckStatus::Fail,
             "the master was not readable before the command".into(),
         ),
     };
@@ -159,75 +159,19 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
     if streams.is_empty() {
         return Check {
             name: "streams",
-            status: Status::Skipped,
+            status: CheckStatus::Skipped,
             expected,
             measured: "no stream asked (--streams 0)".into(),
         };
     }
-    let mut broken = Vec::new();
-    for s in streams {
-        let v = s.version.as_deref().unwrap_or("?");
-        if !s.intact() {
-            let mut why = Vec::new();
-            if let Some(e) = &s.error {
-                why.push(e.clone());
-            } else if !s.final_chunk && !s.closed_by_client {
-                why.push("no final chunk".into());
-            }
-            if s.received != s.announced && !s.closed_by_client {
-                why.push(format!("{}/{} lines", s.received, s.announced));
-            }
-            if s.foreign_lines > 0 {
-                why.push(format!("{} line(s) not from {v}", s.foreign_lines));
-            }
-            if s.out_of_sequence > 0 {
-                why.push(format!("{} line(s) out of sequence", s.out_of_sequence));
-            }
-            broken.push(format!("stream {} ({v}): {}", s.id, why.join("; ")));
-        } else if s.ended_ms.unwrap_or(0.0) <= run.ended_ms {
-            broken.push(format!(
-                "stream {} ({v}) ended at {:.0} ms, before the command ended at {:.0} ms: it did \
-                 not span the cutover (raise --stream-lines or --stream-interval-ms)",
-                s.id,
-                s.ended_ms.unwrap_or(0.0),
-                run.ended_ms
-            ));
-        }
-    }
+    let broken: Vec<String> = streams.iter().filter_map(|s| why_broken(s, run)).collect();
     let lines: u32 = streams.iter().map(|s| s.received).sum();
-    let max_gap = streams.iter().map(|s| s.max_gap_ms).fold(0.0, f64::max);
     Check {
         name: "streams",
         status: pass_if(broken.is_empty()),
         expected,
         measured: if broken.is_empty() {
-            let received = |f: fn(u32, u32) -> u32| streams.iter().map(|s| s.received).reduce(f);
-            let each = if options.stream_hold.is_some() {
-                format!(
-                    "{}-{} lines each until the client closed it",
-                    received(u32::min).unwrap_or(0),
-                    received(u32::max).unwrap_or(0)
-                )
-            } else {
-                format!(
-                    "{} lines of {} each",
-                    options.stream_lines, options.stream_lines
-                )
-            };
-            format!(
-                "{}/{} streams intact: {each}, every one from the generation it started on ({}); \
-                 longest pause between lines {:.0} ms",
-                streams.len(),
-                streams.len(),
-                streams
-                    .iter()
-                    .filter_map(|s| s.version.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                max_gap
-            )
+            streams_intact(streams, options)
         } else {
             format!(
                 "{} of {} stream(s) broken ({lines} lines received in all): {}",
@@ -239,11 +183,76 @@ pub(super) fn check_streams(streams: &[StreamLog], run: &CommandRun, options: &O
     }
 }
 
+/// What broke a stream, or that it did not span the cutover; `None` when it did its job.
+fn why_broken(s: &StreamLog, run: &CommandRun) -> Option<String> {
+    let v = s.version.as_deref().unwrap_or("?");
+    if !s.intact() {
+        let mut why = Vec::new();
+        if let Some(e) = &s.error {
+            why.push(e.clone());
+        } else if !s.final_chunk && !s.closed_by_client {
+            why.push("no final chunk".into());
+        }
+        if s.received != s.announced && !s.closed_by_client {
+            why.push(format!("{}/{} lines", s.received, s.announced));
+        }
+        if s.foreign_lines > 0 {
+            why.push(format!("{} line(s) not from {v}", s.foreign_lines));
+        }
+        if s.out_of_sequence > 0 {
+            why.push(format!("{} line(s) out of sequence", s.out_of_sequence));
+        }
+        Some(format!("stream {} ({v}): {}", s.id, why.join("; ")))
+    } else if s.ended_ms.unwrap_or(0.0) <= run.ended_ms {
+        Some(format!(
+            "stream {} ({v}) ended at {:.0} ms, before the command ended at {:.0} ms: it did \
+             not span the cutover (raise --stream-lines or --stream-interval-ms)",
+            s.id,
+            s.ended_ms.unwrap_or(0.0),
+            run.ended_ms
+        ))
+    } else {
+        None
+    }
+}
+
+/// The measure of streams that all did their job.
+fn streams_intact(streams: &[StreamLog], options: &Options) -> String {
+    let max_gap = streams.iter().map(|s| s.max_gap_ms).fold(0.0, f64::max);
+    let received = |f: fn(u32, u32) -> u32| streams.iter().map(|s| s.received).reduce(f);
+    let each = if options.stream_hold.is_some() {
+        format!(
+            "{}-{} lines each until the client closed it",
+            received(u32::min).unwrap_or(0),
+            received(u32::max).unwrap_or(0)
+        )
+    } else {
+        format!(
+            "{} lines of {} each",
+            options.stream_lines, options.stream_lines
+        )
+    };
+    format!(
+        "{}/{} streams intact: {each}, every one from the generation it started on ({}); \
+         longest pause between lines {:.0} ms",
+        streams.len(),
+        streams.len(),
+        streams
+            .iter()
+            .filter_map(|s| s.version.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(", "),
+        max_gap
+    )
+}
+
 pub(super) fn check_version(expected: Option<&str>, answers: &[String]) -> Check {
     let Some(expected) = expected else {
         return Check {
             name: "version",
-            status: Status::Skipped,
+            status: CheckStatus::Skipped,
             expected: "no --expect-version given".into(),
             measured: "not measured".into(),
         };
@@ -325,7 +334,7 @@ pub(super) fn way_back(
     let failed = |name| {
         checks
             .iter()
-            .any(|c| c.name == name && c.status == Status::Fail)
+            .any(|c| c.name == name && c.status == CheckStatus::Fail)
     };
     if failed("master") {
         text += " The master was replaced: the connections it held were cut, and no rollback \
@@ -360,31 +369,34 @@ mod tests {
         let b = procs(Some(10), Some(10), &[11]);
         assert_eq!(
             check_master(&b, &procs(Some(10), Some(10), &[12])).status,
-            Status::Pass
+            CheckStatus::Pass
         );
         assert_eq!(
             check_master(&b, &procs(Some(20), Some(20), &[21])).status,
-            Status::Fail
+            CheckStatus::Fail
         );
         assert_eq!(
             check_master(&b, &procs(None, None, &[])).status,
-            Status::Fail
+            CheckStatus::Fail
         );
         assert_eq!(
             check_master(&b, &procs(Some(10), Some(30), &[12])).status,
-            Status::Fail
+            CheckStatus::Fail
         );
     }
 
     #[test]
     fn the_version_and_command_checks() {
-        assert_eq!(check_version(None, &[]).status, Status::Skipped);
+        assert_eq!(check_version(None, &[]).status, CheckStatus::Skipped);
         let all = vec!["1.5.0".to_string(); 5];
-        assert_eq!(check_version(Some("1.5.0"), &all).status, Status::Pass);
+        assert_eq!(check_version(Some("1.5.0"), &all).status, CheckStatus::Pass);
         let mut mixed = all.clone();
         mixed[3] = "1.4.2".into();
-        assert_eq!(check_version(Some("1.5.0"), &mixed).status, Status::Fail);
-        assert_eq!(check_version(Some("1.5.0"), &[]).status, Status::Fail);
+        assert_eq!(
+            check_version(Some("1.5.0"), &mixed).status,
+            CheckStatus::Fail
+        );
+        assert_eq!(check_version(Some("1.5.0"), &[]).status, CheckStatus::Fail);
     }
 
     #[test]
@@ -402,7 +414,7 @@ mod tests {
         };
         assert_eq!(
             check_command(&run, Duration::from_secs(1)).status,
-            Status::Fail
+            CheckStatus::Fail
         );
         let ok = CommandRun {
             exit_code: Some(0),
@@ -411,7 +423,7 @@ mod tests {
         };
         assert_eq!(
             check_command(&ok, Duration::from_secs(1)).status,
-            Status::Pass
+            CheckStatus::Pass
         );
     }
 }

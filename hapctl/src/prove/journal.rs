@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Proof, Report, Status};
+use super::{CheckStatus, Proof, Report};
 
 /// Writes the journal of `report` in `dir` (created if needed) and returns its path.
 pub fn write(dir: &Path, report: &Report) -> io::Result<PathBuf> {
@@ -62,6 +62,33 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(md, "- **{}**: NOT RUN — {}", n.label, n.reason);
     }
 
+    measured_section(&mut md, report);
+
+    for p in &report.proofs {
+        proof_section(&mut md, p);
+    }
+    for n in &report.not_run {
+        let _ = writeln!(
+            md,
+            "\n## {}: not run\n\n`{}` was not run: {}.",
+            n.label,
+            n.command.join(" "),
+            n.reason
+        );
+    }
+    if report.proofs.len() > 1 || !report.not_run.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Overall\n\n{}: a cycle passes only when the delivery and its rollback both pass.",
+            verdict(report.passed)
+        );
+    }
+    md
+}
+
+/// What a proof measures and how, from the options.
+fn measured_section(md: &mut String, report: &Report) {
+    let o = &report.options;
     let _ = writeln!(md, "\n## What was measured\n");
     let _ = writeln!(
         md,
@@ -125,27 +152,6 @@ pub fn render(report: &Report) -> String {
         "\nWhat this does not see: a cut on a machine failure (a reboot cuts every stream, old \
          workers included), and whether generations older than the replaced one were removed."
     );
-
-    for p in &report.proofs {
-        proof_section(&mut md, p);
-    }
-    for n in &report.not_run {
-        let _ = writeln!(
-            md,
-            "\n## {}: not run\n\n`{}` was not run: {}.",
-            n.label,
-            n.command.join(" "),
-            n.reason
-        );
-    }
-    if report.proofs.len() > 1 || !report.not_run.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n## Overall\n\n{}: a cycle passes only when the delivery and its rollback both pass.",
-            verdict(report.passed)
-        );
-    }
-    md
 }
 
 fn verdict(passed: bool) -> &'static str {
@@ -157,6 +163,17 @@ fn verdict(passed: bool) -> &'static str {
 }
 
 fn proof_section(md: &mut String, p: &Proof) {
+    proof_header(md, p);
+    checks_table(md, p);
+    timeline_table(md, p);
+    streams_table(md, p);
+    failures_section(md, p);
+    command_output(md, p);
+    let _ = writeln!(md, "\n### The way back\n\n{}", p.way_back);
+}
+
+/// The verdict, and who served and ran before and after.
+fn proof_header(md: &mut String, p: &Proof) {
     let _ = writeln!(md, "\n## {} — {}\n", p.label, verdict(p.passed));
     let _ = writeln!(
         md,
@@ -179,7 +196,10 @@ fn proof_section(md: &mut String, p: &Proof) {
         p.after.processes.workers,
         p.after.processes.old_workers
     );
+}
 
+/// Every check with what it required and what was measured.
+fn checks_table(md: &mut String, p: &Proof) {
     let _ = writeln!(md, "### Checks\n");
     let _ = writeln!(md, "| check | result | required | measured |");
     let _ = writeln!(md, "|---|---|---|---|");
@@ -189,15 +209,18 @@ fn proof_section(md: &mut String, p: &Proof) {
             "| {} | {} | {} | {} |",
             c.name,
             match c.status {
-                Status::Pass => "pass",
-                Status::Fail => "**FAIL**",
-                Status::Skipped => "skipped",
+                CheckStatus::Pass => "pass",
+                CheckStatus::Fail => "**FAIL**",
+                CheckStatus::Skipped => "skipped",
             },
             cell(&c.expected),
             cell(&c.measured)
         );
     }
+}
 
+/// The timeline, and the cutover as the probe saw it.
+fn timeline_table(md: &mut String, p: &Proof) {
     let _ = writeln!(md, "\n### Timeline\n");
     let _ = writeln!(md, "| t (ms) | source | event |");
     let _ = writeln!(md, "|---:|---|---|");
@@ -224,7 +247,10 @@ fn proof_section(md: &mut String, p: &Proof) {
         pr.latency_ms.p99,
         pr.latency_ms.max
     );
+}
 
+/// Each long stream from its opening to its end.
+fn streams_table(md: &mut String, p: &Proof) {
     let _ = writeln!(md, "\n### Long streams\n");
     if p.streams.is_empty() {
         let _ = writeln!(md, "No stream was opened (--streams 0).");
@@ -256,12 +282,15 @@ fn proof_section(md: &mut String, p: &Proof) {
             );
         }
     }
+}
 
+/// The failed checks and the failed short requests.
+fn failures_section(md: &mut String, p: &Proof) {
     let _ = writeln!(md, "\n### Failures\n");
     let failed_checks: Vec<_> = p
         .checks
         .iter()
-        .filter(|c| c.status == Status::Fail)
+        .filter(|c| c.status == CheckStatus::Fail)
         .collect();
     if failed_checks.is_empty() && p.failures.is_empty() {
         let _ = writeln!(
@@ -294,7 +323,10 @@ fn proof_section(md: &mut String, p: &Proof) {
             }
         }
     }
+}
 
+/// The tail of what the command printed.
+fn command_output(md: &mut String, p: &Proof) {
     if !p.run.stdout.trim().is_empty() || !p.run.stderr.trim().is_empty() {
         let _ = writeln!(md, "\n### Command output\n");
         for (name, text) in [("stdout", &p.run.stdout), ("stderr", &p.run.stderr)] {
@@ -311,6 +343,4 @@ fn proof_section(md: &mut String, p: &Proof) {
             );
         }
     }
-
-    let _ = writeln!(md, "\n### The way back\n\n{}", p.way_back);
 }

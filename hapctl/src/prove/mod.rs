@@ -18,14 +18,14 @@ pub(crate) mod http;
 pub mod journal;
 mod options;
 mod probe;
+mod proof;
 mod report;
 mod stream;
 mod summary;
 mod watch;
 
-use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,13 +36,12 @@ use crate::settings::{Mode, Settings};
 pub use http::Cause;
 pub use options::{Options, ProveError, Subject};
 pub use report::{
-    After, Before, Check, CommandRun, Event, Latency, NotRun, ProbeFailure, ProbeSummary,
-    Processes, Proof, Report, Status, Switch, VersionSeen,
+    After, Before, Check, CheckStatus, CommandRun, Event, Latency, NotRun, ProbeFailure,
+    ProbeSummary, Processes, Proof, Report, Switch, VersionSeen,
 };
 pub use stream::StreamLog;
 
-use report::event;
-use summary::{probe_events, probe_failures, summarize_probe};
+use proof::prove_one;
 
 /// Exit code of `hapctl prove` when the measurement ran and a check failed.
 pub const EXIT_CHECK_FAILED: u8 = 9;
@@ -112,34 +111,15 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Report, ProveError> {
     options.check()?;
-    let supervisor = Supervisor::from_settings(settings);
-    let edge = Edge {
-        addr: edge_addr(settings),
-        master: Master::new(CliSocket::new(
-            &settings.paths.master_socket,
-            MASTER_TIMEOUT,
-        )),
-        supervisor,
-        supervisor_source: match settings.haproxy.mode {
-            Mode::Direct => "pidfile",
-            Mode::Systemd => "systemctl show -p MainPID",
-        },
-        state_dir: settings.state_dir.clone(),
-    };
+    let edge = Edge::from_settings(settings);
     let started_at = now_rfc3339();
     let mut proofs = Vec::new();
     let mut not_run = Vec::new();
     let kind = match subject {
         Subject::Command(argv) => {
             let label = argv.join(" ");
-            proofs.push(prove_one(
-                &edge,
-                options,
-                &label,
-                argv,
-                options.expect_version.clone(),
-                progress,
-            )?);
+            let expect = options.expect_version.clone();
+            proofs.push(prove_one(&edge, options, &label, argv, expect, progress)?);
             "command"
         }
         Subject::Cycle {
@@ -147,67 +127,16 @@ pub fn run(
             app,
             hapctl,
         } => {
-            let base = |verb: &str, extra: &[&str]| {
-                let mut argv = vec![
-                    hapctl.display().to_string(),
-                    "--state-dir".to_string(),
-                    settings.state_dir.display().to_string(),
-                    verb.to_string(),
-                ];
-                argv.extend(extra.iter().map(|s| s.to_string()));
-                if let Some(app) = app {
-                    argv.extend(["--app".to_string(), app.to_string()]);
-                }
-                argv
-            };
-            let deliver = base("deliver", &[version]);
-            let rollback = base("rollback", &[]);
-            let first = prove_one(
-                &edge,
+            let cycle = Cycle {
+                edge: &edge,
                 options,
-                &format!("deliver {version}"),
-                &deliver,
-                Some(version.clone()),
-                progress,
-            )?;
-            let back_to = first.before.version_served.clone();
-            let delivered = first.run.exit_code == Some(0);
-            let same = back_to == *version;
-            proofs.push(first);
-            if !delivered {
-                not_run.push(NotRun {
-                    label: "rollback".into(),
-                    command: rollback,
-                    reason: "the delivery did not exit 0: rolling back now could cut over to a \
-                             generation older than the one that served before"
-                        .into(),
-                });
-            } else if same {
-                not_run.push(NotRun {
-                    label: "rollback".into(),
-                    command: rollback,
-                    reason: format!(
-                        "{version} was already served before the delivery: there is nothing \
-                         to roll back to that this cycle started from"
-                    ),
-                });
-            } else {
-                match prove_one(
-                    &edge,
-                    options,
-                    &format!("rollback to {back_to}"),
-                    &rollback,
-                    Some(back_to.clone()),
-                    progress,
-                ) {
-                    Ok(p) => proofs.push(p),
-                    Err(e) => not_run.push(NotRun {
-                        label: "rollback".into(),
-                        command: rollback,
-                        reason: e.to_string(),
-                    }),
-                }
-            }
+                argv: CycleArgv {
+                    settings,
+                    hapctl,
+                    app: app.as_ref(),
+                },
+            };
+            cycle.prove(version, &mut proofs, &mut not_run, progress)?;
             "cycle"
         }
     };
@@ -228,7 +157,100 @@ pub fn run(
     })
 }
 
+/// The command lines of a cycle: hapctl on this state folder, for the app if one is named.
+struct CycleArgv<'a> {
+    settings: &'a Settings,
+    hapctl: &'a Path,
+    app: Option<&'a AppName>,
+}
+
+impl CycleArgv<'_> {
+    fn of(&self, verb: &str, extra: &[&str]) -> Vec<String> {
+        let mut argv = vec![
+            self.hapctl.display().to_string(),
+            "--state-dir".to_string(),
+            self.settings.state_dir.display().to_string(),
+            verb.to_string(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        if let Some(app) = self.app {
+            argv.extend(["--app".to_string(), app.to_string()]);
+        }
+        argv
+    }
+}
+
+/// A delivery then the rollback to what served before, each proved.
+struct Cycle<'a> {
+    edge: &'a Edge,
+    options: &'a Options,
+    argv: CycleArgv<'a>,
+}
+
+impl Cycle<'_> {
+    /// Proves the delivery of `version`, then the rollback unless it would not go back to
+    /// what served before (then `not_run` says why).
+    fn prove(
+        &self,
+        version: &str,
+        proofs: &mut Vec<Proof>,
+        not_run: &mut Vec<NotRun>,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), ProveError> {
+        let deliver = self.argv.of("deliver", &[version]);
+        let rollback = self.argv.of("rollback", &[]);
+        let label = format!("deliver {version}");
+        let expect = Some(version.to_string());
+        let first = prove_one(self.edge, self.options, &label, &deliver, expect, progress)?;
+        let back_to = first.before.version_served.clone();
+        let delivered = first.run.exit_code == Some(0);
+        let same = back_to == *version;
+        proofs.push(first);
+        let skipped = |reason: String| NotRun {
+            label: "rollback".into(),
+            command: rollback.clone(),
+            reason,
+        };
+        if !delivered {
+            not_run.push(skipped(
+                "the delivery did not exit 0: rolling back now could cut over to a \
+                 generation older than the one that served before"
+                    .into(),
+            ));
+        } else if same {
+            not_run.push(skipped(format!(
+                "{version} was already served before the delivery: there is nothing \
+                 to roll back to that this cycle started from"
+            )));
+        } else {
+            let label = format!("rollback to {back_to}");
+            let expect = Some(back_to.clone());
+            match prove_one(self.edge, self.options, &label, &rollback, expect, progress) {
+                Ok(p) => proofs.push(p),
+                Err(e) => not_run.push(skipped(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Edge {
+    fn from_settings(settings: &Settings) -> Edge {
+        Edge {
+            addr: edge_addr(settings),
+            master: Master::new(CliSocket::new(
+                &settings.paths.master_socket,
+                MASTER_TIMEOUT,
+            )),
+            supervisor: Supervisor::from_settings(settings),
+            supervisor_source: match settings.haproxy.mode {
+                Mode::Direct => "pidfile",
+                Mode::Systemd => "systemctl show -p MainPID",
+            },
+            state_dir: settings.state_dir.clone(),
+        }
+    }
+
     fn processes(&self, clock: Instant) -> (Processes, Option<ProcList>) {
         let (procs, error) = match self.master.show_proc() {
             Ok(p) => (Some(p), None),
@@ -270,361 +292,13 @@ impl Edge {
     }
 }
 
-/// One proof: measure before, run the command, measure after, judge.
-fn prove_one(
-    edge: &Edge,
-    options: &Options,
-    label: &str,
-    argv: &[String],
-    expect_version: Option<String>,
-    progress: &mut dyn FnMut(&str),
-) -> Result<Proof, ProveError> {
-    let clock = Instant::now();
-    let started_at = now_rfc3339();
-    let mut timeline = Vec::new();
-    progress(&format!(
-        "prove {label}: measuring {} (Host: {})",
-        edge.addr, options.host
-    ));
-    let timeouts = http::Timeouts {
-        connect: CONNECT_TIMEOUT,
-        read: options.request_timeout,
-    };
-
-    // Before: the edge serves, the master answers, the streams are established.
-    let baseline = baseline(edge, options, timeouts)?;
-    timeline.push(event(
-        ms(clock),
-        "prove",
-        format!("the edge serves {baseline} (GET {})", options.path),
-    ));
-    if let (p, None) = edge.processes(clock) {
-        return Err(ProveError::Before(format!(
-            "HAProxy's master socket does not answer `show proc` ({}); prove reads the master \
-             PID and workers there",
-            p.error.unwrap_or_default()
-        )));
-    }
-    let stream_config = stream::StreamConfig {
-        addr: edge.addr,
-        host: options.host.clone(),
-        lines: options.stream_lines,
-        interval_ms: options.stream_interval_ms,
-        connect_timeout: CONNECT_TIMEOUT,
-        hold: options.stream_hold,
-        command_end: stream::CommandEnd::default(),
-    };
-    let open = open_streams(&stream_config, options.streams, clock, &mut timeline)?;
-    if !open.is_empty() {
-        let versions: BTreeSet<&str> = open.iter().map(|s| s.version.as_str()).collect();
-        progress(&format!(
-            "  {} long stream(s) open on {}",
-            open.len(),
-            versions.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-
-    // The probe, warmed up so that "before" has requests too.
-    let max_duration = options.timeout + options.settle + Duration::from_secs(30);
-    let probe = probe::Probe::start(
-        probe::ProbeConfig {
-            addr: edge.addr,
-            host: options.host.clone(),
-            path: options.path.clone(),
-            rate: options.rate,
-            timeouts,
-            request_timeout: options.request_timeout,
-            max_duration,
-        },
-        clock,
-    );
-    timeline.push(event(
-        ms(clock),
-        "probe",
-        format!(
-            "short-request probe started: {}/s, a new connection each",
-            options.rate
-        ),
-    ));
-    thread::sleep(Duration::from_secs_f64(
-        (5.0 / options.rate).clamp(0.1, 1.0),
-    ));
-
-    // The master and workers just before the command, and a watcher during it.
-    let (before_procs, before_list) = edge.processes(clock);
-    let Some(before_list) = before_list else {
-        let _ = probe.stop();
-        stream_config.command_end.set(ms(clock));
-        return Err(ProveError::Before(format!(
-            "HAProxy's master socket stopped answering `show proc` ({})",
-            before_procs.error.unwrap_or_default()
-        )));
-    };
-    let watcher = watch::watch(edge.master.clone(), &before_list, clock, max_duration);
-
-    // During.
-    progress(&format!("  running: {}", argv.join(" ")));
-    let run = command::run_command(argv, &edge.state_dir, options.timeout, clock);
-    stream_config.command_end.set(run.ended_ms);
-    timeline.push(event(
-        run.started_ms,
-        "command",
-        format!("started: {label}"),
-    ));
-    timeline.push(event(
-        run.ended_ms,
-        "command",
-        describe_end(&run, options.timeout),
-    ));
-    progress(&format!(
-        "  command ended after {:.0} ms (exit {}); settling {:?}",
-        run.duration_ms,
-        run.exit_code.map_or("-".into(), |c| c.to_string()),
-        options.settle
-    ));
-
-    // After: settle, then the processes, the version served, the streams to their end.
-    thread::sleep(options.settle);
-    let probe_log = probe.stop();
-    timeline.push(event(
-        ms(clock),
-        "probe",
-        format!("probe stopped after the {:?} settle period", options.settle),
-    ));
-    timeline.extend(watcher.stop());
-    let after_procs = edge.processes_settled(clock, Duration::from_secs(3));
-    let version_answers = match &expect_version {
-        Some(expected) => {
-            let answers = ask_version(edge, options, timeouts);
-            timeline.push(event(
-                ms(clock),
-                "prove",
-                format!(
-                    "GET /version x{VERSION_REQUESTS}: {} (expected {expected})",
-                    checks::summarize_answers(&answers)
-                ),
-            ));
-            answers
-        }
-        None => Vec::new(),
-    };
-    if !open.is_empty() {
-        progress("  waiting for the long streams to end");
-    }
-    let streams = finish_streams(open, &stream_config, clock, &mut timeline);
-
-    // Judge.
-    let probe = summarize_probe(&probe_log, options.rate, &run);
-    let failures = probe_failures(&probe_log, &run);
-    probe_events(&probe_log, &probe, &mut timeline);
-    timeline.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
-    let before_all: BTreeSet<i32> = before_list.all_worker_pids().into_iter().collect();
-    let after = After {
-        new_workers: after_procs
-            .workers
-            .iter()
-            .copied()
-            .filter(|p| !before_all.contains(p))
-            .collect(),
-        version_served: probe_log
-            .outcomes
-            .iter()
-            .rev()
-            .find_map(|o| o.result.as_ref().ok().cloned()),
-        processes: after_procs,
-        version_answers,
-    };
-    let before = Before {
-        processes: before_procs,
-        version_served: baseline,
-    };
-    let checks = vec![
-        checks::check_master(&before.processes, &after.processes),
-        checks::check_new_worker(&before.processes, &after),
-        checks::check_probe(&probe, &failures, options.max_failures),
-        checks::check_streams(&streams, &run, options),
-        checks::check_version(expect_version.as_deref(), &after.version_answers),
-        checks::check_command(&run, options.timeout),
-    ];
-    let passed = checks.iter().all(|c| c.status != Status::Fail);
-    let way_back = checks::way_back(argv, &edge.state_dir, &before, &after, &checks);
-    progress(&format!("  {}", if passed { "passed" } else { "FAILED" }));
-    Ok(Proof {
-        label: label.to_string(),
-        command: argv.to_vec(),
-        passed,
-        started_at,
-        duration_ms: ms(clock),
-        expect_version,
-        before,
-        run,
-        after,
-        probe,
-        streams,
-        checks,
-        failures,
-        timeline,
-        way_back,
-    })
-}
-
-/// The version the edge serves before anything runs: it must serve, or nothing is measured.
-fn baseline(
-    edge: &Edge,
-    options: &Options,
-    timeouts: http::Timeouts,
-) -> Result<String, ProveError> {
-    http::get(
-        edge.addr,
-        &options.host,
-        &options.path,
-        timeouts,
-        options.request_timeout,
-    )
-    .and_then(|r| {
-        if (200..300).contains(&r.head.status) {
-            http::version_of(&r)
-        } else {
-            Err(http::HttpError::new(
-                Cause::Non2xx,
-                format!("status {}", r.head.status),
-            ))
-        }
-    })
-    .map_err(|e| {
-        ProveError::Before(format!(
-            "GET {} with Host {} on {} failed before the command ({e}); the edge must serve \
-             the app before a cutover can be measured (--host, --path)",
-            options.path, options.host, edge.addr
-        ))
-    })
-}
-
-/// Opens every stream at once, then waits for each first line.
-fn open_streams(
-    config: &stream::StreamConfig,
-    count: usize,
-    clock: Instant,
-    timeline: &mut Vec<Event>,
-) -> Result<Vec<stream::OpenStream>, ProveError> {
-    let first_line_timeout =
-        Duration::from_secs(5).max(Duration::from_millis(u64::from(config.interval_ms) * 3));
-    let pending: Vec<_> = (1..=count)
-        .map(|id| stream::start(id, config, clock))
-        .collect();
-    let mut open = Vec::new();
-    for p in pending {
-        let s = p
-            .wait_first(first_line_timeout)
-            .map_err(|e| ProveError::Before(format!("{e} (GET {})", config.target())))?;
-        timeline.push(event(
-            s.first_line_ms,
-            "stream",
-            format!(
-                "stream {} established, first line from {} ({})",
-                s.id,
-                s.version,
-                config.target()
-            ),
-        ));
-        open.push(s);
-    }
-    Ok(open)
-}
-
-/// Waits for each stream to end (bounded by its announced length, or its close when held,
-/// plus 10 s).
-fn finish_streams(
-    open: Vec<stream::OpenStream>,
-    config: &stream::StreamConfig,
-    clock: Instant,
-    timeline: &mut Vec<Event>,
-) -> Vec<StreamLog> {
-    let mut streams = Vec::new();
-    for s in open {
-        let (id, version) = (s.id, s.version.clone());
-        let end_ms = config
-            .close_at()
-            .unwrap_or(s.first_line_ms + config.expected_duration().as_secs_f64() * 1000.0);
-        let left = Duration::from_secs_f64(((end_ms - ms(clock)) / 1000.0).max(0.0));
-        let log = s
-            .finish(left + Duration::from_secs(10))
-            .unwrap_or_else(|why| {
-                let mut l = StreamLog::new(id, config, 0.0);
-                l.version = Some(version);
-                l.error = Some(why);
-                l
-            });
-        let what = if log.intact() {
-            format!(
-                "stream {id} ended: {}/{} lines, all from {}, {}",
-                log.received,
-                log.announced,
-                log.version.as_deref().unwrap_or("?"),
-                if log.closed_by_client {
-                    "closed by the client after the command and the hold"
-                } else {
-                    "final chunk"
-                }
-            )
-        } else {
-            format!(
-                "stream {id} BROKEN: {}/{} lines{}{}",
-                log.received,
-                log.announced,
-                log.error
-                    .as_deref()
-                    .map(|e| format!("; {e}"))
-                    .unwrap_or_default(),
-                if log.foreign_lines > 0 {
-                    format!("; {} line(s) from another generation", log.foreign_lines)
-                } else {
-                    String::new()
-                }
-            )
-        };
-        timeline.push(event(log.ended_ms.unwrap_or(ms(clock)), "stream", what));
-        streams.push(log);
-    }
-    streams
-}
-
-/// `GET /version` a few times, each on a new connection: the bodies, or what went wrong.
-fn ask_version(edge: &Edge, options: &Options, timeouts: http::Timeouts) -> Vec<String> {
-    let mut answers = Vec::new();
-    for _ in 0..VERSION_REQUESTS {
-        let answer = http::get(
-            edge.addr,
-            &options.host,
-            "/version",
-            timeouts,
-            options.request_timeout,
-        );
-        answers.push(match answer {
-            Ok(r) if r.head.status == 200 => String::from_utf8_lossy(&r.body).trim().to_string(),
-            Ok(r) => format!("(status {})", r.head.status),
-            Err(e) => format!("({e})"),
-        });
-        thread::sleep(Duration::from_millis(20));
-    }
-    answers
-}
-
-fn describe_end(run: &CommandRun, timeout: Duration) -> String {
-    match (&run.spawn_error, run.timed_out, run.exit_code, run.signal) {
-        (Some(e), ..) => format!("could not start: {e}"),
-        (None, true, ..) => format!("killed after the {timeout:?} timeout"),
-        (None, false, Some(code), _) => format!("exited {code} after {:.0} ms", run.duration_ms),
-        (None, false, None, sig) => format!("ended by signal {}", sig.unwrap_or(0)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::summary::{probe_events, probe_failures, summarize_probe};
     use super::*;
 
-    fn outcome(t_ms: f64, result: Result<&str, Cause>) -> probe::Outcome {
-        probe::Outcome {
+    fn outcome(t_ms: f64, result: Result<&str, Cause>) -> probe::RequestOutcome {
+        probe::RequestOutcome {
             t_ms,
             duration_ms: 1.0,
             result: result

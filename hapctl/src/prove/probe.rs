@@ -28,7 +28,7 @@ pub struct ProbeConfig {
 
 /// One short request.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct RequestOutcome {
     /// When it started, in ms since the proof's clock started.
     pub t_ms: f64,
     pub duration_ms: f64,
@@ -39,7 +39,7 @@ pub struct Outcome {
 /// What the probe saw, in start order.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeLog {
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<RequestOutcome>,
     /// Requests started later than their slot because too many were in flight.
     pub late: u64,
 }
@@ -123,7 +123,7 @@ fn run(config: ProbeConfig, clock: Instant, stop: &AtomicBool) -> ProbeLog {
     ProbeLog { outcomes, late }
 }
 
-fn one_request(config: &ProbeConfig, clock: Instant) -> Outcome {
+fn one_request(config: &ProbeConfig, clock: Instant) -> RequestOutcome {
     let start = Instant::now();
     let result = http::get(
         config.addr,
@@ -148,7 +148,7 @@ fn one_request(config: &ProbeConfig, clock: Instant) -> Outcome {
         }
         http::version_of(&r)
     });
-    Outcome {
+    RequestOutcome {
         t_ms: start.saturating_duration_since(clock).as_secs_f64() * 1000.0,
         duration_ms: start.elapsed().as_secs_f64() * 1000.0,
         result,

@@ -162,18 +162,18 @@ pub struct ProbeFailure {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub enum CheckStatus {
     Pass,
     Fail,
     Skipped,
 }
 
-impl Status {
+impl CheckStatus {
     pub fn as_str(self) -> &'static str {
         match self {
-            Status::Pass => "pass",
-            Status::Fail => "FAIL",
-            Status::Skipped => "skipped",
+            CheckStatus::Pass => "pass",
+            CheckStatus::Fail => "FAIL",
+            CheckStatus::Skipped => "skipped",
         }
     }
 }
@@ -183,7 +183,7 @@ impl Status {
 pub struct Check {
     /// `master`, `new-worker`, `probe`, `streams`, `version` or `command`.
     pub name: &'static str,
-    pub status: Status,
+    pub status: CheckStatus,
     pub expected: String,
     pub measured: String,
 }

@@ -61,8 +61,6 @@ pub fn render_with(
     templates: &Templates,
     memo: Option<&mut Sections>,
 ) -> Result<FileSet, RenderError> {
-    let paths = &settings.paths;
-    let at = |id: FileId| id.path(paths).display().to_string();
     // One backend per domain, written directly: at 10,000 domains a template loop costs
     // several times the whole render budget. The shape of a backend is typed logic (its
     // profile), not free text, so it is not part of the overridable templates.
@@ -72,30 +70,37 @@ pub fn render_with(
         resolvers.map(|_| crate::settings::RESOLVERS_NAME),
         memo,
     );
-    let apps: Vec<AppView> = settings
-        .apps
-        .iter()
-        .map(|app| {
-            let live = state.live_generations.get(&app.name);
-            AppView {
-                name: app.name.to_string(),
-                backend: app.backend.clone(),
-                server: app.server.clone(),
-                readiness_path: app.readiness_path.to_string(),
-                version: live.map(|g| g.version.to_string()),
-                port: live.map(|g| g.port.get()),
-            }
-        })
-        .collect();
-    let hard_stop_after = settings
-        .apps
-        .iter()
-        .filter_map(|a| a.hard_stop_after)
-        .max()
-        .map(|d| format!("{}s", d.as_secs().max(1)));
     let routes = routes(state, settings)?;
+    let ctx = template_context(state, settings, backends);
+    let paths = &settings.paths;
+    let mut set = FileSet::default();
+    for id in FileId::RENDERED {
+        let bytes = match id.template() {
+            Some(name) => {
+                let text = templates
+                    .render(name, &ctx)
+                    .map_err(|message| RenderError::Template { name, message })?;
+                // The pages are returned with `lf-file`: a log-format string.
+                if name.ends_with(".html.j2") {
+                    logging::lf_page(&text).into_bytes()
+                } else {
+                    text.into_bytes()
+                }
+            }
+            None => render_data(id, state, &routes),
+        };
+        set.insert(id, id.path(paths), ensure_final_newline(bytes));
+    }
+    Ok(set)
+}
+
+/// What the templates see: the settings, the files' paths, the protections' views, the
+/// backend sections and the apps.
+fn template_context(state: &EdgeState, settings: &Settings, backends: String) -> minijinja::Value {
+    let paths = &settings.paths;
+    let at = |id: FileId| id.path(paths).display().to_string();
     let drop_to = settings.haproxy.privileges.effective();
-    let ctx = minijinja::context! {
+    minijinja::context! {
         header => HEADER,
         user => drop_to.user.map(|a| a.name),
         group => drop_to.group.map(|a| a.name),
@@ -142,7 +147,7 @@ pub fn render_with(
         limits => crate::protect::maps::view(&state.limits),
         log_target => logging::log_line(&settings.logs),
         log_ring => logging::ring(&settings.logs),
-        resolvers => resolvers.map(|r| minijinja::context! {
+        resolvers => settings.resolvers.as_ref().map(|r| minijinja::context! {
             name => crate::settings::RESOLVERS_NAME,
             nameservers => r.nameservers.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
             hold_valid => r.hold_valid.to_string(),
@@ -150,32 +155,41 @@ pub fn render_with(
         request_id => logging::REQUEST_ID_MARK,
         waf => waf::view(settings.waf.as_ref(), paths),
         backends => minijinja::Value::from_object(Verbatim(backends)),
-        apps => apps,
-        hard_stop_after => hard_stop_after,
+        apps => app_views(state, settings),
+        hard_stop_after => hard_stop_after(settings),
         default_backend => settings.edge.default_app.as_ref().and_then(|name| {
             settings.apps.iter().find(|a| &a.name == name).map(|a| a.backend.clone())
         }),
-    };
-
-    let mut set = FileSet::default();
-    for id in FileId::RENDERED {
-        let bytes = match id.template() {
-            Some(name) => {
-                let text = templates
-                    .render(name, &ctx)
-                    .map_err(|message| RenderError::Template { name, message })?;
-                // The pages are returned with `lf-file`: a log-format string.
-                if name.ends_with(".html.j2") {
-                    logging::lf_page(&text).into_bytes()
-                } else {
-                    text.into_bytes()
-                }
-            }
-            None => render_data(id, state, &routes),
-        };
-        set.insert(id, id.path(paths), ensure_final_newline(bytes));
     }
-    Ok(set)
+}
+
+/// Each app with its live generation, if any.
+fn app_views(state: &EdgeState, settings: &Settings) -> Vec<AppView> {
+    settings
+        .apps
+        .iter()
+        .map(|app| {
+            let live = state.live_generations.get(&app.name);
+            AppView {
+                name: app.name.to_string(),
+                backend: app.backend.clone(),
+                server: app.server.clone(),
+                readiness_path: app.readiness_path.to_string(),
+                version: live.map(|g| g.version.to_string()),
+                port: live.map(|g| g.port.get()),
+            }
+        })
+        .collect()
+}
+
+/// The longest `hard_stop_after` of the apps, in HAProxy's syntax.
+fn hard_stop_after(settings: &Settings) -> Option<String> {
+    settings
+        .apps
+        .iter()
+        .filter_map(|a| a.hard_stop_after)
+        .max()
+        .map(|d| format!("{}s", d.as_secs().max(1)))
 }
 
 /// Text given to a template that goes into its output as it is, without the copy a string
@@ -254,12 +268,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             }
         }
         FileId::WildcardsMap => {
-            // `map_end` returns the first matching line: longest suffix first, so the most
-            // specific wildcard wins.
-            let mut wild: Vec<&(&Domain, Target)> =
-                routes.iter().filter(|(d, _)| d.is_wildcard()).collect();
-            wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for (domain, backend) in wild {
+            for (domain, backend) in longest_suffix_first(routes.iter().map(|(d, t)| (*d, t))) {
                 let _ = writeln!(out, ".{} {backend}", domain.name());
             }
         }
@@ -275,9 +284,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             }
         }
         FileId::SuspendedWildcardsMap => {
-            let mut wild: Vec<_> = state.suspended.iter().filter(|d| d.is_wildcard()).collect();
-            wild.sort_by_key(|d| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for domain in wild {
+            for (domain, ()) in longest_suffix_first(state.suspended.iter().map(|d| (d, ()))) {
                 let _ = writeln!(out, ".{} 1", domain.name());
             }
         }
@@ -287,13 +294,7 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
             }
         }
         FileId::HttpsWildcardsMap => {
-            let mut wild: Vec<_> = state
-                .https
-                .iter()
-                .filter(|(d, _)| d.is_wildcard())
-                .collect();
-            wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
-            for (domain, policy) in wild {
+            for (domain, policy) in longest_suffix_first(state.https.iter()) {
                 let _ = writeln!(out, ".{} {}", domain.name(), policy.map_value());
             }
         }
@@ -306,31 +307,44 @@ fn render_data(id: FileId, state: &EdgeState, routes: &[(&Domain, Target)]) -> V
         FileId::ProfilesWildcardsMap => {
             crate::protect::profiles::map(&mut out, &state.protections, true)
         }
-        // Keyed by the backend the host routed to, not by host: the route's own lookup (exact
-        // name before wildcard, app domains) decides, and the twin follows it. Every slot with
-        // a twin has its line, taken or not, so a domain that takes one at runtime needs none.
-        FileId::SseMap => {
-            let own = state
-                .domains
-                .iter()
-                .filter(|(domain, b)| b.sse_routing() && state.placement.slot_of(domain).is_none());
-            for (domain, _) in own {
-                let _ = writeln!(out, "{} {}", domain.backend(), domain.sse_twin_name());
-            }
-            let slots = state.placement.capacities().flat_map(|(kind, n)| {
-                (0..n).map(move |index| crate::model::BackendSlot { kind, index })
-            });
-            for slot in slots {
-                if let Some(twin) = slot.twin_name() {
-                    let _ = writeln!(out, "{slot} {twin}");
-                }
-            }
-        }
+        FileId::SseMap => sse_map(&mut out, state),
         FileId::WafMap => waf::map(&mut out, state, false),
         FileId::WafWildcardsMap => waf::map(&mut out, state, true),
         _ => unreachable!("{id:?} is rendered from a template"),
     }
     out.into_bytes()
+}
+
+/// The wildcard entries, longest suffix first: `map_end` returns the first matching line, so
+/// the most specific wildcard wins.
+fn longest_suffix_first<'a, T>(
+    entries: impl Iterator<Item = (&'a Domain, T)>,
+) -> Vec<(&'a Domain, T)> {
+    let mut wild: Vec<_> = entries.filter(|(d, _)| d.is_wildcard()).collect();
+    wild.sort_by_key(|(d, _)| (std::cmp::Reverse(d.name().as_str().len()), *d));
+    wild
+}
+
+/// Keyed by the backend the host routed to, not by host: the route's own lookup (exact
+/// name before wildcard, app domains) decides, and the twin follows it. Every slot with
+/// a twin has its line, taken or not, so a domain that takes one at runtime needs none.
+fn sse_map(out: &mut String, state: &EdgeState) {
+    let own = state
+        .domains
+        .iter()
+        .filter(|(domain, b)| b.sse_routing() && state.placement.slot_of(domain).is_none());
+    for (domain, _) in own {
+        let _ = writeln!(out, "{} {}", domain.backend(), domain.sse_twin_name());
+    }
+    let slots = state
+        .placement
+        .capacities()
+        .flat_map(|(kind, n)| (0..n).map(move |index| crate::model::BackendSlot { kind, index }));
+    for slot in slots {
+        if let Some(twin) = slot.twin_name() {
+            let _ = writeln!(out, "{slot} {twin}");
+        }
+    }
 }
 
 /// The value of every blocked-map entry. The match is on the key (`map_ip(...) -m found`);

@@ -106,52 +106,8 @@ pub(super) fn resolve(
             .as_deref()
             .map(|v| path("version_path", v))
             .transpose()?;
-        let ports = match (app.ports, app.port_range) {
-            (Some(table), None) => {
-                let mut ports = BTreeMap::new();
-                for (version, port) in table {
-                    let v: Version = version.parse().map_err(|e: crate::model::Invalid| (key("ports"), e.to_string()))?;
-                    let p = Port::try_from(port).map_err(|e| (key("ports"), e.to_string()))?;
-                    ports.insert(v, p);
-                }
-                PortPlan::Table(ports)
-            }
-            (None, Some(range)) => parse_range(&range).map_err(|m| (key("port_range"), m))?,
-            _ => {
-                return Err((
-                    key("ports"),
-                    "set exactly one of `ports` (a version → port table) or `port_range` (\"18200-18299\")".into(),
-                ))
-            }
-        };
-        let runner = match app.runner {
-            RawRunner::Exec { command } => {
-                let mut argv: Vec<String> = command.split_whitespace().map(String::from).collect();
-                let Some(program) = argv.first_mut() else {
-                    return Err((key("runner.command"), "is empty".into()));
-                };
-                // A relative program path is relative to the state directory, like every path.
-                if program.contains('/') && !program.starts_with('/') && !program.contains('{') {
-                    *program = state_dir.join(&*program).display().to_string();
-                }
-                RunnerSettings::Exec { argv }
-            }
-            RawRunner::Systemd { unit } => {
-                let ok = unit.contains("{version}")
-                    && unit.ends_with(".service")
-                    && unit
-                        .replace("{version}", "v")
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "@._-:".contains(c));
-                if !ok {
-                    return Err((
-                        key("runner.unit"),
-                        format!("{:?} must be a template unit name containing {{version}} and ending in .service, e.g. \"app@{{version}}.service\"", crate::model::bounded(&unit)),
-                    ));
-                }
-                RunnerSettings::Systemd { unit }
-            }
-        };
+        let ports = resolve_ports(app.ports, app.port_range, &key)?;
+        let runner = resolve_runner(app.runner, state_dir, &key)?;
         let successes = app.readiness_successes.unwrap_or(3);
         if successes == 0 || successes > 100 {
             return Err((key("readiness_successes"), "must be 1 to 100".into()));
@@ -178,6 +134,69 @@ pub(super) fn resolve(
         });
     }
     Ok(apps)
+}
+
+/// `ports` or `port_range`, exactly one.
+fn resolve_ports(
+    ports: Option<BTreeMap<String, u16>>,
+    port_range: Option<String>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<PortPlan, (String, String)> {
+    Ok(match (ports, port_range) {
+        (Some(table), None) => {
+            let mut ports = BTreeMap::new();
+            for (version, port) in table {
+                let v: Version = version
+                    .parse()
+                    .map_err(|e: crate::model::Invalid| (key("ports"), e.to_string()))?;
+                let p = Port::try_from(port).map_err(|e| (key("ports"), e.to_string()))?;
+                ports.insert(v, p);
+            }
+            PortPlan::Table(ports)
+        }
+        (None, Some(range)) => parse_range(&range).map_err(|m| (key("port_range"), m))?,
+        _ => return Err((
+            key("ports"),
+            "set exactly one of `ports` (a version → port table) or `port_range` (\"18200-18299\")"
+                .into(),
+        )),
+    })
+}
+
+/// `[app.runner]`: a command line (its program relative to `state_dir`) or a template unit.
+fn resolve_runner(
+    runner: RawRunner,
+    state_dir: &Path,
+    key: &dyn Fn(&str) -> String,
+) -> Result<RunnerSettings, (String, String)> {
+    Ok(match runner {
+        RawRunner::Exec { command } => {
+            let mut argv: Vec<String> = command.split_whitespace().map(String::from).collect();
+            let Some(program) = argv.first_mut() else {
+                return Err((key("runner.command"), "is empty".into()));
+            };
+            // A relative program path is relative to the state directory, like every path.
+            if program.contains('/') && !program.starts_with('/') && !program.contains('{') {
+                *program = state_dir.join(&*program).display().to_string();
+            }
+            RunnerSettings::Exec { argv }
+        }
+        RawRunner::Systemd { unit } => {
+            let ok = unit.contains("{version}")
+                && unit.ends_with(".service")
+                && unit
+                    .replace("{version}", "v")
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "@._-:".contains(c));
+            if !ok {
+                return Err((
+                    key("runner.unit"),
+                    format!("{:?} must be a template unit name containing {{version}} and ending in .service, e.g. \"app@{{version}}.service\"", crate::model::bounded(&unit)),
+                ));
+            }
+            RunnerSettings::Systemd { unit }
+        }
+    })
 }
 
 /// HAProxy identifiers (backend and server names); `d_`, `w_` and `slot_` are the domains'

@@ -5,7 +5,7 @@
 //! directory, so the embedded default is self-contained and a production layout
 //! (`/etc/haproxy/...`) is a matter of absolute paths.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -350,12 +350,16 @@ impl Settings {
             path: file.to_path_buf(),
             message: describe_toml_error(text, &e),
         })?;
-        let value_error = |key: &str, message: String| SettingsError::Value {
+        Settings::resolve(raw, absolute(state_dir)).map_err(|(key, message)| SettingsError::Value {
             path: file.to_path_buf(),
-            key: key.to_string(),
+            key,
             message,
-        };
-        let state_dir = absolute(state_dir);
+        })
+    }
+
+    /// Checks every value of `raw` and resolves its paths against `state_dir`, in the order
+    /// of the file's sections.
+    fn resolve(raw: RawSettings, state_dir: PathBuf) -> Result<Settings, Refused> {
         let resolve = |p: Option<PathBuf>, default: &str| -> PathBuf {
             let p = p.unwrap_or_else(|| PathBuf::from(default));
             if p.is_absolute() {
@@ -364,142 +368,30 @@ impl Settings {
                 state_dir.join(p)
             }
         };
-        let duration = |key: &str, v: Option<String>, default: u64| {
-            parse_duration(v.as_deref(), default).map_err(|m| value_error(key, m))
-        };
-
-        let http_bind = match raw.edge.http_bind {
-            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
-            Some(s) => s.parse().map_err(|_| {
-                value_error(
-                    "edge.http_bind",
-                    format!(
-                        "{:?} is not an IP:PORT address such as \"127.0.0.1:8080\"",
-                        bounded(&s)
-                    ),
-                )
-            })?,
-        };
+        let http_bind = parse_addr("edge.http_bind", raw.edge.http_bind, LOCAL_HTTP)?;
         if http_bind.port() == 0 {
-            return Err(value_error(
-                "edge.http_bind",
+            return Err(refused("edge.http_bind")(
                 "port 0 is not a listening port".into(),
             ));
         }
-
-        let binary = match std::env::var_os(HAPROXY_BIN_ENV) {
-            Some(v) if !v.is_empty() => PathBuf::from(v),
-            _ => raw
-                .haproxy
-                .binary
-                .unwrap_or_else(|| PathBuf::from("haproxy")),
-        };
-        let systemd_unit = raw
-            .haproxy
-            .systemd_unit
-            .unwrap_or_else(|| "haproxy.service".into());
-        if systemd_unit.is_empty()
-            || !systemd_unit
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "@._-:".contains(c))
-        {
-            return Err(value_error(
-                "haproxy.systemd_unit",
-                format!("{systemd_unit:?} is not a systemd unit name"),
-            ));
-        }
-        let mut haproxy = HaproxySettings {
-            binary,
-            mode: raw.haproxy.mode.unwrap_or(Mode::Direct),
-            systemd_unit,
-            check_timeout: duration("haproxy.check_timeout", raw.haproxy.check_timeout, 30)?,
-            reload_timeout: duration("haproxy.reload_timeout", raw.haproxy.reload_timeout, 30)?,
-            start_timeout: duration("haproxy.start_timeout", raw.haproxy.start_timeout, 30)?,
-            privileges: Privileges::default(),
-        };
-
-        let p = raw.paths;
-        let paths = Paths {
-            config: resolve(p.config, "live/haproxy.cfg"),
-            generation: resolve(p.generation, "live/generation.cfg"),
-            maps_dir: resolve(p.maps_dir, "live/maps"),
-            pages_dir: resolve(p.pages_dir, "live/pages"),
-            known_good_dir: resolve(p.known_good_dir, "known-good"),
-            run_dir: resolve(p.run_dir, "run"),
-            journal_dir: resolve(p.journal_dir, "journal"),
-            database: resolve(p.database, "state.db"),
-            blocks_database: resolve(p.blocks_database, "blocks.db"),
-            master_socket: resolve(p.master_socket, "run/master.sock"),
-            admin_socket: resolve(p.admin_socket, "run/admin.sock"),
-            pidfile: resolve(p.pidfile, "run/haproxy.pid"),
-            haproxy_log: resolve(p.haproxy_log, "haproxy.log"),
-            certs_dir: resolve(p.certs_dir, "live/certs"),
-            acme_dir: resolve(p.acme_dir, "acme"),
-        };
-        // Paths end up inside haproxy.cfg: refuse anything that could break out of a token.
-        for (key, path) in [
-            ("paths.config", &paths.config),
-            ("paths.generation", &paths.generation),
-            ("paths.maps_dir", &paths.maps_dir),
-            ("paths.pages_dir", &paths.pages_dir),
-            ("paths.admin_socket", &paths.admin_socket),
-            ("paths.master_socket", &paths.master_socket),
-            ("paths.pidfile", &paths.pidfile),
-            ("paths.certs_dir", &paths.certs_dir),
-        ] {
-            check_config_path(path).map_err(|m| value_error(key, m))?;
-        }
-        if paths.config == paths.generation {
-            return Err(value_error(
-                "paths.generation",
-                "must differ from paths.config".into(),
-            ));
-        }
-
+        let mut haproxy = resolve_haproxy(&raw.haproxy)?;
+        let paths = Paths::resolve(raw.paths, &resolve)?;
         let render = RenderSettings {
             templates_dir: raw.render.templates_dir.map(|p| resolve(Some(p), "")),
         };
-        let apps = apps::resolve(raw.app, &state_dir)
-            .map_err(|(key, message)| value_error(&key, message))?;
-        let default_app = match raw.edge.default_app {
-            None => None,
-            Some(name) => match apps.iter().find(|a| a.name.as_str() == name) {
-                Some(app) => Some(app.name.clone()),
-                None => {
-                    return Err(value_error(
-                        "edge.default_app",
-                        format!("{:?} is not the name of an [[app]] entry", bounded(&name)),
-                    ))
-                }
-            },
-        };
-        let listen = match raw.api.listen {
-            None => SocketAddr::from(([127, 0, 0, 1], 9090)),
-            Some(s) => s.parse().map_err(|_| {
-                value_error(
-                    "api.listen",
-                    format!(
-                        "{:?} is not an IP:PORT address such as \"127.0.0.1:9090\"",
-                        bounded(&s)
-                    ),
-                )
-            })?,
-        };
-        let https_bind = tls::parse_https_bind(raw.edge.https_bind.as_deref())
-            .map_err(|(key, message)| value_error(&key, message))?;
+        let apps = apps::resolve(raw.app, &state_dir)?;
+        let default_app = default_app(raw.edge.default_app, &apps)?;
+        let listen = parse_addr("api.listen", raw.api.listen, LOCAL_API)?;
+        let https_bind = tls::parse_https_bind(raw.edge.https_bind.as_deref())?;
         if https_bind.is_some_and(|a| a == http_bind) {
-            return Err(value_error(
-                "edge.https_bind",
+            return Err(refused("edge.https_bind")(
                 "must differ from edge.http_bind".into(),
             ));
         }
-        let tls = tls::resolve_tls(raw.tls).map_err(|(key, message)| value_error(&key, message))?;
-        let acme = tls::resolve_acme(raw.acme, |p| resolve(Some(p), ""))
-            .map_err(|(key, message)| value_error(&key, message))?;
-        let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))
-            .map_err(|(key, message)| value_error(&key, message))?;
-        let resolvers = resolvers::resolve_resolvers(raw.resolvers)
-            .map_err(|(key, message)| value_error(&key, message))?;
+        let tls = tls::resolve_tls(raw.tls)?;
+        let acme = tls::resolve_acme(raw.acme, |p| resolve(Some(p), ""))?;
+        let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))?;
+        let resolvers = resolvers::resolve_resolvers(raw.resolvers)?;
         haproxy.privileges = privileges::resolve(
             raw.haproxy.user,
             raw.haproxy.group,
@@ -507,8 +399,7 @@ impl Settings {
             haproxy.mode,
             &logs,
             |p| resolve(Some(p), ""),
-        )
-        .map_err(|(key, message)| value_error(&key, message))?;
+        )?;
         let api = ApiSettings {
             listen,
             token_file: resolve(raw.api.token_file, "api-token"),
@@ -521,19 +412,99 @@ impl Settings {
                 https_bind,
                 default_app,
                 normalize_uri: raw.edge.normalize_uri.unwrap_or(true),
-                unknown_host: unknown_host::resolve(raw.edge.unknown_host.as_deref())
-                    .map_err(|(key, message)| value_error(&key, message))?,
+                unknown_host: unknown_host::resolve(raw.edge.unknown_host.as_deref())?,
             },
             tls,
             acme,
             logs,
             resolvers,
-            waf: waf::resolve_waf(raw.waf).map_err(|(key, message)| value_error(&key, message))?,
+            waf: waf::resolve_waf(raw.waf)?,
             haproxy,
             paths,
             render,
             apps,
         })
+    }
+}
+
+/// A value the settings refuse: its key, and why.
+type Refused = (String, String);
+
+/// The refusal of `key`'s value, for `map_err`.
+fn refused(key: &str) -> impl FnOnce(String) -> Refused + '_ {
+    move |message| (key.to_string(), message)
+}
+
+const LOCAL_HTTP: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
+const LOCAL_API: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9090);
+
+/// An `IP:PORT` address, `default` when absent.
+fn parse_addr(
+    key: &str,
+    value: Option<String>,
+    default: SocketAddr,
+) -> Result<SocketAddr, Refused> {
+    match value {
+        None => Ok(default),
+        Some(s) => s.parse().map_err(|_| {
+            refused(key)(format!(
+                "{:?} is not an IP:PORT address such as \"{default}\"",
+                bounded(&s)
+            ))
+        }),
+    }
+}
+
+/// `[haproxy]` but its privileges, which depend on the logs.
+fn resolve_haproxy(raw: &RawHaproxy) -> Result<HaproxySettings, Refused> {
+    let binary = match std::env::var_os(HAPROXY_BIN_ENV) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => raw
+            .binary
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("haproxy")),
+    };
+    let systemd_unit = raw
+        .systemd_unit
+        .clone()
+        .unwrap_or_else(|| "haproxy.service".into());
+    if systemd_unit.is_empty()
+        || !systemd_unit
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "@._-:".contains(c))
+    {
+        return Err(refused("haproxy.systemd_unit")(format!(
+            "{systemd_unit:?} is not a systemd unit name"
+        )));
+    }
+    let duration = |key: &str, v: &Option<String>, default: u64| {
+        parse_duration(v.as_deref(), default).map_err(refused(key))
+    };
+    Ok(HaproxySettings {
+        binary,
+        mode: raw.mode.unwrap_or(Mode::Direct),
+        systemd_unit,
+        check_timeout: duration("haproxy.check_timeout", &raw.check_timeout, 30)?,
+        reload_timeout: duration("haproxy.reload_timeout", &raw.reload_timeout, 30)?,
+        start_timeout: duration("haproxy.start_timeout", &raw.start_timeout, 30)?,
+        privileges: Privileges::default(),
+    })
+}
+
+/// `[edge] default_app`: the name of an `[[app]]`.
+fn default_app(
+    name: Option<String>,
+    apps: &[AppSettings],
+) -> Result<Option<crate::model::AppName>, Refused> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    match apps.iter().find(|a| a.name.as_str() == name) {
+        Some(app) => Ok(Some(app.name.clone())),
+        None => Err(refused("edge.default_app")(format!(
+            "{:?} is not the name of an [[app]] entry",
+            bounded(&name)
+        ))),
     }
 }
 

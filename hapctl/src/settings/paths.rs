@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::{check_config_path, refused, RawPaths, Refused};
+
 /// Every file and folder hapctl or HAProxy touches.
 #[derive(Debug, Clone)]
 pub struct Paths {
@@ -31,6 +33,50 @@ pub struct Paths {
 }
 
 impl Paths {
+    /// `[paths]`, each resolved by `resolve` (relative to the state directory) with its
+    /// default, and refused if it could break out of a token of haproxy.cfg.
+    pub(super) fn resolve(
+        p: RawPaths,
+        resolve: &dyn Fn(Option<PathBuf>, &str) -> PathBuf,
+    ) -> Result<Paths, Refused> {
+        let paths = Paths {
+            config: resolve(p.config, "live/haproxy.cfg"),
+            generation: resolve(p.generation, "live/generation.cfg"),
+            maps_dir: resolve(p.maps_dir, "live/maps"),
+            pages_dir: resolve(p.pages_dir, "live/pages"),
+            known_good_dir: resolve(p.known_good_dir, "known-good"),
+            run_dir: resolve(p.run_dir, "run"),
+            journal_dir: resolve(p.journal_dir, "journal"),
+            database: resolve(p.database, "state.db"),
+            blocks_database: resolve(p.blocks_database, "blocks.db"),
+            master_socket: resolve(p.master_socket, "run/master.sock"),
+            admin_socket: resolve(p.admin_socket, "run/admin.sock"),
+            pidfile: resolve(p.pidfile, "run/haproxy.pid"),
+            haproxy_log: resolve(p.haproxy_log, "haproxy.log"),
+            certs_dir: resolve(p.certs_dir, "live/certs"),
+            acme_dir: resolve(p.acme_dir, "acme"),
+        };
+        // Paths end up inside haproxy.cfg: refuse anything that could break out of a token.
+        for (key, path) in [
+            ("paths.config", &paths.config),
+            ("paths.generation", &paths.generation),
+            ("paths.maps_dir", &paths.maps_dir),
+            ("paths.pages_dir", &paths.pages_dir),
+            ("paths.admin_socket", &paths.admin_socket),
+            ("paths.master_socket", &paths.master_socket),
+            ("paths.pidfile", &paths.pidfile),
+            ("paths.certs_dir", &paths.certs_dir),
+        ] {
+            check_config_path(path).map_err(refused(key))?;
+        }
+        if paths.config == paths.generation {
+            return Err(refused("paths.generation")(
+                "must differ from paths.config".into(),
+            ));
+        }
+        Ok(paths)
+    }
+
     /// The `-f` arguments HAProxy is started and checked with, in order.
     pub fn config_files(&self) -> [&Path; 2] {
         [&self.config, &self.generation]

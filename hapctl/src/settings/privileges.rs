@@ -72,83 +72,12 @@ pub(super) fn resolve(
     logs: &LogSettings,
     resolve_path: impl Fn(PathBuf) -> PathBuf,
 ) -> Result<Privileges, (String, String)> {
-    let err = |key: &str, m: String| (format!("haproxy.{key}"), m);
-    let user = match user.as_deref() {
-        None | Some("") => None,
-        Some(name) => {
-            check_name(name).map_err(|m| err("user", m))?;
-            let (id, primary_gid) = lookup_user(name).ok_or_else(|| {
-                err(
-                    "user",
-                    format!(
-                        "{:?} is not a user of this host; create it or set user = \"\" to keep the workers as the starting user",
-                        bounded(name)
-                    ),
-                )
-            })?;
-            Some((
-                Account {
-                    name: name.to_string(),
-                    id,
-                },
-                primary_gid,
-            ))
-        }
-    };
-    let group = match group.as_deref() {
-        Some("") => None,
-        Some(name) => {
-            check_name(name).map_err(|m| err("group", m))?;
-            let id = lookup_group(name).ok_or_else(|| {
-                err(
-                    "group",
-                    format!("{:?} is not a group of this host", bounded(name)),
-                )
-            })?;
-            Some(Account {
-                name: name.to_string(),
-                id,
-            })
-        }
-        // The user's primary group.
-        None => match &user {
-            None => None,
-            Some((account, gid)) => {
-                let name = group_name(*gid).ok_or_else(|| {
-                    err(
-                        "group",
-                        format!(
-                            "the primary group {gid} of user {:?} has no name; set group explicitly",
-                            account.name
-                        ),
-                    )
-                })?;
-                Some(Account { name, id: *gid })
-            }
-        },
-    };
+    let user = resolve_user(user.as_deref())?;
+    let group = resolve_group(group.as_deref(), user.as_ref())?;
     let chroot = match chroot {
         None => None,
         Some(p) if p.as_os_str().is_empty() => None,
-        Some(p) => {
-            let path = resolve_path(p);
-            super::check_config_path(&path).map_err(|m| err("chroot", m))?;
-            if !path.is_dir() {
-                return Err(err(
-                    "chroot",
-                    format!("{} is not an existing directory", path.display()),
-                ));
-            }
-            // Workers open /dev/log by path at each line, inside the chroot, where it is not.
-            // The `file` target (TCP) and UDP syslog need no file.
-            if logs.target == LogTarget::Journald {
-                return Err(err(
-                    "chroot",
-                    "cannot be used with [logs] target = \"journald\": chrooted workers cannot reach /dev/log; use \"file\" or \"syslog:HOST:PORT\"".into(),
-                ));
-            }
-            Some(path)
-        }
+        Some(p) => Some(resolve_chroot(resolve_path(p), logs)?),
     };
     if user.is_none() && group.is_some() {
         return Err(err(
@@ -167,6 +96,89 @@ pub(super) fn resolve(
         chroot,
         master_is_root,
     })
+}
+
+fn err(key: &str, m: String) -> (String, String) {
+    (format!("haproxy.{key}"), m)
+}
+
+/// `user`: an account of this host, with its primary group id.
+fn resolve_user(user: Option<&str>) -> Result<Option<(Account, u32)>, (String, String)> {
+    let name = match user {
+        None | Some("") => return Ok(None),
+        Some(name) => name,
+    };
+    check_name(name).map_err(|m| err("user", m))?;
+    let (id, primary_gid) = lookup_user(name).ok_or_else(|| {
+        err(
+            "user",
+            format!(
+                "{:?} is not a user of this host; create it or set user = \"\" to keep the workers as the starting user",
+                bounded(name)
+            ),
+        )
+    })?;
+    let account = Account {
+        name: name.to_string(),
+        id,
+    };
+    Ok(Some((account, primary_gid)))
+}
+
+/// `group`: a group of this host, else the user's primary group.
+fn resolve_group(
+    group: Option<&str>,
+    user: Option<&(Account, u32)>,
+) -> Result<Option<Account>, (String, String)> {
+    match (group, user) {
+        (Some(""), _) | (None, None) => Ok(None),
+        (Some(name), _) => {
+            check_name(name).map_err(|m| err("group", m))?;
+            let id = lookup_group(name).ok_or_else(|| {
+                err(
+                    "group",
+                    format!("{:?} is not a group of this host", bounded(name)),
+                )
+            })?;
+            Ok(Some(Account {
+                name: name.to_string(),
+                id,
+            }))
+        }
+        // The user's primary group.
+        (None, Some((account, gid))) => {
+            let name = group_name(*gid).ok_or_else(|| {
+                err(
+                    "group",
+                    format!(
+                        "the primary group {gid} of user {:?} has no name; set group explicitly",
+                        account.name
+                    ),
+                )
+            })?;
+            Ok(Some(Account { name, id: *gid }))
+        }
+    }
+}
+
+/// `chroot`: an existing directory, and logs that reach out of it.
+fn resolve_chroot(path: PathBuf, logs: &LogSettings) -> Result<PathBuf, (String, String)> {
+    super::check_config_path(&path).map_err(|m| err("chroot", m))?;
+    if !path.is_dir() {
+        return Err(err(
+            "chroot",
+            format!("{} is not an existing directory", path.display()),
+        ));
+    }
+    // Workers open /dev/log by path at each line, inside the chroot, where it is not.
+    // The `file` target (TCP) and UDP syslog need no file.
+    if logs.target == LogTarget::Journald {
+        return Err(err(
+            "chroot",
+            "cannot be used with [logs] target = \"journald\": chrooted workers cannot reach /dev/log; use \"file\" or \"syslog:HOST:PORT\"".into(),
+        ));
+    }
+    Ok(path)
 }
 
 /// A user or group name as HAProxy's `user`/`group` take it: one plain token.

@@ -9,7 +9,21 @@ use crate::model::{
 
 pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
     let mut state = EdgeState::default();
+    let servers = load_servers(conn)?;
+    load_domains(conn, servers, &mut state)?;
+    load_live_generations(conn, &mut state)?;
+    load_https_policies(conn, &mut state)?;
+    load_suspended(conn, &mut state)?;
+    state.limits = limits::load(conn)?;
+    profiles::load(conn, &mut state)?;
+    super::waf::load(conn, &mut state)?;
+    placement::load(conn, &mut state)?;
+    load_trusted_proxies(conn, &mut state)?;
+    Ok(state)
+}
 
+/// Every server, grouped by domain in name order.
+fn load_servers(conn: &Connection) -> Result<Vec<(String, Vec<Server>)>, StoreError> {
     // Both tables are read in name order (their primary keys) and joined as they come: a
     // cold read of 10,000 domains spent most of its time allocating, one owned string per
     // cell and a map keyed by domain name (`hapctl` with no daemon pays it on every command).
@@ -39,7 +53,15 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
             _ => servers.push((domain.to_string(), vec![server])),
         }
     }
+    Ok(servers)
+}
 
+/// The domains, each joined with its `servers` (routed to an app, or a backend).
+fn load_domains(
+    conn: &Connection,
+    servers: Vec<(String, Vec<Server>)>,
+    state: &mut EdgeState,
+) -> Result<(), StoreError> {
     let mut servers = servers.into_iter().peekable();
     let mut stmt =
         conn.prepare("SELECT name, profile, app, sse_routing FROM domains ORDER BY name")?;
@@ -69,7 +91,10 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
             .with_sse_routing(r.get(3)?);
         state.domains.insert(domain, backend);
     }
+    Ok(())
+}
 
+fn load_live_generations(conn: &Connection, state: &mut EdgeState) -> Result<(), StoreError> {
     let mut stmt = conn.prepare(
         "SELECT s.app, g.version, g.port FROM app_state s JOIN generations g
          ON g.app = s.app AND g.version = s.current",
@@ -81,7 +106,10 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
         let generation = generation_row(app.as_str(), r.get(1)?, r.get(2)?)?;
         state.live_generations.insert(app, generation);
     }
+    Ok(())
+}
 
+fn load_https_policies(conn: &Connection, state: &mut EdgeState) -> Result<(), StoreError> {
     let mut stmt = conn.prepare("SELECT domain, policy FROM https_policies")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
@@ -92,7 +120,10 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
         let domain: Domain = domain.parse().map_err(corrupt("https_policies", &domain))?;
         state.https.insert(domain, policy);
     }
+    Ok(())
+}
 
+fn load_suspended(conn: &Connection, state: &mut EdgeState) -> Result<(), StoreError> {
     let mut stmt = conn.prepare("SELECT domain FROM suspended_domains")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
@@ -103,12 +134,10 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
                 .map_err(corrupt("suspended_domains", &domain))?,
         );
     }
+    Ok(())
+}
 
-    state.limits = limits::load(conn)?;
-    profiles::load(conn, &mut state)?;
-    super::waf::load(conn, &mut state)?;
-    placement::load(conn, &mut state)?;
-
+fn load_trusted_proxies(conn: &Connection, state: &mut EdgeState) -> Result<(), StoreError> {
     let mut stmt = conn.prepare("SELECT net FROM trusted_proxies")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
@@ -116,7 +145,7 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
         let net: ProxyNet = net.parse().map_err(corrupt("trusted_proxies", &net))?;
         state.trusted_proxies.insert(net);
     }
-    Ok(state)
+    Ok(())
 }
 
 /// Column `i` of `row` as text, borrowed from the row (no copy).

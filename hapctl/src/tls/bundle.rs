@@ -15,7 +15,7 @@ use x509_parser::x509::X509Version;
 
 use super::key::{self, KeyError, KeyType};
 use super::pem::{self, bounded, Block, Label, PemError};
-use super::x509::{self, covers, rfc3339, CertError, CertInfo};
+use super::x509::{self, covers, rfc3339, CertInfo, CertParseError};
 
 /// More is a mistake: real chains are two or three certificates.
 pub const MAX_CERTIFICATES: usize = 10;
@@ -67,7 +67,7 @@ pub enum BundleError {
     Certificate {
         position: usize,
         line: usize,
-        source: CertError,
+        source: CertParseError,
     },
     #[error("the bundle has no certificate: add the server certificate and its intermediates as -----BEGIN CERTIFICATE----- blocks, the server certificate first")]
     NoCertificate,

@@ -10,6 +10,7 @@
 //! so. `reconcile` finishes what a killed change left: the files win over the row for a
 //! certificate the database knows, and a file the database does not know is removed.
 
+mod fallback;
 mod reconcile;
 
 use std::collections::HashSet;
@@ -20,22 +21,19 @@ use serde::Serialize;
 
 use super::bundle::{Bundle, BundleError};
 use super::crtlist::{self, Served};
+use super::installed::DamagedFile;
 use super::probe;
 use super::x509::{self, CertInfo};
-use crate::clock::{unix_millis, unix_now};
+use crate::clock::unix_now;
 use crate::fault;
 use crate::fsutil::{self, LockError, LockFile};
-use crate::haproxy::{
-    CliSocket, Master, ReloadKind, ReloadReason, RuntimeCerts, RuntimeError, Validator, Verdict,
-};
+use crate::haproxy::{CliSocket, Master, RuntimeCerts, RuntimeError};
 use crate::model::{CertName, CertSource};
 use crate::render::{FileId, HEADER};
 use crate::settings::Settings;
-use crate::store::{ApplyRecord, CertRecord, Store, StoreError};
+use crate::store::{CertRecord, Store, StoreError};
 
 const LOCK_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long the apply lock is awaited for the fallback reload.
-const APPLY_LOCK_TIMEOUT: Duration = Duration::from_secs(300);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Ten years: the default certificate only answers names the edge does not serve.
 const DEFAULT_CERT_DAYS: i64 = 3650;
@@ -65,6 +63,12 @@ pub enum CertError {
     },
     #[error("{0}")]
     Acme(String),
+}
+
+impl From<DamagedFile> for CertError {
+    fn from(e: DamagedFile) -> CertError {
+        CertError::Refused(e.to_string())
+    }
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> CertError {
@@ -297,12 +301,10 @@ impl<'a> Certs<'a> {
                     report.handshake_sni = sni;
                 }
                 Err(e) => {
-                    // The apply lock is taken after ours is released: applies take ours
-                    // (ensure_files) before theirs, never the other way round.
-                    drop(lock);
                     report.runtime_error = Some(e.clone());
                     report.installed = Installed::Reload;
                     self.checked_reload(
+                        lock,
                         store,
                         &format!("certificate {}", record.name),
                         &e,
@@ -444,70 +446,6 @@ impl<'a> Certs<'a> {
         }
     }
 
-    /// The fallback: one `haproxy -c` of the live set, then one reload, recorded in the
-    /// apply history with the reason.
-    fn checked_reload(
-        &self,
-        store: &mut Store,
-        what: &str,
-        why: &str,
-        report: &mut InstallReport,
-    ) -> Result<(), CertError> {
-        let _apply = LockFile::acquire(&self.settings.paths.apply_lock(), APPLY_LOCK_TIMEOUT)?;
-        let started = Instant::now();
-        let started_at_ms = unix_millis();
-        let paths = &self.settings.paths;
-        report.checks += 1;
-        let verdict = Validator::from_settings(self.settings).check(&paths.config_files());
-        let reloading = matches!(verdict, Verdict::Valid);
-        let result = match verdict {
-            Verdict::Valid => {
-                report.reloads += 1;
-                Master::from_settings(self.settings)
-                    .reload(self.settings.haproxy.reload_timeout)
-                    .map(|_| ())
-                    .map_err(|e| format!("the reload failed: {e}"))
-            }
-            Verdict::Invalid { messages } => Err(format!(
-                "haproxy -c refused the live files: {}",
-                messages.join("; ")
-            )),
-            Verdict::Unavailable { reason } => Err(format!("haproxy -c cannot run: {reason}")),
-        };
-        store.record_apply(&ApplyRecord {
-            id: 0,
-            started_at_ms,
-            duration_ms: started.elapsed().as_millis() as i64,
-            trigger: format!("{what}: runtime install failed ({why})"),
-            outcome: if result.is_ok() {
-                "applied"
-            } else {
-                "rejected"
-            }
-            .into(),
-            message: match &result {
-                Ok(()) => "the live files were checked and reloaded".into(),
-                Err(e) => e.clone(),
-            },
-            checks: 1,
-            reloads: report.reloads as i64,
-            changed_files: vec![],
-            reload_reasons: match reloading {
-                true => vec![ReloadReason::new(
-                    ReloadKind::CertificateFallback,
-                    format!("{what}: the runtime install failed ({why})"),
-                )
-                .to_string()],
-                false => vec![],
-            },
-        })?;
-        result.map_err(|message| CertError::NotServed {
-            name: report.name.to_string(),
-            path: self.pem_path(&report.name).display().to_string(),
-            message,
-        })
-    }
-
     /// Stops serving a certificate and deletes it. The default certificate cannot be removed
     /// (replace it instead).
     pub fn remove(&self, store: &mut Store, name: &CertName) -> Result<InstallReport, CertError> {
@@ -564,7 +502,7 @@ impl<'a> Certs<'a> {
         let path = self.pem_path(name);
         let text = std::fs::read_to_string(&path)
             .map_err(|_| CertError::NotFound(format!("certificate {name} has no file")))?;
-        super::installed::key_pem(&text)
+        Ok(super::installed::key_pem(&text)?)
     }
 }
 

@@ -244,10 +244,77 @@ fn read_block<'a>(
     lines: &mut impl Iterator<Item = (usize, &'a str)>,
 ) -> Result<Block, PemError> {
     let shown = || bounded(begin, 40);
+    let Body {
+        body,
+        encrypted,
+        line_starts,
+        end_line,
+    } = read_body(begin, line, lines)?;
+    let label = match Label::parse(begin) {
+        Ok(label) => label,
+        Err(hint) => {
+            return Err(PemError::UnsupportedBlock {
+                label: shown(),
+                line,
+                hint,
+            })
+        }
+    };
+    if encrypted && !label.is_key() {
+        return Err(PemError::Header {
+            label: shown(),
+            line,
+            header_line: line + 1,
+        });
+    }
+    if body.is_empty() {
+        return Err(PemError::EmptyBlock {
+            label: shown(),
+            line,
+        });
+    }
+    let der = decode_base64(&body).map_err(|at| {
+        // The line holding the bad character; the last line if the length was wrong.
+        let bad_line = line_starts
+            .iter()
+            .rev()
+            .find(|(_, start)| *start <= at)
+            .map_or(end_line, |(no, _)| *no);
+        PemError::BadBase64 {
+            label: shown(),
+            line,
+            bad_line,
+        }
+    })?;
+    Ok(Block {
+        label,
+        der,
+        line,
+        encrypted,
+    })
+}
+
+/// A block's base64 text, read up to its END line.
+struct Body {
+    body: String,
+    /// Its headers mark OpenSSL's legacy key encryption.
+    encrypted: bool,
+    /// (line number, length of body before this line) to map a base64 error to a line.
+    line_starts: Vec<(usize, usize)>,
+    end_line: usize,
+}
+
+/// The lines of a block up to its END line: headers (refused but the legacy encryption's),
+/// then the base64 text.
+fn read_body<'a>(
+    begin: &str,
+    line: usize,
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+) -> Result<Body, PemError> {
+    let shown = || bounded(begin, 40);
     let mut body = String::new();
     let mut encrypted = false;
     let mut body_started = false;
-    // (line number, length of body before this line) to map a base64 error to a line.
     let mut line_starts = Vec::new();
     let end_line = loop {
         let Some((no, text)) = lines.next() else {
@@ -299,47 +366,11 @@ fn read_block<'a>(
         line_starts.push((no, body.len()));
         body.push_str(text);
     };
-    let label = match Label::parse(begin) {
-        Ok(label) => label,
-        Err(hint) => {
-            return Err(PemError::UnsupportedBlock {
-                label: shown(),
-                line,
-                hint,
-            })
-        }
-    };
-    if encrypted && !label.is_key() {
-        return Err(PemError::Header {
-            label: shown(),
-            line,
-            header_line: line + 1,
-        });
-    }
-    if body.is_empty() {
-        return Err(PemError::EmptyBlock {
-            label: shown(),
-            line,
-        });
-    }
-    let der = decode_base64(&body).map_err(|at| {
-        // The line holding the bad character; the last line if the length was wrong.
-        let bad_line = line_starts
-            .iter()
-            .rev()
-            .find(|(_, start)| *start <= at)
-            .map_or(end_line, |(no, _)| *no);
-        PemError::BadBase64 {
-            label: shown(),
-            line,
-            bad_line,
-        }
-    })?;
-    Ok(Block {
-        label,
-        der,
-        line,
+    Ok(Body {
+        body,
         encrypted,
+        line_starts,
+        end_line,
     })
 }
 

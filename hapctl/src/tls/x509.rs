@@ -37,7 +37,7 @@ pub struct CertInfo {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CertError {
+pub enum CertParseError {
     #[error("it is not a valid X.509 certificate ({reason})")]
     Malformed { reason: String },
     #[error("it has {extra} bytes after the certificate")]
@@ -45,12 +45,12 @@ pub enum CertError {
 }
 
 impl CertInfo {
-    pub fn from_der(der: &[u8]) -> Result<CertInfo, CertError> {
+    pub fn from_der(der: &[u8]) -> Result<CertInfo, CertParseError> {
         CertInfo::from_cert(&parse(der)?)
     }
 
-    pub(crate) fn from_cert(cert: &X509Certificate<'_>) -> Result<CertInfo, CertError> {
-        let malformed = |e: X509Error| CertError::Malformed {
+    pub(crate) fn from_cert(cert: &X509Certificate<'_>) -> Result<CertInfo, CertParseError> {
+        let malformed = |e: X509Error| CertParseError::Malformed {
             reason: describe(&e),
         };
         let names = match cert.subject_alternative_name().map_err(malformed)? {
@@ -99,15 +99,15 @@ impl CertInfo {
 }
 
 /// Parses one DER certificate that must span all of `der`.
-pub(crate) fn parse(der: &[u8]) -> Result<X509Certificate<'_>, CertError> {
+pub(crate) fn parse(der: &[u8]) -> Result<X509Certificate<'_>, CertParseError> {
     match X509Certificate::from_der(der) {
         Ok(([], cert)) => Ok(cert),
-        Ok((rest, _)) => Err(CertError::TrailingData { extra: rest.len() }),
-        Err(x509_parser::nom::Err::Incomplete(_)) => Err(CertError::Malformed {
+        Ok((rest, _)) => Err(CertParseError::TrailingData { extra: rest.len() }),
+        Err(x509_parser::nom::Err::Incomplete(_)) => Err(CertParseError::Malformed {
             reason: "it is cut short".into(),
         }),
         Err(x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e)) => {
-            Err(CertError::Malformed {
+            Err(CertParseError::Malformed {
                 reason: describe(&e),
             })
         }
@@ -312,19 +312,19 @@ mod tests {
         long.extend_from_slice(&[0, 0, 0]);
         assert_eq!(
             CertInfo::from_der(&long),
-            Err(CertError::TrailingData { extra: 3 })
+            Err(CertParseError::TrailingData { extra: 3 })
         );
         assert!(matches!(
             CertInfo::from_der(&der[..der.len() - 1]),
-            Err(CertError::Malformed { .. })
+            Err(CertParseError::Malformed { .. })
         ));
         assert!(matches!(
             CertInfo::from_der(b"hello"),
-            Err(CertError::Malformed { .. })
+            Err(CertParseError::Malformed { .. })
         ));
         assert!(matches!(
             CertInfo::from_der(&[]),
-            Err(CertError::Malformed { .. })
+            Err(CertParseError::Malformed { .. })
         ));
     }
 

@@ -24,8 +24,8 @@ use crate::model::WafMode;
 
 use super::engine::Engine;
 use super::message::{Inspect, MESSAGE};
-use super::metrics::{Metrics, Outcome};
-use super::verdict::Verdict;
+use super::metrics::{InspectionOutcome, Metrics};
+use super::verdict::WafVerdict;
 
 /// Requests one connection may have in evaluation before the agent stops reading it.
 pub const PER_CONNECTION: usize = 64;
@@ -94,7 +94,7 @@ impl Agent {
             Ok(None) => Answer::Error("internal"),
             Ok(Some((_, Err(_)))) => Answer::Error("engine"),
             Ok(Some((req, Ok(matches)))) => {
-                let v = Verdict::score(&matches, &req.policy, &req.path);
+                let v = WafVerdict::score(&matches, &req.policy, &req.path);
                 match (v.over, req.policy.mode) {
                     (true, WafMode::Block) => Answer::Block(v),
                     (true, _) => Answer::Detect(v),
@@ -112,20 +112,20 @@ impl Agent {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    Pass(Verdict),
-    Detect(Verdict),
-    Block(Verdict),
+    Pass(WafVerdict),
+    Detect(WafVerdict),
+    Block(WafVerdict),
     Error(&'static str),
 }
 
 impl Answer {
-    fn outcome(&self) -> Outcome<'_> {
+    fn outcome(&self) -> InspectionOutcome<'_> {
         match self {
-            Answer::Pass(_) => Outcome::Pass,
-            Answer::Detect(v) => Outcome::Detected(&v.rules),
-            Answer::Block(v) => Outcome::Blocked(&v.rules),
-            Answer::Error("timeout") => Outcome::Timeout,
-            Answer::Error(_) => Outcome::Error,
+            Answer::Pass(_) => InspectionOutcome::Pass,
+            Answer::Detect(v) => InspectionOutcome::Detected(&v.rules),
+            Answer::Block(v) => InspectionOutcome::Blocked(&v.rules),
+            Answer::Error("timeout") => InspectionOutcome::Timeout,
+            Answer::Error(_) => InspectionOutcome::Error,
         }
     }
 
@@ -147,85 +147,29 @@ pub async fn serve_connection<S>(agent: Arc<Agent>, stream: S) -> std::io::Resul
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let (tx, mut rx) = mpsc::channel::<Box<dyn SpopFrame>>(PER_CONNECTION);
-    let mut codec = SpopCodec::new(MAX_FRAME);
+    let (mut rd, wr) = tokio::io::split(stream);
+    let (tx, rx) = mpsc::channel::<Frame>(PER_CONNECTION);
     // The writer owns the write half; it stops when every sender is gone.
-    let writer = tokio::spawn(async move {
-        let mut out = BytesMut::new();
-        let mut enc = SpopCodec::new(MAX_FRAME);
-        while let Some(frame) = rx.recv().await {
-            let close = *frame.frame_type() == FrameType::AgentDisconnect;
-            out.clear();
-            enc.encode(frame, &mut out)?;
-            wr.write_all(&out).await?;
-            if close {
-                break;
-            }
-        }
-        wr.shutdown().await
-    });
+    let writer = tokio::spawn(write_frames(wr, rx));
     let in_flight = Arc::new(Semaphore::new(PER_CONNECTION));
+    let mut codec = SpopCodec::new(MAX_FRAME);
     let mut buf = BytesMut::with_capacity(16 * 1024);
     'read: loop {
         while let Some(frame) = codec.decode(&mut buf)? {
-            match frame.frame_type() {
-                FrameType::HaproxyHello => {
-                    let Ok(hello) = HaproxyHello::try_from(frame.payload()) else {
-                        let _ = tx.send(disconnect(StatusCode::Invalid)).await;
-                        break 'read;
-                    };
-                    let (Some(version), Ok(size)) = (
-                        hello.negotiate_version(),
-                        hello.negotiate_max_frame_size(MAX_FRAME),
-                    ) else {
-                        let _ = tx.send(disconnect(StatusCode::BadVersion)).await;
-                        break 'read;
-                    };
-                    codec.set_max_frame_size(size);
-                    let reply = AgentHello {
-                        version,
-                        max_frame_size: size,
-                        capabilities: vec![FrameCapabilities::Pipelining],
-                    };
-                    if tx.send(Box::new(reply)).await.is_err() || hello.healthcheck == Some(true) {
-                        break 'read;
-                    }
-                }
+            let open = match *frame.frame_type() {
+                FrameType::HaproxyHello => hello(frame, &mut codec, &tx).await,
                 FrameType::HaproxyDisconnect => {
                     let _ = tx.send(disconnect(StatusCode::None)).await;
-                    break 'read;
+                    false
                 }
                 FrameType::Notify => {
-                    let meta = frame.metadata();
-                    let ack = Ack::new(meta.stream_id, meta.frame_id);
-                    let FramePayload::ListOfMessages(messages) = frame.payload() else {
-                        continue;
-                    };
-                    let Some(m) = messages.iter().find(|m| m.name == MESSAGE) else {
-                        // Not ours: an empty ACK, so HAProxy does not wait for the timeout.
-                        let _ = tx.send(Box::new(ack)).await;
-                        continue;
-                    };
-                    let permit = (
-                        in_flight.clone().acquire_owned().await.ok(),
-                        agent.queued.clone().acquire_owned().await.ok(),
-                    );
-                    let (agent, tx) = (agent.clone(), tx.clone());
-                    let parsed = Inspect::from_message(m, agent.body_max);
-                    tokio::spawn(async move {
-                        let _permit = permit;
-                        let answer = match parsed {
-                            Ok(req) => agent.inspect(req).await,
-                            Err(_) => {
-                                agent.metrics.record(Outcome::Error, Duration::ZERO);
-                                Answer::Error("message")
-                            }
-                        };
-                        let _ = tx.send(Box::new(answer.ack(ack))).await;
-                    });
+                    notify(&agent, &in_flight, frame, &tx).await;
+                    true
                 }
-                _ => {}
+                _ => true,
+            };
+            if !open {
+                break 'read;
             }
         }
         let Ok(read) = tokio::time::timeout(IDLE, rd.read_buf(&mut buf)).await else {
@@ -239,7 +183,90 @@ where
     writer.await.map_err(std::io::Error::other)?
 }
 
-fn disconnect(status: StatusCode) -> Box<dyn SpopFrame> {
+type Frame = Box<dyn SpopFrame>;
+
+/// Writes the frames `rx` hands over until a disconnect, or every sender is gone.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut wr: W,
+    mut rx: mpsc::Receiver<Frame>,
+) -> std::io::Result<()> {
+    let mut out = BytesMut::new();
+    let mut enc = SpopCodec::new(MAX_FRAME);
+    while let Some(frame) = rx.recv().await {
+        let close = *frame.frame_type() == FrameType::AgentDisconnect;
+        out.clear();
+        enc.encode(frame, &mut out)?;
+        wr.write_all(&out).await?;
+        if close {
+            break;
+        }
+    }
+    wr.shutdown().await
+}
+
+/// Answers HAProxy's HELLO, the version and frame size negotiated; false when the
+/// connection ends (refused, or a health check).
+async fn hello(frame: Frame, codec: &mut SpopCodec, tx: &mpsc::Sender<Frame>) -> bool {
+    let Ok(hello) = HaproxyHello::try_from(frame.payload()) else {
+        let _ = tx.send(disconnect(StatusCode::Invalid)).await;
+        return false;
+    };
+    let (Some(version), Ok(size)) = (
+        hello.negotiate_version(),
+        hello.negotiate_max_frame_size(MAX_FRAME),
+    ) else {
+        let _ = tx.send(disconnect(StatusCode::BadVersion)).await;
+        return false;
+    };
+    codec.set_max_frame_size(size);
+    let reply = AgentHello {
+        version,
+        max_frame_size: size,
+        capabilities: vec![FrameCapabilities::Pipelining],
+    };
+    tx.send(Box::new(reply)).await.is_ok() && hello.healthcheck != Some(true)
+}
+
+/// Inspects the request of a NOTIFY on its own task, once the connection's and the agent's
+/// bounds let it in; its ACK goes back when it is done.
+async fn notify(
+    agent: &Arc<Agent>,
+    in_flight: &Arc<Semaphore>,
+    frame: Frame,
+    tx: &mpsc::Sender<Frame>,
+) {
+    let meta = frame.metadata();
+    let ack = Ack::new(meta.stream_id, meta.frame_id);
+    let FramePayload::ListOfMessages(messages) = frame.payload() else {
+        return;
+    };
+    let Some(m) = messages.iter().find(|m| m.name == MESSAGE) else {
+        // Not ours: an empty ACK, so HAProxy does not wait for the timeout.
+        let _ = tx.send(Box::new(ack)).await;
+        return;
+    };
+    let permit = (
+        in_flight.clone().acquire_owned().await.ok(),
+        agent.queued.clone().acquire_owned().await.ok(),
+    );
+    let (agent, tx) = (agent.clone(), tx.clone());
+    let parsed = Inspect::from_message(m, agent.body_max);
+    tokio::spawn(async move {
+        let _permit = permit;
+        let answer = match parsed {
+            Ok(req) => agent.inspect(req).await,
+            Err(_) => {
+                agent
+                    .metrics
+                    .record(InspectionOutcome::Error, Duration::ZERO);
+                Answer::Error("message")
+            }
+        };
+        let _ = tx.send(Box::new(answer.ack(ack))).await;
+    });
+}
+
+fn disconnect(status: StatusCode) -> Frame {
     Box::new(AgentDisconnect {
         status_code: status.to_u32(),
         message: status.message().to_string(),

@@ -72,7 +72,7 @@ pub struct Snapshot {
     pub by_rule: BTreeMap<u32, u64>,
 }
 
-pub enum Outcome<'a> {
+pub enum InspectionOutcome<'a> {
     Pass,
     Detected(&'a [u32]),
     Blocked(&'a [u32]),
@@ -92,7 +92,7 @@ impl Metrics {
         n.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn record(&self, outcome: Outcome<'_>, took: Duration) {
+    pub fn record(&self, outcome: InspectionOutcome<'_>, took: Duration) {
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.inspected.fetch_add(1, Ordering::Relaxed);
         self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
@@ -102,20 +102,20 @@ impl Metrics {
             }
         }
         let rules = match outcome {
-            Outcome::Pass => return,
-            Outcome::Error => {
+            InspectionOutcome::Pass => return,
+            InspectionOutcome::Error => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Outcome::Timeout => {
+            InspectionOutcome::Timeout => {
                 self.timeouts.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Outcome::Detected(r) => {
+            InspectionOutcome::Detected(r) => {
                 self.detected.fetch_add(1, Ordering::Relaxed);
                 r
             }
-            Outcome::Blocked(r) => {
+            InspectionOutcome::Blocked(r) => {
                 self.blocked.fetch_add(1, Ordering::Relaxed);
                 r
             }
@@ -288,11 +288,11 @@ mod tests {
     fn the_exposition_has_every_counter_rule_and_bucket() {
         let m = Metrics::default();
         m.record(
-            Outcome::Blocked(&[942100, 942190]),
+            InspectionOutcome::Blocked(&[942100, 942190]),
             Duration::from_micros(700),
         );
-        m.record(Outcome::Pass, Duration::from_micros(100));
-        m.record(Outcome::Timeout, Duration::from_millis(200));
+        m.record(InspectionOutcome::Pass, Duration::from_micros(100));
+        m.record(InspectionOutcome::Timeout, Duration::from_millis(200));
         let loaded = Loaded {
             engine: "ModSecurity v3".into(),
             crs: None,

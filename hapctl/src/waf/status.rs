@@ -13,7 +13,7 @@ use crate::settings::Settings;
 /// every second), so a page polling it with ETags gets a 304 while nothing an operator sees
 /// changed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Status {
+pub struct WafStatus {
     /// `[waf]` is set in hapctl.toml; without it nothing else is shown.
     pub configured: bool,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -71,8 +71,8 @@ impl From<Health> for AgentStatus {
 }
 
 /// The agent of this edge, as its state file under `run/` shows it.
-pub fn status(settings: &Settings) -> Status {
-    Status {
+pub fn status(settings: &Settings) -> WafStatus {
+    WafStatus {
         configured: settings.waf.is_some(),
         agent: settings
             .waf

@@ -11,7 +11,7 @@ use crate::model::{Domain, Invalid, WafMode, WafPolicy};
 use super::engine::{Engine, EngineError};
 use super::matches::RuleMatch;
 use super::message::Inspect;
-use super::verdict::Verdict;
+use super::verdict::WafVerdict;
 
 /// Bounds on what a trial takes (an edge would refuse larger requests long before the WAF).
 pub const MAX_URL: usize = 8192;
@@ -48,31 +48,7 @@ impl Trial {
                 format!("must be at most {MAX_URL} bytes, with no spaces or control characters (percent-encode them)"),
             ));
         }
-        let (host, target) = match url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))
-        {
-            Some(rest) => {
-                let (authority, target) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
-                let name = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
-                (
-                    Some(
-                        name.parse::<Domain>().map_err(|e| {
-                            Invalid::new("url", url, format!("its host: {}", e.rule))
-                        })?,
-                    ),
-                    target,
-                )
-            }
-            None => (None, url),
-        };
-        if !target.starts_with('/') {
-            return Err(Invalid::new(
-                "url",
-                url,
-                "must be a path (/search?q=1) or an http:// or https:// URL",
-            ));
-        }
+        let (host, target) = split_url(url)?;
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         if method.is_empty() || method.len() > 32 || !method.bytes().all(is_token) {
             return Err(Invalid::new(
@@ -98,13 +74,7 @@ impl Trial {
             }
         }
         let body = body.unwrap_or_default();
-        // As a client sends it: the CRS counts a body without a length (920180).
-        let framed = parsed.iter().any(|(n, _)| {
-            n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding")
-        });
-        if !framed && (!body.is_empty() || ["POST", "PUT", "PATCH"].contains(&method)) {
-            parsed.push(("Content-Length".into(), body.len().to_string()));
-        }
+        frame_body(&mut parsed, method, body);
         if body.len() > MAX_BODY {
             return Err(Invalid::new(
                 "body",
@@ -176,18 +146,18 @@ impl Trial {
         engine: &Engine,
         policy: WafPolicy,
         body_max: u32,
-    ) -> Result<Outcome, EngineError> {
+    ) -> Result<TrialOutcome, EngineError> {
         let req = self.inspect(policy, body_max);
         let uri = req.uri();
         let matches = engine.evaluate(&req.request(&uri), req.policy.paranoia)?;
-        let verdict = Verdict::score(&matches, &req.policy, &req.path);
+        let verdict = WafVerdict::score(&matches, &req.policy, &req.path);
         let outcome = match (req.policy.mode, verdict.over) {
             (WafMode::Off, _) => "off",
             (WafMode::Block, true) => "block",
             (WafMode::Detect, true) => "detect",
             (_, false) => "pass",
         };
-        Ok(Outcome {
+        Ok(TrialOutcome {
             verdict: outcome,
             score: verdict.score,
             threshold: req.policy.threshold,
@@ -230,7 +200,7 @@ impl Trial {
 /// What a trial found. `verdict`: block, detect (would be logged, not blocked), pass, or off
 /// (the policy inspects nothing; the score is what it would be).
 #[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
+pub struct TrialOutcome {
     pub verdict: &'static str,
     pub score: u32,
     pub threshold: u32,
@@ -271,6 +241,43 @@ pub fn header_line(h: &str) -> Result<(String, String), Invalid> {
         .split_once(':')
         .ok_or_else(|| Invalid::new("header", h, "must be `Name: value`"))?;
     Ok((name.trim().to_string(), value.trim().to_string()))
+}
+
+/// The URL's host (none for a path alone) and its target (path and query).
+fn split_url(url: &str) -> Result<(Option<Domain>, &str), Invalid> {
+    let (host, target) = match url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    {
+        Some(rest) => {
+            let (authority, target) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
+            let name = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+            let host = name
+                .parse::<Domain>()
+                .map_err(|e| Invalid::new("url", url, format!("its host: {}", e.rule)))?;
+            (Some(host), target)
+        }
+        None => (None, url),
+    };
+    if !target.starts_with('/') {
+        return Err(Invalid::new(
+            "url",
+            url,
+            "must be a path (/search?q=1) or an http:// or https:// URL",
+        ));
+    }
+    Ok((host, target))
+}
+
+/// A Content-Length as a client sends it, unless the headers frame the body already: the CRS
+/// counts a body without a length (920180).
+fn frame_body(headers: &mut Vec<(String, String)>, method: &str, body: &str) {
+    let framed = headers.iter().any(|(n, _)| {
+        n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding")
+    });
+    if !framed && (!body.is_empty() || ["POST", "PUT", "PATCH"].contains(&method)) {
+        headers.push(("Content-Length".into(), body.len().to_string()));
+    }
 }
 
 fn checked_header(name: &str, value: &str) -> Result<(String, String), Invalid> {

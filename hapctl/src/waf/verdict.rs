@@ -8,7 +8,7 @@ use super::matches::RuleMatch;
 pub const MAX_REPORTED: usize = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub struct WafVerdict {
     /// The anomaly score of the rules that count (exclusions dropped).
     pub score: u32,
     /// Whether the score reached the domain's threshold.
@@ -17,8 +17,8 @@ pub struct Verdict {
     pub rules: Vec<u32>,
 }
 
-impl Verdict {
-    pub fn score(matches: &[RuleMatch], policy: &WafPolicy, path: &str) -> Verdict {
+impl WafVerdict {
+    pub fn score(matches: &[RuleMatch], policy: &WafPolicy, path: &str) -> WafVerdict {
         let counting: Vec<&RuleMatch> = matches
             .iter()
             .filter(|m| m.anomaly_points() > 0)
@@ -31,7 +31,7 @@ impl Verdict {
                 rules.push(m.id);
             }
         }
-        Verdict {
+        WafVerdict {
             score,
             over: score >= policy.threshold,
             rules,
@@ -61,18 +61,18 @@ mod tests {
     fn exclusions_and_bookkeeping_rules_do_not_count() {
         let matches = [m(942100, 2), m(942100, 2), m(949110, 2), m(920350, 4)];
         let mut policy = WafPolicy::default();
-        let v = Verdict::score(&matches, &policy, "/search");
+        let v = WafVerdict::score(&matches, &policy, "/search");
         assert_eq!(
             (v.score, v.over, v.rules_text().as_str()),
             (13, true, "942100,920350")
         );
         policy.exclusions = vec!["942100@/search".parse().unwrap()];
-        let v = Verdict::score(&matches, &policy, "/search/x");
+        let v = WafVerdict::score(&matches, &policy, "/search/x");
         assert_eq!(
             (v.score, v.over, v.rules_text().as_str()),
             (3, false, "920350")
         );
-        let v = Verdict::score(&matches, &policy, "/other");
+        let v = WafVerdict::score(&matches, &policy, "/other");
         assert_eq!(v.score, 13);
     }
 }

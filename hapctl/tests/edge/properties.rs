@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use hapctl::haproxy::{Validator, Verdict};
+use hapctl::haproxy::{ConfigVerdict, Validator};
 use hapctl::model::{
     Backend, BlockKey, Domain, EdgeState, Hsts, HttpsPolicy, Interval, Profile, ProxyProtocol,
     Redirect, Server, ServerAddr, ServerName, ServerOptions, ServerTls, Sni, TextContext, Verify,
@@ -228,6 +228,6 @@ proptest! {
         let mut store = Store::open(&dir.path().join("state.db"), &dir.path().join("blocks.db")).unwrap();
         Certs::new(&settings).ensure_files(&mut store).unwrap();
         let verdict = Validator::new(testkit::haproxy_bin(), std::time::Duration::from_secs(30)).check(&set.config_paths());
-        prop_assert!(matches!(verdict, Verdict::Valid), "{:?}", verdict);
+        prop_assert!(matches!(verdict, ConfigVerdict::Valid), "{:?}", verdict);
     }
 }

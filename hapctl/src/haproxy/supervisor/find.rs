@@ -11,7 +11,7 @@ use crate::haproxy::proc_list::ProcList;
 use crate::haproxy::systemctl::systemd_main_pid;
 use crate::process::pid_alive;
 
-use super::{Draining, Status, Supervisor, POLL_INTERVAL};
+use super::{Draining, HaproxyStatus, Supervisor, POLL_INTERVAL};
 
 /// How long an empty pidfile with a silent master socket is taken for a master re-executing
 /// (a reload) rather than for none: on a loaded machine a re-execution was seen to take 1.75 s.
@@ -57,7 +57,7 @@ impl Supervisor {
         }
     }
 
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> HaproxyStatus {
         let master = self.master();
         let procs = master.show_proc().ok();
         let draining = procs
@@ -73,7 +73,7 @@ impl Supervisor {
             Supervisor::Systemd { unit, .. } => systemd_main_pid(unit).ok().flatten(),
         }
         .or(procs.as_ref().map(|p| p.master.pid));
-        Status {
+        HaproxyStatus {
             running: master_pid.is_some(),
             master_pid,
             procs,

@@ -16,7 +16,7 @@ use serde_json::json;
 use super::super::error::ApiError;
 use super::super::ApiState;
 use super::{as_500, e1, e2, Answer};
-use crate::apply::Outcome;
+use crate::apply::ApplyOutcome;
 
 /// `{"status":"healthy","haproxy_status":"running"|"stopped","database":"connected"}`, 200
 /// even when HAProxy is down (as before; `/v1/health` is the strict check); 500
@@ -60,7 +60,7 @@ async fn master_reload(app: &ApiState, who: &'static str) -> Result<(), ApiError
 async fn apply_and_reload(app: &ApiState, who: &'static str) -> Result<(), ApiError> {
     let (report, _) = app.domain_job(None).await.map_err(as_500)?;
     match report.outcome {
-        Outcome::Unchanged => master_reload(app, who).await,
+        ApplyOutcome::Unchanged => master_reload(app, who).await,
         _ if report.outcome.is_success() => Ok(()),
         _ => Err(as_500(ApiError::from_apply(report))),
     }
