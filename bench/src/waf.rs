@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hapctl::waf::metrics::{Snapshot, LATENCY_BUCKETS_US};
+use hapctl::waf::metrics::{CountersSnapshot, LATENCY_BUCKETS_US};
 use serde_json::{json, Value};
 
 use crate::daemon::{mib, Daemon, Memory};
@@ -89,10 +89,12 @@ struct Setup {
 
 impl Setup {
     /// The agent's state file once it was rewritten after `since` (it is, every second).
-    fn snapshot_after(&self, since: u64) -> anyhow::Result<Snapshot> {
+    fn snapshot_after(&self, since: u64) -> anyhow::Result<CountersSnapshot> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(s) = Snapshot::read(&self.state_file).filter(|s| s.updated_at > since) {
+            if let Some(s) =
+                CountersSnapshot::read(&self.state_file).filter(|s| s.updated_at > since)
+            {
                 return Ok(s);
             }
             if Instant::now() > deadline {
@@ -102,7 +104,7 @@ impl Setup {
         }
     }
 
-    fn fresh_snapshot(&self) -> anyhow::Result<Snapshot> {
+    fn fresh_snapshot(&self) -> anyhow::Result<CountersSnapshot> {
         self.snapshot_after(hapctl::clock::unix_now().max(0) as u64)
     }
 

@@ -26,12 +26,12 @@ use super::{output, Failure};
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(330);
 
 /// The daemon's answer: HTTP status and JSON body.
-pub struct Answer {
+pub struct DaemonAnswer {
     pub status: u16,
     pub body: Value,
 }
 
-impl Answer {
+impl DaemonAnswer {
     /// Prints the apply report the answer carries (as a local apply prints its own) and
     /// returns the exit code; an answer without one is the error it names.
     pub fn print_report(&self, json: bool) -> Result<u8, Failure> {
@@ -41,7 +41,7 @@ impl Answer {
         }
     }
 
-    /// [`Answer::print_report`] of a domain put, with the servers that do not resolve now.
+    /// [`DaemonAnswer::print_report`] of a domain put, with the servers that do not resolve now.
     pub fn print_put_report(&self, json: bool) -> Result<u8, Failure> {
         let Some(change) = self.change() else {
             return Err(self.failure());
@@ -98,7 +98,7 @@ pub fn send(
     method: &str,
     path: &str,
     body: &impl Serialize,
-) -> Result<Option<Answer>, Failure> {
+) -> Result<Option<DaemonAnswer>, Failure> {
     if std::env::var_os("HAPCTL_FAULT").is_some() {
         return Ok(None);
     }
@@ -156,5 +156,5 @@ pub fn send(
     let body = serde_json::from_slice(&bytes).map_err(|e| {
         anyhow::anyhow!("`hapctl serve` answered {status} with a body that is not JSON ({e})")
     })?;
-    Ok(Some(Answer { status, body }))
+    Ok(Some(DaemonAnswer { status, body }))
 }

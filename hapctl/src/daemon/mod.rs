@@ -60,14 +60,14 @@ pub struct ServeOptions {
 }
 
 /// The bearer token the API requires (`None`: `--no-auth` on a loopback address).
-pub type Token = Option<String>;
+pub type ApiToken = Option<String>;
 
 /// Runs the daemon until SIGTERM or SIGINT, serving what `router` builds over its services.
 /// HAProxy is started if it is not running, and left running when the daemon stops.
 pub fn serve(
     state_dir: &Path,
     options: ServeOptions,
-    router: impl FnOnce(Services, Token) -> axum::Router,
+    router: impl FnOnce(Services, ApiToken) -> axum::Router,
 ) -> Result<(), ServeError> {
     tune_allocator();
     // Read (and removed from the environment) before any thread exists.
@@ -113,7 +113,11 @@ fn tune_allocator() {
 
 /// The token from `[api] token_file`, or none when `--no-auth` asks for it on a loopback
 /// address.
-fn api_token(settings: &Settings, listen: SocketAddr, no_auth: bool) -> Result<Token, ServeError> {
+fn api_token(
+    settings: &Settings,
+    listen: SocketAddr,
+    no_auth: bool,
+) -> Result<ApiToken, ServeError> {
     if no_auth {
         if !listen.ip().is_loopback() {
             return Err(ServeError::NoAuthNotLoopback(listen));

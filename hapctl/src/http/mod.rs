@@ -30,7 +30,7 @@ use axum::response::Response;
 
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
-use crate::daemon::{Services, Token};
+use crate::daemon::{ApiToken, Services};
 use crate::edge::{DomainChange, DomainResult, Edge, EdgeError};
 use crate::settings::Settings;
 
@@ -40,7 +40,7 @@ pub use error::ApiError;
 const BODY_LIMIT: usize = 1024 * 1024;
 
 /// The router `hapctl serve` serves over the daemon's services.
-pub fn router(services: Services, token: Token) -> axum::Router {
+pub fn router(services: Services, token: ApiToken) -> axum::Router {
     routes::router(ApiState(Arc::new(Shared {
         services,
         token,
@@ -56,7 +56,7 @@ pub struct ApiState(Arc<Shared>);
 
 struct Shared {
     services: Services,
-    token: Token,
+    token: ApiToken,
     /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
     dns: compat::PendingDns,
     /// The dashboard's signed-in sessions.

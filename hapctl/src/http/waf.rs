@@ -17,7 +17,7 @@ use super::error::{ApiError, Body};
 use super::ApiState;
 use crate::contract::WafTestRequest;
 use crate::model::WafPolicy;
-use crate::waf::status::{self, ReloadError};
+use crate::waf::status::{self, RulesReloadError};
 use crate::waf::trial::Trial;
 
 /// One rule load at a time in children of the daemon; each is bounded.
@@ -47,10 +47,16 @@ pub async fn post_reload(State(app): State<ApiState>) -> Result<Json<Value>, Api
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| {
             let (status, code) = match &e {
-                ReloadError::NotRunning(_) => (StatusCode::SERVICE_UNAVAILABLE, "waf_agent_down"),
-                ReloadError::Refused(_) => (StatusCode::UNPROCESSABLE_ENTITY, "waf_rules_refused"),
-                ReloadError::NoOutcome(_) => (StatusCode::GATEWAY_TIMEOUT, "waf_reload_timeout"),
-                ReloadError::Signal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+                RulesReloadError::NotRunning(_) => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "waf_agent_down")
+                }
+                RulesReloadError::Refused(_) => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "waf_rules_refused")
+                }
+                RulesReloadError::NoOutcome(_) => {
+                    (StatusCode::GATEWAY_TIMEOUT, "waf_reload_timeout")
+                }
+                RulesReloadError::Signal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             };
             ApiError::new(status, code, e.to_string())
         })?;

@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use crate::settings::{LogSettings, LogTarget};
 
 pub use record::{
-    read_page, read_tail, AccessRecord, DomainFilter, Filter, Follower, Page, RequestId,
+    read_page, read_tail, AccessRecord, DomainFilter, Filter, Follower, LogPage, RequestId,
     StatusFilter,
 };
 pub use rotate::{rotated_path, RotatingFile};

@@ -164,7 +164,7 @@ impl Filter {
 /// `None` on the last one. `partial`: the search stopped at its budget before the page was
 /// full; `next` goes on searching from there.
 #[derive(Debug, Clone, Default)]
-pub struct Page {
+pub struct LogPage {
     pub records: Vec<(String, AccessRecord)>,
     pub next: Option<RequestId>,
     pub partial: bool,
@@ -198,8 +198,8 @@ pub fn read_page(
     limit: usize,
     before: Option<&RequestId>,
     budget: u64,
-) -> Result<Page, LogError> {
-    let mut page = Page::default();
+) -> Result<LogPage, LogError> {
+    let mut page = LogPage::default();
     let mut skipping = before;
     let mut examined = 0u64;
     for n in 0..=keep {

@@ -14,7 +14,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::x509::X509Version;
 
 use super::key::{self, KeyError, KeyType};
-use super::pem::{self, bounded, Block, Label, PemError};
+use super::pem::{self, bounded, Label, PemBlock, PemError};
 use super::x509::{self, covers, rfc3339, CertInfo, CertParseError};
 
 /// More is a mistake: real chains are two or three certificates.
@@ -191,7 +191,7 @@ impl BundleError {
 pub fn parse_bundle(input: &[u8], check: &BundleCheck<'_>) -> Result<Bundle, BundleError> {
     let blocks = pem::parse_blocks(input)?;
     let certs = certificates(&blocks)?;
-    let keys: Vec<&Block> = blocks.iter().filter(|b| b.label.is_key()).collect();
+    let keys: Vec<&PemBlock> = blocks.iter().filter(|b| b.label.is_key()).collect();
     let key_block = match keys.as_slice() {
         [] => return Err(BundleError::NoKey),
         [one] => one,
@@ -224,8 +224,8 @@ pub fn from_issued(
     validate(&certificates(&blocks)?, key, check)
 }
 
-fn certificates(blocks: &[Block]) -> Result<Vec<&Block>, BundleError> {
-    let certs: Vec<&Block> = blocks
+fn certificates(blocks: &[PemBlock]) -> Result<Vec<&PemBlock>, BundleError> {
+    let certs: Vec<&PemBlock> = blocks
         .iter()
         .filter(|b| b.label == Label::Certificate)
         .collect();
@@ -247,7 +247,7 @@ struct Parsed<'a> {
 }
 
 fn validate(
-    blocks: &[&Block],
+    blocks: &[&PemBlock],
     key: &KeyPair,
     check: &BundleCheck<'_>,
 ) -> Result<Bundle, BundleError> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::bundle::{Bundle, BundleError};
-use super::crtlist::{self, Served};
+use super::crtlist::{self, CrtListEntry};
 use super::installed::DamagedFile;
 use super::probe;
 use super::x509::{self, CertInfo};
@@ -221,7 +221,7 @@ impl<'a> Certs<'a> {
 
     /// The names each certificate serves, over the certificates whose file is there. One
     /// listing of the folder, not a `stat` per certificate (1,000 of them per install).
-    fn served(&self, records: &[CertRecord]) -> Result<Vec<Served>, CertError> {
+    fn served(&self, records: &[CertRecord]) -> Result<Vec<CrtListEntry>, CertError> {
         let dir = &self.settings.paths.certs_dir;
         let files: HashSet<std::ffi::OsString> = std::fs::read_dir(dir)
             .map_err(io_err(format!("cannot list {}", dir.display())))?
@@ -236,7 +236,7 @@ impl<'a> Certs<'a> {
     }
 
     /// Writes the crt-list if it differs; true when it did.
-    fn write_crt_list(&self, served: &[Served]) -> Result<bool, CertError> {
+    fn write_crt_list(&self, served: &[CrtListEntry]) -> Result<bool, CertError> {
         let path = self.crt_list();
         let bytes = crtlist::render(&self.settings.paths.certs_dir, served);
         let current = fsutil::read_optional(&path)
@@ -328,7 +328,7 @@ impl<'a> Certs<'a> {
     }
 
     /// Loads the certificate into the worker and brings every crt-list line in line.
-    fn push(&self, name: &CertName, pem: &str, served: &[Served]) -> Result<(), String> {
+    fn push(&self, name: &CertName, pem: &str, served: &[CrtListEntry]) -> Result<(), String> {
         let runtime = self.runtime();
         let file = self.pem_path(name).display().to_string();
         let list = self.crt_list().display().to_string();
@@ -348,7 +348,11 @@ impl<'a> Certs<'a> {
 
     /// Makes the worker's crt-list lines equal to `served`: new and changed lines are added
     /// before stale ones go, so a name moving between certificates is always served.
-    fn align_lines(&self, runtime: &RuntimeCerts, served: &[Served]) -> Result<(), RuntimeError> {
+    fn align_lines(
+        &self,
+        runtime: &RuntimeCerts,
+        served: &[CrtListEntry],
+    ) -> Result<(), RuntimeError> {
         let list = self.crt_list().display().to_string();
         let current = runtime.lines(&list)?;
         // Indexed once: with 1,000 certificates a scan per line is a million comparisons.
@@ -395,7 +399,11 @@ impl<'a> Certs<'a> {
 
     /// `show ssl cert` must show the record's serial, and a handshake must present it. Returns
     /// the SNI used (none when the certificate serves no name).
-    fn confirm(&self, record: &CertRecord, served: &[Served]) -> Result<Option<String>, String> {
+    fn confirm(
+        &self,
+        record: &CertRecord,
+        served: &[CrtListEntry],
+    ) -> Result<Option<String>, String> {
         let file = self.pem_path(&record.name).display().to_string();
         match self.runtime().show(&file).map_err(|e| e.to_string())? {
             Some(loaded) if x509::serial_matches(&loaded.serial, &record.serial) => {}

@@ -23,7 +23,7 @@ pub struct Candidate<'a> {
 
 /// One crt-list line after the default: a certificate and the SNI names it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Served {
+pub struct CrtListEntry {
     pub cert: CertName,
     /// `shop.example.com` or `*.example.com`, as crt-list SNI filters.
     pub filters: Vec<String>,
@@ -42,7 +42,7 @@ pub fn candidates<'r>(records: impl IntoIterator<Item = &'r CertRecord>) -> Vec<
 }
 
 /// Gives every name to one certificate; certificates left with no name are not listed.
-pub fn assign(candidates: &[Candidate<'_>]) -> Vec<Served> {
+pub fn assign(candidates: &[Candidate<'_>]) -> Vec<CrtListEntry> {
     let mut owner: BTreeMap<String, &Candidate<'_>> = BTreeMap::new();
     for c in candidates.iter().filter(|c| !c.name.is_default()) {
         for name in c.names {
@@ -62,7 +62,7 @@ pub fn assign(candidates: &[Candidate<'_>]) -> Vec<Served> {
     }
     served
         .into_iter()
-        .map(|(cert, filters)| Served {
+        .map(|(cert, filters)| CrtListEntry {
             cert: cert.clone(),
             filters,
         })
@@ -82,7 +82,7 @@ pub fn pem_path(certs_dir: &Path, name: &CertName) -> std::path::PathBuf {
 
 /// The crt-list file: the default certificate first (it answers unknown SNI), then one line
 /// per certificate with its names. Options come from the bind line.
-pub fn render(certs_dir: &Path, served: &[Served]) -> Vec<u8> {
+pub fn render(certs_dir: &Path, served: &[CrtListEntry]) -> Vec<u8> {
     let mut out = format!(
         "# {}\n{}\n",
         crate::render::HEADER,
@@ -100,7 +100,7 @@ pub fn render(certs_dir: &Path, served: &[Served]) -> Vec<u8> {
 }
 
 /// The certificate HAProxy answers `host` with, by the same rules.
-pub fn serving<'s>(served: &'s [Served], host: &str) -> Option<&'s CertName> {
+pub fn serving<'s>(served: &'s [CrtListEntry], host: &str) -> Option<&'s CertName> {
     let exact = served.iter().find(|s| s.filters.iter().any(|f| f == host));
     exact
         .or_else(|| {

@@ -19,7 +19,7 @@ use x509_parser::oid_registry::{
 use x509_parser::public_key::PublicKey;
 use x509_parser::x509::{AlgorithmIdentifier, SubjectPublicKeyInfo};
 
-use super::pem::{self, Block, Label};
+use super::pem::{self, Label, PemBlock};
 
 // Object identifiers the registry does not name (rustfmt would space out the dotted arcs).
 #[rustfmt::skip]
@@ -171,7 +171,7 @@ impl KeyError {
 
 /// Reads an unencrypted private key block: PKCS#8 `PRIVATE KEY`, SEC1 `EC PRIVATE KEY` or
 /// PKCS#1 `RSA PRIVATE KEY`. The key pair keeps the block's DER (see [`private_key_pem`]).
-pub fn parse_private_key(block: &Block) -> Result<(KeyPair, KeyType), KeyError> {
+pub fn parse_private_key(block: &PemBlock) -> Result<(KeyPair, KeyType), KeyError> {
     let at = format!("the {} block on line {}", block.label, block.line);
     if block.encrypted || block.label == Label::EncryptedPrivateKey {
         return Err(KeyError::Encrypted { at });
@@ -398,8 +398,8 @@ mod tests {
     use super::*;
     use x509_parser::asn1_rs::{Error, Sequence, TaggedExplicit, ToDer};
 
-    fn block(label: Label, der: &[u8]) -> Block {
-        Block {
+    fn block(label: Label, der: &[u8]) -> PemBlock {
+        PemBlock {
             label,
             der: der.to_vec(),
             line: 1,

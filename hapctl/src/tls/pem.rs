@@ -90,7 +90,7 @@ impl fmt::Display for Label {
 
 /// One decoded block. `Debug` shows the size only: `der` may be a private key.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Block {
+pub struct PemBlock {
     pub label: Label,
     pub der: Vec<u8>,
     /// 1-based line of the BEGIN line, for messages.
@@ -99,9 +99,9 @@ pub struct Block {
     pub encrypted: bool,
 }
 
-impl fmt::Debug for Block {
+impl fmt::Debug for PemBlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Block")
+        f.debug_struct("PemBlock")
             .field("label", &self.label)
             .field("der_len", &self.der.len())
             .field("line", &self.line)
@@ -193,7 +193,7 @@ impl PemError {
 /// Splits `input` into blocks, in input order. LF and CRLF line endings, blank lines and a
 /// leading UTF-8 byte-order mark (Windows editors add one) are accepted; nothing else outside
 /// blocks is.
-pub fn parse_blocks(input: &[u8]) -> Result<Vec<Block>, PemError> {
+pub fn parse_blocks(input: &[u8]) -> Result<Vec<PemBlock>, PemError> {
     if input.len() > MAX_BUNDLE_BYTES {
         return Err(PemError::TooLarge { size: input.len() });
     }
@@ -242,7 +242,7 @@ fn read_block<'a>(
     begin: &str,
     line: usize,
     lines: &mut impl Iterator<Item = (usize, &'a str)>,
-) -> Result<Block, PemError> {
+) -> Result<PemBlock, PemError> {
     let shown = || bounded(begin, 40);
     let Body {
         body,
@@ -286,7 +286,7 @@ fn read_block<'a>(
             bad_line,
         }
     })?;
-    Ok(Block {
+    Ok(PemBlock {
         label,
         der,
         line,
@@ -478,7 +478,7 @@ pub fn encode(label: &str, der: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn one(input: &str) -> Result<Block, PemError> {
+    fn one(input: &str) -> Result<PemBlock, PemError> {
         let mut blocks = parse_blocks(input.as_bytes())?;
         assert_eq!(blocks.len(), 1);
         Ok(blocks.remove(0))

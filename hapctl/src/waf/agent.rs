@@ -24,7 +24,7 @@ use crate::model::WafMode;
 
 use super::engine::Engine;
 use super::message::{Inspect, MESSAGE};
-use super::metrics::{InspectionOutcome, Metrics};
+use super::metrics::{AgentMetrics, InspectionOutcome};
 use super::verdict::WafVerdict;
 
 /// Requests one connection may have in evaluation before the agent stops reading it.
@@ -44,7 +44,7 @@ pub struct Agent {
     timeout: Duration,
     /// `[waf] body_max`: what HAProxy sends of a body, to tell a cut one.
     body_max: u32,
-    pub metrics: Metrics,
+    pub metrics: AgentMetrics,
 }
 
 impl Agent {
@@ -55,7 +55,7 @@ impl Agent {
             queued: Arc::new(Semaphore::new(MAX_QUEUED)),
             timeout,
             body_max,
-            metrics: Metrics::default(),
+            metrics: AgentMetrics::default(),
         }
     }
 

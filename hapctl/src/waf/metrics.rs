@@ -12,7 +12,7 @@ use std::time::Duration;
 pub const LATENCY_BUCKETS_US: [u64; 8] = [250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000];
 
 #[derive(Default)]
-pub struct Metrics {
+pub struct AgentMetrics {
     inspected: AtomicU64,
     detected: AtomicU64,
     blocked: AtomicU64,
@@ -42,7 +42,7 @@ pub struct Loaded {
 
 /// A copy of the counters, as written to the state file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Snapshot {
+pub struct CountersSnapshot {
     pub pid: u32,
     pub engine: String,
     /// The CRS version and libmodsecurity's rule count (absent from an older agent's file).
@@ -80,7 +80,7 @@ pub enum InspectionOutcome<'a> {
     Timeout,
 }
 
-impl Metrics {
+impl AgentMetrics {
     /// A rules reload: `Ok` when the new rules serve, else why the old ones stayed.
     pub fn reloaded(&self, outcome: Result<(), String>) {
         let n = if outcome.is_ok() {
@@ -126,9 +126,9 @@ impl Metrics {
         }
     }
 
-    pub fn snapshot(&self, loaded: &Loaded) -> Snapshot {
+    pub fn snapshot(&self, loaded: &Loaded) -> CountersSnapshot {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Snapshot {
+        CountersSnapshot {
             pid: std::process::id(),
             engine: loaded.engine.clone(),
             crs: loaded.crs.clone(),
@@ -158,14 +158,14 @@ impl Metrics {
     }
 }
 
-impl Snapshot {
+impl CountersSnapshot {
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         crate::fsutil::write_atomic(path, &text, 0o644)
     }
 
     /// The state file, if the agent wrote one.
-    pub fn read(path: &Path) -> Option<Snapshot> {
+    pub fn read(path: &Path) -> Option<CountersSnapshot> {
         serde_json::from_slice(&std::fs::read(path).ok()?).ok()
     }
 }
@@ -179,14 +179,14 @@ pub struct Health {
     /// Why it is not up, in words an operator can act on.
     pub down_reason: Option<String>,
     pub age_secs: Option<u64>,
-    pub agent: Option<Snapshot>,
+    pub agent: Option<CountersSnapshot>,
 }
 
 pub const STALE_AFTER_SECS: u64 = 5;
 
 impl Health {
     pub fn read(path: &Path) -> Health {
-        let agent = Snapshot::read(path);
+        let agent = CountersSnapshot::read(path);
         let now = crate::clock::unix_now().max(0) as u64;
         let age_secs = agent.as_ref().map(|s| now.saturating_sub(s.updated_at));
         let down_reason = match (&agent, age_secs) {
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn the_exposition_has_every_counter_rule_and_bucket() {
-        let m = Metrics::default();
+        let m = AgentMetrics::default();
         m.record(
             InspectionOutcome::Blocked(&[942100, 942190]),
             Duration::from_micros(700),

@@ -30,7 +30,7 @@ pub use agent::{Agent, Answer};
 pub use engine::{Engine, EngineError};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub enum AgentServeError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("waf agent: {0}")]
@@ -53,7 +53,7 @@ pub async fn serve(
     settings: &WafSettings,
     run_dir: &Path,
     stop: impl std::future::Future<Output = ()>,
-) -> Result<(), ServeError> {
+) -> Result<(), AgentServeError> {
     let engine = Engine::load(&settings.crs)?;
     let mut loaded = loaded(&engine, &settings.crs);
     let agent = Arc::new(Agent::new(
@@ -69,7 +69,7 @@ pub async fn serve(
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // The rules load on a blocking thread while connections are accepted and served (HAProxy's
     // health checks included) with the old engine.
-    let mut reloading: Option<tokio::task::JoinHandle<Reloaded>> = None;
+    let mut reloading: Option<tokio::task::JoinHandle<RulesLoad>> = None;
     let mut again = false;
     tracing::info!(listen = %settings.listen, engine = %loaded.engine, "waf agent ready");
     tokio::pin!(stop);
@@ -120,10 +120,10 @@ pub async fn serve(
     Ok(())
 }
 
-type Reloaded = Result<(metrics::Loaded, Engine), EngineError>;
+type RulesLoad = Result<(metrics::Loaded, Engine), EngineError>;
 
 /// Loads the rules `crs` names on a blocking thread.
-fn load_rules(crs: &Path) -> tokio::task::JoinHandle<Reloaded> {
+fn load_rules(crs: &Path) -> tokio::task::JoinHandle<RulesLoad> {
     let crs = crs.to_path_buf();
     tokio::task::spawn_blocking(move || {
         Engine::load(&crs).map(|engine| (loaded(&engine, &crs), engine))

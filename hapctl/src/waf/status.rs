@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::metrics::{Health, Snapshot};
+use super::metrics::{CountersSnapshot, Health};
 use crate::settings::Settings;
 
 /// The agent's health and counters. It leaves out the state file's heartbeat (rewritten
@@ -82,7 +82,7 @@ pub fn status(settings: &Settings) -> WafStatus {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
+pub enum RulesReloadError {
     #[error("the WAF agent is not running: {0}")]
     NotRunning(String),
     #[error("the agent refused the new rules and keeps serving the old ones: {0}")]
@@ -95,7 +95,7 @@ pub enum ReloadError {
 
 /// What a reload that serves answers.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Reloaded {
+pub struct RulesReloaded {
     pub pid: u32,
     pub crs: Option<String>,
     pub rules: usize,
@@ -111,20 +111,20 @@ static RELOADING: Mutex<()> = Mutex::new(());
 /// Sends the running agent SIGHUP (HAProxy's connections stay) and waits until its state
 /// file says whether the new rules serve; a refused set keeps the old rules and is answered
 /// with the loader and libmodsecurity's reason. Blocks for up to a minute.
-pub fn reload(run_dir: &Path) -> Result<Reloaded, ReloadError> {
+pub fn reload(run_dir: &Path) -> Result<RulesReloaded, RulesReloadError> {
     let _one = RELOADING.lock().unwrap_or_else(|e| e.into_inner());
     let path = super::state_file(run_dir);
     let health = Health::read(&path);
     let before = match (health.up, health.agent) {
         (true, Some(s)) => s,
         _ => {
-            return Err(ReloadError::NotRunning(
+            return Err(RulesReloadError::NotRunning(
                 health.down_reason.unwrap_or_default(),
             ))
         }
     };
     crate::process::send_signal(before.pid as i32, libc::SIGHUP).map_err(|source| {
-        ReloadError::Signal {
+        RulesReloadError::Signal {
             pid: before.pid,
             source,
         }
@@ -133,9 +133,9 @@ pub fn reload(run_dir: &Path) -> Result<Reloaded, ReloadError> {
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
         // Not rewritten while the rules load: only the outcome's counters are read here.
-        if let Some(s) = Snapshot::read(&path).filter(|s| s.pid == before.pid) {
+        if let Some(s) = CountersSnapshot::read(&path).filter(|s| s.pid == before.pid) {
             if s.reloads > before.reloads {
-                return Ok(Reloaded {
+                return Ok(RulesReloaded {
                     pid: s.pid,
                     crs: s.crs,
                     rules: s.rules,
@@ -143,17 +143,20 @@ pub fn reload(run_dir: &Path) -> Result<Reloaded, ReloadError> {
                 });
             }
             if s.reload_failures > before.reload_failures {
-                return Err(ReloadError::Refused(s.reload_error.unwrap_or_else(|| {
-                    "the agent's log (waf-agent.log, or journalctl -u hapctl-waf) says why".into()
-                })));
+                return Err(RulesReloadError::Refused(s.reload_error.unwrap_or_else(
+                    || {
+                        "the agent's log (waf-agent.log, or journalctl -u hapctl-waf) says why"
+                            .into()
+                    },
+                )));
             }
         }
         if !crate::process::pid_alive(before.pid as i32) {
-            return Err(ReloadError::NotRunning(format!(
+            return Err(RulesReloadError::NotRunning(format!(
                 "its process (pid {}) ended during the reload",
                 before.pid
             )));
         }
     }
-    Err(ReloadError::NoOutcome(before.pid))
+    Err(RulesReloadError::NoOutcome(before.pid))
 }
