@@ -59,7 +59,8 @@ pub fn http_send(
 ) -> Response {
     let stream = http::connect(source, port).expect("connect to the edge");
     let raw = http::raw_request(method, path, host, headers, None);
-    let answer = http::exchange(stream, &raw, Duration::from_secs(10))
+    // Longer than a tarpit at its default length (10 s), which some tests wait out for its 429.
+    let answer = http::exchange(stream, &raw, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{method} {path} on {host}: {e}"));
     let head = answer.head.to_lowercase();
     let seen_real_ip = answer.header("x-seen-real-ip").unwrap_or("").to_string();
