@@ -2,8 +2,6 @@
 //! the app's server line at it through the safe apply, then retire per the retention rule.
 //! What it started it stops again when it fails.
 
-use std::time::Instant;
-
 use crate::apply::{Applier, ApplyReport};
 use crate::clock::{unix_millis, unix_now};
 use crate::model::{AppName, Generation, Version};
@@ -41,13 +39,7 @@ impl Deliveries<'_> {
         let app = self.app(app_name)?;
         let _lock = self.lock(app_name)?;
         let started_at_ms = unix_millis();
-        let now = Instant::now();
-        let mut steps = Steps {
-            started: now,
-            last: now,
-            steps: Vec::new(),
-            on_step,
-        };
+        let mut steps = Steps::start(on_step);
         let before = store.app_state(app_name)?;
         let target = match target {
             Some(t) => t.clone(),

@@ -143,7 +143,18 @@ struct Steps<'p> {
     on_step: &'p mut dyn FnMut(&DeliveryStep),
 }
 
-impl Steps<'_> {
+impl<'p> Steps<'p> {
+    /// Steps timed from now, each reported to `on_step` as it ends.
+    fn start(on_step: &'p mut dyn FnMut(&DeliveryStep)) -> Steps<'p> {
+        let now = Instant::now();
+        Steps {
+            started: now,
+            last: now,
+            steps: Vec::new(),
+            on_step,
+        }
+    }
+
     fn done(&mut self, name: &str, detail: String) {
         let now = Instant::now();
         let step = DeliveryStep {
@@ -294,13 +305,7 @@ impl<'a> Deliveries<'a> {
         store: &mut Store,
         on_step: &mut dyn FnMut(&DeliveryStep),
     ) -> Result<Vec<String>, DeliverError> {
-        let now = Instant::now();
-        let mut steps = Steps {
-            started: now,
-            last: now,
-            steps: Vec::new(),
-            on_step,
-        };
+        let mut steps = Steps::start(on_step);
         let mut problems = Vec::new();
         let state = store.load_state()?;
         for app in &self.settings.apps {
