@@ -420,11 +420,6 @@ pub fn http_send_raw(port: u16, raw: &[u8], read_timeout: Duration) -> Result<Ap
     http::exchange(stream, raw, read_timeout).map(ApiResponse::from)
 }
 
-/// Parses one HTTP/1.1 answer ([`http::parse_response`]) as the API's.
-pub fn parse_http_response(raw: &[u8]) -> Result<ApiResponse, String> {
-    http::parse_response(raw).map(ApiResponse::from)
-}
-
 /// `bytes` percent-encoded for one path segment: everything but the unreserved characters
 /// (`A-Z a-z 0-9 - . _ ~`) becomes `%HH`, so `/`, `%`, `?`, `#`, controls and non-ASCII bytes
 /// all stay inside the segment.

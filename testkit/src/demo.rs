@@ -1,16 +1,17 @@
 //! An edge delivering the demo app (exec generations stopped on drop), and a long stream read
 //! through it.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
 use hapctl::process::start_time;
+use hapctl::prove::http::{Cause, Conn, Limits};
 
 use crate::edge::collect_files;
-use crate::{demo_app_bin, free_port, http, Edge};
+use crate::{demo_app_bin, free_port, Edge};
 
 /// A long chunked stream read through the edge, line by line, in a thread.
 pub struct Stream {
@@ -24,34 +25,33 @@ impl Stream {
         let host = host.to_string();
         let handle = thread::spawn(move || {
             let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             write!(s, "GET /stream?lines={lines}&interval_ms={interval_ms} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
-            let mut raw = Vec::new();
-            let mut buf = [0u8; 4096];
-            let mut got = Vec::new();
-            let mut told = false;
+            let mut conn = Conn::new(s, Duration::from_secs(10), Limits::PROBE);
+            conn.read_head()
+                .map_err(|e| format!("after 0 lines: {e}"))?;
+            let mut data = Vec::new();
+            let mut got: Vec<String> = Vec::new();
             loop {
-                let n = s
-                    .read(&mut buf)
-                    .map_err(|e| format!("after {} lines: {e}", got.len()))?;
-                if n == 0 {
-                    break;
+                match conn.next_chunk() {
+                    Ok(Some(chunk)) => data.extend_from_slice(&chunk),
+                    Ok(None) => return Ok(got),
+                    Err(e) if e.cause == Cause::Reset => {
+                        return Err(format!(
+                            "stream cut after {} lines (no final chunk)",
+                            got.len()
+                        ))
+                    }
+                    Err(e) => return Err(format!("after {} lines: {e}", got.len())),
                 }
-                raw.extend_from_slice(&buf[..n]);
-                got = decode_chunked_lines(&raw);
+                let told = !got.is_empty();
+                got = String::from_utf8_lossy(&data)
+                    .lines()
+                    .map(String::from)
+                    .collect();
                 if !told && !got.is_empty() {
                     let _ = first_tx.send(got[0].clone());
-                    told = true;
                 }
             }
-            let text = String::from_utf8_lossy(&raw);
-            if !text.ends_with("0\r\n\r\n") {
-                return Err(format!(
-                    "stream cut after {} lines (no final chunk)",
-                    got.len()
-                ));
-            }
-            Ok(got)
         });
         first_rx
             .recv_timeout(Duration::from_secs(10))
@@ -63,18 +63,6 @@ impl Stream {
     pub fn finish(self) -> Result<Vec<String>, String> {
         self.handle.join().unwrap()
     }
-}
-
-/// The lines carried by the complete chunks of a chunked HTTP response.
-fn decode_chunked_lines(raw: &[u8]) -> Vec<String> {
-    let Some(start) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Vec::new();
-    };
-    let (data, _) = http::dechunk(&raw[start + 4..]);
-    String::from_utf8_lossy(&data)
-        .lines()
-        .map(String::from)
-        .collect()
 }
 
 /// An edge with app `shop` (exec runner around demo-app, backend `applicatif`, server

@@ -1,15 +1,17 @@
-//! The one HTTP/1.1 client of the tests and benchmarks, on plain sockets. A request goes out
-//! exactly as built ([`raw_request`] or bytes of the test's own), so a test can also send what
-//! no real client would (a lying `Content-Length`, bare chunks, a bad request line); the answer
-//! is framed by its `Content-Length`, its chunks or the close, and every step is bounded.
-//! Hand-rolled rather than hyper for that: hyper refuses to send malformed requests, and
-//! tests also bind a chosen loopback source address and read answers on TLS streams.
+//! The tests' and benchmarks' HTTP/1.1 requests, on plain sockets. A request goes out exactly
+//! as built ([`raw_request`] or bytes of the test's own), so a test can also send what no real
+//! client would (a lying `Content-Length`, bare chunks, a bad request line); the answer is read
+//! by hapctl's own client ([`hapctl::prove::http`]), every step bounded. Not hyper: hyper
+//! refuses to send malformed requests, and tests also bind a chosen loopback source address
+//! and read answers on TLS streams.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::os::unix::io::FromRawFd;
 use std::thread;
 use std::time::Duration;
+
+use hapctl::prove::http::{Conn, Limits, Response, Timed};
 
 /// How long a connect may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -87,156 +89,78 @@ pub fn raw_request(
     raw
 }
 
+/// A test reads whatever it asked for: bounds far above any answer a test expects.
+const LIMITS: Limits = Limits {
+    body: 1 << 30,
+    chunk: 1 << 30,
+};
+
 /// Sends `raw` on `stream` and reads the answer, each read bounded by `read_timeout`.
 pub fn exchange(
-    mut stream: TcpStream,
+    stream: TcpStream,
     raw: &[u8],
     read_timeout: Duration,
 ) -> Result<HttpResponse, String> {
-    stream.set_read_timeout(Some(read_timeout)).unwrap();
     stream
         .set_write_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let writer = if raw.len() > WRITE_IN_THREAD {
         let mut w = stream.try_clone().unwrap();
         let raw = raw.to_vec();
-        Some(thread::spawn(move || {
-            let _ = w.write_all(&raw);
-        }))
+        Some((
+            stream.try_clone().unwrap(),
+            thread::spawn(move || {
+                let _ = w.write_all(&raw);
+            }),
+        ))
     } else {
-        stream
+        (&stream)
             .write_all(raw)
             .map_err(|e| format!("send the request: {e}"))?;
         None
     };
-    let answer = read_response(&mut stream);
-    if let Some(w) = writer {
+    let to_head = raw.starts_with(b"HEAD ");
+    let answer = Conn::new(stream, read_timeout, LIMITS).read_answer(to_head);
+    if let Some((stream, w)) = writer {
         let _ = stream.shutdown(Shutdown::Both);
         let _ = w.join();
     }
-    answer
+    answer.map(HttpResponse::from).map_err(|e| e.to_string())
 }
 
-/// Reads one answer from `stream`: until it is complete (by its framing) or the stream ends.
-/// A read error after a complete answer is no error.
+/// Reads one answer from `stream`, framed by its chunks, its `Content-Length` or the close,
+/// each read bounded by the timeout the caller set on the socket.
 pub fn read_response(stream: &mut impl Read) -> Result<HttpResponse, String> {
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    let read_error = loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break None,
-            Ok(n) => {
-                raw.extend_from_slice(&buf[..n]);
-                if is_complete(&raw) {
-                    break None;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => break Some(e),
-        }
-    };
-    parse_response(&raw).map_err(|e| match read_error {
-        Some(r) => format!("{e} (read: {r})"),
-        None => e,
-    })
+    Conn::new(Preset(stream), CONNECT_TIMEOUT, LIMITS)
+        .read_answer(false)
+        .map(HttpResponse::from)
+        .map_err(|e| e.to_string())
 }
 
-/// True when `raw` holds a whole answer framed by `Content-Length` or chunks (an answer
-/// framed by the close is complete only at the end of the stream).
-fn is_complete(raw: &[u8]) -> bool {
-    let Some((head, body)) = final_head(raw) else {
-        return false;
-    };
-    let headers = parse_headers(&head);
-    let find = |name| header(&headers, name);
-    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        // The last chunk ends with an empty line: only then is it worth walking the chunks.
-        return body.ends_with(b"\r\n\r\n") && dechunk(body).1;
-    }
-    find("content-length")
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|len| body.len() >= len)
-}
+/// A stream whose read timeout its owner already set (a TLS stream over a socket).
+struct Preset<R>(R);
 
-/// The head of the final answer (after any `100 Continue`) and the bytes after it.
-fn final_head(mut raw: &[u8]) -> Option<(String, &[u8])> {
-    loop {
-        let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-        let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-        raw = &raw[end + 4..];
-        if status_of(&head) != Some(100) {
-            return Some((head, raw));
-        }
+impl<R: Read> Read for Preset<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
     }
 }
 
-fn status_of(head: &str) -> Option<u16> {
-    head.split_whitespace().nth(1).and_then(|s| s.parse().ok())
-}
-
-fn parse_headers(head: &str) -> Vec<(String, String)> {
-    head.split("\r\n")
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect()
-}
-
-/// Parses one HTTP/1.1 answer (the head, then a body framed by `Content-Length`, chunked, or
-/// up to the end). A `100 Continue` interim answer before the final one is skipped.
-pub fn parse_response(raw: &[u8]) -> Result<HttpResponse, String> {
-    let Some((head, rest)) = final_head(raw) else {
-        let interim = if status_of(&String::from_utf8_lossy(raw)) == Some(100) {
-            " after 100 Continue"
-        } else {
-            ""
-        };
-        return Err(format!(
-            "no complete answer{interim} ({} bytes): {:?}",
-            raw.len(),
-            String::from_utf8_lossy(&raw[..raw.len().min(200)])
-        ));
-    };
-    let status = status_of(&head).ok_or_else(|| format!("no status line in {head:?}"))?;
-    let headers = parse_headers(&head);
-    let find = |name| header(&headers, name);
-    let mut body = rest.to_vec();
-    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        body = dechunk(&body).0;
-    } else if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        if body.len() < len {
-            return Err(format!("answer cut: {} of {len} body bytes", body.len()));
-        }
-        body.truncate(len);
+impl<R: Read> Timed for Preset<R> {
+    fn set_read_timeout(&self, _: Duration) -> io::Result<()> {
+        Ok(())
     }
-    Ok(HttpResponse {
-        status,
-        head,
-        headers,
-        body,
-    })
 }
 
-/// The data of the complete chunks of a chunked body, and whether the last chunk was seen.
-pub fn dechunk(mut body: &[u8]) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
-    while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&body[..eol]);
-        let size = size.split(';').next().unwrap_or("").trim();
-        let Ok(n) = usize::from_str_radix(size, 16) else {
-            break;
-        };
-        let rest = &body[eol + 2..];
-        if n == 0 {
-            return (out, true);
+impl From<Response> for HttpResponse {
+    fn from(answer: Response) -> HttpResponse {
+        HttpResponse {
+            status: answer.head.status,
+            head: answer.head.raw.trim_end_matches(['\r', '\n']).to_string(),
+            headers: answer.head.headers,
+            body: answer.body,
         }
-        if rest.len() < n {
-            break;
-        }
-        out.extend_from_slice(&rest[..n]);
-        body = rest.get(n + 2..).unwrap_or_default();
     }
-    (out, false)
 }
 
 fn connect_from(source: Ipv4Addr, target: SocketAddr) -> TcpStream {

@@ -1,7 +1,10 @@
 //! prove's plain HTTP/1.1 client, also the deliveries' readiness probe (a client, not any of
-//! the delivery logic prove judges): every connect and every read has its own timeout, every
-//! request carries `Connection: close` on a new connection, and every way a request can go
-//! wrong is named by a [`Cause`].
+//! the delivery logic prove judges) and the one the test kit wraps: every connect and every
+//! read has its own timeout, every request carries `Connection: close` on a new connection, and
+//! every way a request can go wrong is named by a [`Cause`].
+//!
+//! The reading half ([`Conn`]) also works on a stream the caller connected and wrote to
+//! itself (any request bytes, TLS), so the tests have no second client.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -82,6 +85,32 @@ impl HttpError {
     }
 }
 
+/// A stream whose reads the client can bound: a timeout set on the socket under it.
+pub trait Timed: Read {
+    fn set_read_timeout(&self, timeout: Duration) -> io::Result<()>;
+}
+
+impl Timed for TcpStream {
+    fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, Some(timeout))
+    }
+}
+
+/// How large an answer may be before it is called wrong.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub body: usize,
+    pub chunk: usize,
+}
+
+impl Limits {
+    /// prove's and the readiness probe's: short answers, streams of small chunks.
+    pub const PROBE: Limits = Limits {
+        body: MAX_BODY,
+        chunk: MAX_CHUNK,
+    };
+}
+
 /// Bounds of one request.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
@@ -96,9 +125,16 @@ pub struct Head {
     pub status: u16,
     /// Names lower-cased.
     pub headers: Vec<(String, String)>,
+    /// The status line and the header lines as received, each with its line end.
+    pub raw: String,
 }
 
 impl Head {
+    /// The status line's protocol version (`HTTP/1.1`, `HTTP/1.0`).
+    pub fn version(&self) -> &str {
+        self.raw.split_whitespace().next().unwrap_or("")
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -131,11 +167,12 @@ pub struct Response {
 }
 
 /// One open connection that has sent its request.
-pub struct Conn {
-    reader: BufReader<TcpStream>,
+pub struct Conn<S: Timed = TcpStream> {
+    reader: BufReader<S>,
     read_timeout: Duration,
     /// No read may end later than this.
     deadline: Option<Instant>,
+    limits: Limits,
 }
 
 /// Connects (bounded by `timeouts.connect`) and sends `GET target` with `Host: host`.
@@ -160,11 +197,7 @@ pub fn send_get(
     (&stream)
         .write_all(request.as_bytes())
         .map_err(|e| HttpError::io("write the request", &e))?;
-    Ok(Conn {
-        reader: BufReader::new(stream),
-        read_timeout: timeouts.read,
-        deadline: None,
-    })
+    Ok(Conn::new(stream, timeouts.read, Limits::PROBE))
 }
 
 /// A whole `GET` on a new connection: connect, send, read head and body. The whole exchange
@@ -180,41 +213,75 @@ pub fn get(
     let mut conn = send_get(addr, host, target, timeouts)?;
     conn.deadline = Some(deadline);
     let head = conn.read_head()?;
-    let body = if head.is_chunked() {
-        let mut body = Vec::new();
-        while let Some(chunk) = conn.next_chunk()? {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_BODY {
-                return Err(HttpError::new(
-                    Cause::WrongBody,
-                    format!("body larger than {MAX_BODY} bytes"),
-                ));
-            }
-        }
-        body
-    } else if let Some(len) = head.content_length()? {
-        if len > MAX_BODY {
-            return Err(HttpError::new(
-                Cause::WrongBody,
-                format!("content-length {len} is larger than {MAX_BODY} bytes"),
-            ));
-        }
-        let mut body = vec![0; len];
-        conn.read_exact(&mut body).map_err(|e| {
-            let mut e = HttpError::io("read the body", &e);
-            if e.cause == Cause::Reset {
-                e.detail = format!("connection closed before the {len}-byte body was complete");
-            }
-            e
-        })?;
-        body
-    } else {
-        conn.read_to_close()?
-    };
+    let body = conn.read_body(&head)?;
     Ok(Response { head, body })
 }
 
-impl Conn {
+impl<S: Timed> Conn<S> {
+    /// The reading half of a request the caller sent on `stream` itself (any bytes, any
+    /// stream): each read waits at most `read_timeout`.
+    pub fn new(stream: S, read_timeout: Duration, limits: Limits) -> Conn<S> {
+        Conn {
+            reader: BufReader::new(stream),
+            read_timeout,
+            deadline: None,
+            limits,
+        }
+    }
+
+    /// One whole answer: interim (1xx) answers skipped, then the body framed by its chunks,
+    /// its `content-length` or the close; none after a HEAD request (`to_head`), 204 or 304.
+    pub fn read_answer(&mut self, to_head: bool) -> Result<Response, HttpError> {
+        let head = loop {
+            let head = self.read_head()?;
+            if !(100..200).contains(&head.status) {
+                break head;
+            }
+        };
+        let body = if to_head || head.status == 204 || head.status == 304 {
+            Vec::new()
+        } else {
+            self.read_body(&head)?
+        };
+        Ok(Response { head, body })
+    }
+
+    /// The body `head` announces: chunked, `content-length` bytes, or up to the close.
+    pub fn read_body(&mut self, head: &Head) -> Result<Vec<u8>, HttpError> {
+        let max = self.limits.body;
+        if head.is_chunked() {
+            let mut body = Vec::new();
+            while let Some(chunk) = self.next_chunk()? {
+                body.extend_from_slice(&chunk);
+                if body.len() > max {
+                    return Err(HttpError::new(
+                        Cause::WrongBody,
+                        format!("body larger than {max} bytes"),
+                    ));
+                }
+            }
+            Ok(body)
+        } else if let Some(len) = head.content_length()? {
+            if len > max {
+                return Err(HttpError::new(
+                    Cause::WrongBody,
+                    format!("content-length {len} is larger than {max} bytes"),
+                ));
+            }
+            let mut body = vec![0; len];
+            self.read_exact(&mut body).map_err(|e| {
+                let mut e = HttpError::io("read the body", &e);
+                if e.cause == Cause::Reset {
+                    e.detail = format!("connection closed before the {len}-byte body was complete");
+                }
+                e
+            })?;
+            Ok(body)
+        } else {
+            self.read_to_close()
+        }
+    }
+
     /// Sets the socket's timeout for the next read: the read timeout, shortened to the deadline.
     fn arm(&mut self) -> io::Result<()> {
         let mut t = self.read_timeout;
@@ -228,10 +295,16 @@ impl Conn {
             }
             t = t.min(left);
         }
-        self.reader.get_ref().set_read_timeout(Some(t))
+        self.reader.get_ref().set_read_timeout(t)
     }
 
     fn read_line(&mut self, what: &str, limit: usize) -> Result<String, HttpError> {
+        let line = self.read_raw_line(what, limit)?;
+        Ok(line.trim_end_matches(['\r', '\n']).to_string())
+    }
+
+    /// One line with its line end.
+    fn read_raw_line(&mut self, what: &str, limit: usize) -> Result<String, HttpError> {
         let mut line = Vec::new();
         loop {
             self.arm().map_err(|e| HttpError::io(what, &e))?;
@@ -264,8 +337,7 @@ impl Conn {
                 ));
             }
             if done {
-                let text = String::from_utf8_lossy(&line);
-                return Ok(text.trim_end_matches(['\r', '\n']).to_string());
+                return Ok(String::from_utf8_lossy(&line).into_owned());
             }
         }
     }
@@ -293,10 +365,10 @@ impl Conn {
                 Ok(0) => return Ok(body),
                 Ok(n) => {
                     body.extend_from_slice(&buf[..n]);
-                    if body.len() > MAX_BODY {
+                    if body.len() > self.limits.body {
                         return Err(HttpError::new(
                             Cause::WrongBody,
-                            format!("body larger than {MAX_BODY} bytes"),
+                            format!("body larger than {} bytes", self.limits.body),
                         ));
                     }
                 }
@@ -308,7 +380,8 @@ impl Conn {
 
     /// Reads the status line and headers.
     pub fn read_head(&mut self) -> Result<Head, HttpError> {
-        let status_line = self.read_line("read the status line", MAX_HEAD)?;
+        let mut raw = self.read_raw_line("read the status line", MAX_HEAD)?;
+        let status_line = raw.trim_end_matches(['\r', '\n']).to_string();
         let mut parts = status_line.split_whitespace();
         let status = match (parts.next(), parts.next().map(str::parse::<u16>)) {
             (Some(v), Some(Ok(s))) if v.starts_with("HTTP/1.") => s,
@@ -322,10 +395,12 @@ impl Conn {
         let mut headers = Vec::new();
         let mut size = status_line.len();
         loop {
-            let line = self.read_line("read the headers", MAX_HEAD)?;
+            let raw_line = self.read_raw_line("read the headers", MAX_HEAD)?;
+            let line = raw_line.trim_end_matches(['\r', '\n']);
             if line.is_empty() {
                 break;
             }
+            raw += &raw_line;
             size += line.len();
             if size > MAX_HEAD {
                 return Err(HttpError::new(
@@ -337,7 +412,11 @@ impl Conn {
                 headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
             }
         }
-        Ok(Head { status, headers })
+        Ok(Head {
+            status,
+            headers,
+            raw,
+        })
     }
 
     /// The next chunk of a chunked body; `None` after the final (zero) chunk and its trailers.
@@ -347,10 +426,10 @@ impl Conn {
         let size = usize::from_str_radix(size_text, 16).map_err(|_| {
             HttpError::new(Cause::Other, format!("bad chunk size line {size_line:?}"))
         })?;
-        if size > MAX_CHUNK {
+        if size > self.limits.chunk {
             return Err(HttpError::new(
                 Cause::Other,
-                format!("chunk of {size} bytes is larger than {MAX_CHUNK}"),
+                format!("chunk of {size} bytes is larger than {}", self.limits.chunk),
             ));
         }
         if size == 0 {

@@ -14,7 +14,7 @@
 
 mod checks;
 mod command;
-pub(crate) mod http;
+pub mod http;
 pub mod journal;
 mod options;
 mod probe;
