@@ -1,7 +1,7 @@
 //! End-to-end tests: start the built `demo-app` binary on a free loopback
-//! port (the test kit's) and talk to it with a raw TCP client that checks the
-//! HTTP framing strictly (CRLF lines, one framing, chunk arrival times): a
-//! protocol probe, not the kit's lenient client.
+//! port (the test kit's) and read its answers with the workspace's one HTTP
+//! reader (the kit's, `prove`'s), checking the framing strictly on what it
+//! hands back as received (CRLF lines, one framing, chunk arrival times).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use testkit::http::{self, Conn};
 use testkit::{free_port, run_bounded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_demo-app");
@@ -84,7 +85,8 @@ impl Server {
         s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         Client {
-            reader: BufReader::new(s),
+            writer: s.try_clone().unwrap(),
+            conn: http::reader(s, IO_TIMEOUT),
             version: "HTTP/1.1",
         }
     }
@@ -138,7 +140,9 @@ impl Response {
 }
 
 struct Client {
-    reader: BufReader<TcpStream>,
+    /// The socket itself, for sending and for seeing the close.
+    writer: TcpStream,
+    conn: Conn<TcpStream>,
     /// The version of the last request sent, which the status line repeats.
     version: &'static str,
 }
@@ -147,7 +151,7 @@ impl Client {
     fn send(&mut self, raw: &[u8]) {
         let http10 = raw.windows(10).any(|w| w == b" HTTP/1.0\r");
         self.version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
-        self.reader.get_mut().write_all(raw).unwrap();
+        self.writer.write_all(raw).unwrap();
     }
 
     fn request(&mut self, method: &str, target: &str) -> Response {
@@ -155,43 +159,24 @@ impl Client {
         self.read_response(method == "HEAD")
     }
 
-    /// Reads a line that must end with CRLF, returned without it.
-    fn crlf_line(&mut self) -> String {
-        let mut line = Vec::new();
-        self.reader.read_until(b'\n', &mut line).unwrap();
-        assert!(line.ends_with(b"\r\n"), "line not ended by CRLF: {line:?}");
-        line.truncate(line.len() - 2);
-        String::from_utf8(line).unwrap()
-    }
-
-    fn exact(&mut self, n: usize) -> Vec<u8> {
-        let mut buf = vec![0; n];
-        self.reader.read_exact(&mut buf).unwrap();
-        buf
-    }
-
     /// Reads one response, checking its framing strictly: it must be
     /// delimited either by content-length or by chunked encoding.
     fn read_response(&mut self, head_only: bool) -> Response {
-        let status_line = self.crlf_line();
-        let mut parts = status_line.splitn(3, ' ');
+        let head = self.conn.read_head().expect("read the head");
+        for line in head.raw.split_inclusive('\n') {
+            assert!(line.ends_with("\r\n"), "line not ended by CRLF: {line:?}");
+        }
+        let status_line = head.raw.lines().next().unwrap_or_default();
         // Changed for hyper: it answers an HTTP/1.0 request with an HTTP/1.0
         // status line (the old server always said HTTP/1.1); both are valid
         // (RFC 9110, 2.5) and no hapctl test reads the status line's version.
-        assert_eq!(parts.next(), Some(self.version), "{status_line}");
-        let status: u16 = parts.next().unwrap().parse().unwrap();
-        let mut headers = Vec::new();
-        loop {
-            let line = self.crlf_line();
-            if line.is_empty() {
-                break;
-            }
-            let (n, v) = line.split_once(':').expect("header colon");
-            headers.push((n.to_ascii_lowercase(), v.trim().to_string()));
+        assert_eq!(head.version(), self.version, "{status_line}");
+        for line in head.raw.lines().skip(1).filter(|l| !l.is_empty()) {
+            assert!(line.contains(':'), "header colon: {line:?}");
         }
         let mut r = Response {
-            status,
-            headers,
+            status: head.status,
+            headers: head.headers.clone(),
             body: Vec::new(),
             chunks: Vec::new(),
             chunked: false,
@@ -203,25 +188,12 @@ impl Client {
                 assert_eq!(te, "chunked");
                 r.chunked = true;
                 if !head_only {
-                    loop {
-                        let size_line = self.crlf_line();
-                        let size = usize::from_str_radix(&size_line, 16)
-                            .unwrap_or_else(|_| panic!("bad chunk size {size_line:?}"));
-                        if size == 0 {
-                            assert_eq!(self.crlf_line(), "", "no trailers expected");
-                            break;
-                        }
-                        let data = self.exact(size);
-                        assert_eq!(self.exact(2), b"\r\n", "chunk data not followed by CRLF");
-                        r.body.extend_from_slice(&data);
-                        r.chunks.push((data, Instant::now()));
-                    }
+                    self.read_chunks(&mut r);
                 }
             }
-            (None, Some(cl)) => {
-                let n: usize = cl.parse().unwrap();
+            (None, Some(_)) => {
                 if !head_only {
-                    r.body = self.exact(n);
+                    r.body = self.conn.read_body(&head).expect("read the body");
                 }
             }
             // Changed for hyper: it sends no transfer-encoding on a HEAD
@@ -234,10 +206,29 @@ impl Client {
         r
     }
 
+    /// A chunked body, each chunk with its arrival time; every size line is
+    /// the bare hex size, and the body ends with no trailers.
+    fn read_chunks(&mut self, r: &mut Response) {
+        while let Some(data) = self.conn.next_chunk().expect("read a chunk") {
+            let size_line = self.conn.chunk_framing();
+            let size = size_line
+                .strip_suffix("\r\n")
+                .and_then(|hex| usize::from_str_radix(hex, 16).ok());
+            assert_eq!(size, Some(data.len()), "bad chunk size {size_line:?}");
+            r.body.extend_from_slice(&data);
+            r.chunks.push((data, Instant::now()));
+        }
+        assert_eq!(
+            self.conn.chunk_framing(),
+            "0\r\n\r\n",
+            "no trailers expected"
+        );
+    }
+
     /// True when the server closes the connection (EOF) within the timeout.
     fn closed_by_server(&mut self) -> bool {
         let mut buf = [0u8; 64];
-        matches!(self.reader.read(&mut buf), Ok(0))
+        matches!(self.writer.read(&mut buf), Ok(0))
     }
 }
 

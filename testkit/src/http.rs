@@ -11,7 +11,8 @@ use std::os::unix::io::FromRawFd;
 use std::thread;
 use std::time::Duration;
 
-use hapctl::prove::http::{Conn, Limits, Response, Timed};
+pub use hapctl::prove::http::{Conn, Head};
+use hapctl::prove::http::{Limits, Response, Timed};
 
 /// How long a connect may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,6 +95,12 @@ const LIMITS: Limits = Limits {
     body: 1 << 30,
     chunk: 1 << 30,
 };
+
+/// The reading half of `stream` for a test that reads answer after answer itself (pipelined
+/// requests, chunks as they arrive), with the kit's bounds.
+pub fn reader(stream: TcpStream, read_timeout: Duration) -> Conn<TcpStream> {
+    Conn::new(stream, read_timeout, LIMITS)
+}
 
 /// Sends `raw` on `stream` and reads the answer, each read bounded by `read_timeout`.
 pub fn exchange(

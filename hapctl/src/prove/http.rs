@@ -125,7 +125,8 @@ pub struct Head {
     pub status: u16,
     /// Names lower-cased.
     pub headers: Vec<(String, String)>,
-    /// The status line and the header lines as received, each with its line end.
+    /// The head as received: the status line, the header lines and the blank line, each with
+    /// its line end.
     pub raw: String,
 }
 
@@ -173,6 +174,8 @@ pub struct Conn<S: Timed = TcpStream> {
     /// No read may end later than this.
     deadline: Option<Instant>,
     limits: Limits,
+    /// The framing lines of the last chunk read, as received (see [`Conn::chunk_framing`]).
+    framing: String,
 }
 
 /// Connects (bounded by `timeouts.connect`) and sends `GET target` with `Host: host`.
@@ -226,6 +229,7 @@ impl<S: Timed> Conn<S> {
             read_timeout,
             deadline: None,
             limits,
+            framing: String::new(),
         }
     }
 
@@ -296,11 +300,6 @@ impl<S: Timed> Conn<S> {
             t = t.min(left);
         }
         self.reader.get_ref().set_read_timeout(t)
-    }
-
-    fn read_line(&mut self, what: &str, limit: usize) -> Result<String, HttpError> {
-        let line = self.read_raw_line(what, limit)?;
-        Ok(line.trim_end_matches(['\r', '\n']).to_string())
     }
 
     /// One line with its line end.
@@ -396,11 +395,11 @@ impl<S: Timed> Conn<S> {
         let mut size = status_line.len();
         loop {
             let raw_line = self.read_raw_line("read the headers", MAX_HEAD)?;
+            raw += &raw_line;
             let line = raw_line.trim_end_matches(['\r', '\n']);
             if line.is_empty() {
                 break;
             }
-            raw += &raw_line;
             size += line.len();
             if size > MAX_HEAD {
                 return Err(HttpError::new(
@@ -419,9 +418,17 @@ impl<S: Timed> Conn<S> {
         })
     }
 
+    /// The framing lines of the chunk [`Conn::next_chunk`] read last, each with its line end:
+    /// its size line; after the final chunk also the trailers and the blank line that ends
+    /// the body. What a strict reader checks that this one lets pass.
+    pub fn chunk_framing(&self) -> &str {
+        &self.framing
+    }
+
     /// The next chunk of a chunked body; `None` after the final (zero) chunk and its trailers.
     pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, HttpError> {
-        let size_line = self.read_line("read a chunk size", 1024)?;
+        self.framing = self.read_raw_line("read a chunk size", 1024)?;
+        let size_line = self.framing.trim_end_matches(['\r', '\n']);
         let size_text = size_line.split(';').next().unwrap_or("").trim();
         let size = usize::from_str_radix(size_text, 16).map_err(|_| {
             HttpError::new(Cause::Other, format!("bad chunk size line {size_line:?}"))
@@ -435,7 +442,9 @@ impl<S: Timed> Conn<S> {
         if size == 0 {
             // Trailers, up to the empty line that ends the message.
             for _ in 0..64 {
-                if self.read_line("read the trailers", MAX_HEAD)?.is_empty() {
+                let line = self.read_raw_line("read the trailers", MAX_HEAD)?;
+                self.framing += &line;
+                if line.trim_end_matches(['\r', '\n']).is_empty() {
                     return Ok(None);
                 }
             }
