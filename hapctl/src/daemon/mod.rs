@@ -6,6 +6,7 @@
 //! What the front ends call is [`Services`] (`services.rs`): the shared read connection, the
 //! workers' queues, fresh connections for long work, and the metrics.
 
+mod access_log;
 mod metrics;
 mod notify;
 mod renewals;
