@@ -12,6 +12,7 @@ mod notify;
 mod renewals;
 mod services;
 mod supervision;
+mod waf;
 mod workers;
 
 use std::net::SocketAddr;
@@ -26,6 +27,7 @@ use notify::Notifier;
 use services::Parts;
 pub use services::Services;
 use supervision::SupervisionLoop;
+pub use waf::WafRunError;
 pub use workers::JobError;
 
 #[derive(Debug, thiserror::Error)]

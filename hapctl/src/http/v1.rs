@@ -496,11 +496,6 @@ pub async fn metrics(State(app): State<ApiState>) -> Result<Response, ApiError> 
         .read(|edge| Ok((edge.block_count()?, edge.certificates()?)))
         .await?;
     let mut text = app.services().metrics().render(blocked, &certs, unix_now());
-    // The WAF agent's own counters, from the state file it rewrites every second.
-    let settings = app.settings();
-    if settings.waf.is_some() {
-        let state = crate::waf::state_file(&settings.paths.run_dir);
-        text += &crate::waf::metrics::Health::read(&state).prometheus();
-    }
+    text += &app.services().waf_metrics();
     Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }
