@@ -77,15 +77,18 @@ pub async fn post_proof(
             };
             Ok(edge.prove(&options, &subject, &mut step))
         })
-        .await?;
+        .await
+        .and_then(|proved| {
+            proved.map_err(|e| match e {
+                ProveError::Options(_) => ApiError::invalid("version", e.to_string()),
+                e => ApiError::new(StatusCode::BAD_GATEWAY, "cannot_measure", e.to_string()),
+            })
+        });
     let report = match measured {
         Ok(report) => report,
         Err(e) => {
             app.cutovers().finish("error");
-            return Err(match e {
-                ProveError::Options(_) => ApiError::invalid("version", e.to_string()),
-                e => ApiError::new(StatusCode::BAD_GATEWAY, "cannot_measure", e.to_string()),
-            });
+            return Err(e);
         }
     };
     let outcome = if report.passed { "proved" } else { "failed" };
