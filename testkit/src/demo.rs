@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use hapctl::process::start_time;
-use hapctl::prove::http::{Cause, Conn, Limits};
+use hapctl::prove::http::{AnswerLimits, Cause, Conn};
 
 use crate::edge::collect_files;
 use crate::{demo_app_bin, free_port, Edge};
@@ -26,7 +26,7 @@ impl Stream {
         let handle = thread::spawn(move || {
             let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
             write!(s, "GET /stream?lines={lines}&interval_ms={interval_ms} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
-            let mut conn = Conn::new(s, Duration::from_secs(10), Limits::PROBE);
+            let mut conn = Conn::new(s, Duration::from_secs(10), AnswerLimits::PROBE);
             conn.read_head()
                 .map_err(|e| format!("after 0 lines: {e}"))?;
             let mut data = Vec::new();

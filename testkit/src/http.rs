@@ -11,8 +11,8 @@ use std::os::unix::io::FromRawFd;
 use std::thread;
 use std::time::Duration;
 
+use hapctl::prove::http::{AnswerLimits, Response, Timed};
 pub use hapctl::prove::http::{Conn, Head};
-use hapctl::prove::http::{Limits, Response, Timed};
 
 /// How long a connect may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,7 +91,7 @@ pub fn raw_request(
 }
 
 /// A test reads whatever it asked for: bounds far above any answer a test expects.
-const LIMITS: Limits = Limits {
+const LIMITS: AnswerLimits = AnswerLimits {
     body: 1 << 30,
     chunk: 1 << 30,
 };

@@ -8,9 +8,9 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use hapctl::blocks::{BlockChange, BlockReport, ChangeResult};
-use hapctl::contract::BlockRequest;
+use hapctl::contract::{BlockQuery, BlockRequest};
 use hapctl::edge::Edge;
-use hapctl::model::{BlockKey, BlockQuery, Note, Ttl};
+use hapctl::model::{BlockKey, Note, Ttl};
 
 use super::{forward, open, output, Failure, JsonFlag, JsonOut};
 

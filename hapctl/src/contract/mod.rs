@@ -7,25 +7,40 @@ mod blocks;
 mod certs;
 mod change;
 mod deliveries;
+mod domain_query;
 mod domains;
 mod error;
 mod limits;
+mod log_query;
 mod proxies;
+mod query;
 mod schemas;
 mod waf;
+
+use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema};
+use utoipa::openapi::RefOr;
 
 pub use blocks::BlockRequest;
 pub use certs::{ImportRequest, OrderRequest};
 pub use change::ChangeAnswer;
 pub use deliveries::{DeliveryRequest, RollbackRequest};
+pub use domain_query::DomainQuery;
 pub use domains::{HttpsRequest, ProfilesRequest, PutDomainRequest, ServerRequest};
 pub use error::{ErrorAnswer, ErrorDetail};
 pub use limits::{ClearRequest, ExemptRequest, LimitsRequest, PolicyRequest, WindowsRequest};
+pub use log_query::LogQuery;
 pub use proxies::TrustRequest;
+pub use query::QueryError;
 pub use waf::{WafTestHeader, WafTestRequest};
 
-/// The JSON Schema of `T` as `/openapi.json` shows it: inline, every nested type in place
-/// (clients and the hostile-input suite read the schemas without resolving references).
-pub fn schema_of<T: utoipa::PartialSchema>() -> serde_json::Value {
-    serde_json::to_value(T::schema()).expect("a schema serialises")
+/// `GET /v1/blocked-ips`'s query (and `hapctl block ls`'s): the model's, as the store runs it;
+/// its parameters are derived there.
+pub use crate::model::BlockQuery;
+
+/// The schema of a body that is one `T` or a list of them (`POST /v1/blocked-ips`).
+pub fn one_or_list<T: utoipa::PartialSchema>() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(T::schema())
+        .item(ArrayBuilder::new().items(T::schema()))
+        .into()
 }

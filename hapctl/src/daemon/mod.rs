@@ -6,11 +6,13 @@
 //! What the front ends call is [`Services`] (`services.rs`): the shared read connection, the
 //! workers' queues, fresh connections for long work, and the metrics.
 
+mod access_log;
 mod metrics;
 mod notify;
 mod renewals;
 mod services;
 mod supervision;
+mod waf;
 mod workers;
 
 use std::net::SocketAddr;
@@ -25,6 +27,7 @@ use notify::Notifier;
 use services::Parts;
 pub use services::Services;
 use supervision::SupervisionLoop;
+pub use waf::WafRunError;
 pub use workers::JobError;
 
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 //! domain's HTTPS policy.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -11,8 +12,8 @@ use crate::model::{CertName, CertSource, Domain};
 use crate::store::CertRecord;
 use crate::tls::acme::{Acme, Method, PendingOrder};
 use crate::tls::certs::new_record;
-use crate::tls::crtlist;
 use crate::tls::{bundle, renew, BundleCheck, CertError, Certs, InstallReport, KeyType};
+use crate::tls::{crtlist, x509};
 
 /// A certificate as `cert ls` shows it: the row plus the names it answers for now.
 #[derive(Debug, Clone, Serialize)]
@@ -22,6 +23,19 @@ pub struct CertView {
     /// The host names whose handshakes get this certificate (after the exact-beats-wildcard
     /// and one-owner-per-name rules); empty for the default, which answers everything else.
     pub serves: Vec<String>,
+}
+
+impl CertView {
+    /// Whether the names it was requested for cover `host` (exactly, or by a wildcard).
+    pub fn names_cover(&self, host: &str) -> bool {
+        let names: Vec<String> = self.record.names.iter().map(Domain::to_string).collect();
+        x509::covers(&names, host)
+    }
+
+    /// Whether the names it serves cover `host` (exactly, or by a wildcard).
+    pub fn serving_covers(&self, host: &str) -> bool {
+        x509::covers(&self.serves, host)
+    }
 }
 
 /// What one renewal attempt did.
@@ -332,6 +346,11 @@ impl Edge {
     /// Finishes an interrupted certificate change and aligns the worker with the files.
     pub fn reconcile_certificates(&mut self) -> Result<Vec<String>, EdgeError> {
         Ok(Certs::new(&self.settings).reconcile(&mut self.store)?)
+    }
+
+    /// The PEM file (chain and key) HAProxy loads for `name`.
+    pub fn certificate_path(&self, name: &CertName) -> PathBuf {
+        crtlist::pem_path(&self.settings.paths.certs_dir, name)
     }
 
     /// The private key of `name` (for the download routes made for it).

@@ -85,6 +85,7 @@ mod init;
 mod limits;
 mod policies;
 mod profiles;
+mod prove;
 mod resolution;
 mod scratch;
 mod status;

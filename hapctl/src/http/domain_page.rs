@@ -1,113 +1,65 @@
-//! `GET /v1/domains` with `limit`, `after` or `q`: one page of the domains in name order, for
-//! lists of 10,000 (the dashboard). Without parameters the route keeps its bare array.
+//! `GET /v1/domains` with `limit`, `after` or `q` ([`DomainQuery`]): one page of the domains
+//! in name order, for lists of 10,000 (the dashboard).
 
 use serde_json::{json, Value};
 
-use super::error::ApiError;
+use crate::contract::DomainQuery;
 use crate::model::{Domain, EdgeState, HttpsPolicy};
 
-/// Domains per page unless `limit` says otherwise, and the most it may say.
-pub const DEFAULT_LIMIT: usize = 100;
-pub const MAX_LIMIT: usize = 1000;
-
-/// A page request, parsed.
-#[derive(Debug, PartialEq, Eq)]
-pub struct DomainQuery {
-    limit: usize,
-    /// Names after this one (`next` of the page before).
-    after: Option<String>,
-    /// Only names containing this text (ASCII case ignored).
-    q: Option<String>,
+/// The page of `names` (any order) `query` asks for: `(the page, next, total matching)`.
+fn select<'a>(query: &DomainQuery, names: &[&'a str]) -> (Vec<&'a str>, Option<&'a str>, usize) {
+    let mut matching: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| query.q.as_deref().is_none_or(|q| n.contains(q)))
+        .collect();
+    matching.sort_unstable();
+    let start = query
+        .after
+        .as_deref()
+        .map_or(0, |a| matching.partition_point(|n| *n <= a));
+    let page: Vec<&str> = matching[start..]
+        .iter()
+        .copied()
+        .take(query.limit)
+        .collect();
+    let next = (start + page.len() < matching.len())
+        .then(|| page.last().copied())
+        .flatten();
+    (page, next, matching.len())
 }
 
-impl DomainQuery {
-    /// `None` without parameters (the bare list); a 400 naming a bad or unknown parameter.
-    pub fn from_pairs(pairs: &[(String, String)]) -> Result<Option<DomainQuery>, ApiError> {
-        if pairs.is_empty() {
-            return Ok(None);
-        }
-        let mut query = DomainQuery {
-            limit: DEFAULT_LIMIT,
-            after: None,
-            q: None,
-        };
-        for (name, value) in pairs {
-            match name.as_str() {
-                "limit" => {
-                    query.limit = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_LIMIT).contains(n))
-                        .ok_or_else(|| {
-                            ApiError::invalid(
-                                "limit",
-                                format!("limit {value:?}: a number of domains, 1 to {MAX_LIMIT}"),
-                            )
-                        })?
-                }
-                "after" => query.after = Some(value.to_ascii_lowercase()),
-                "q" if value.len() > 253 => {
-                    return Err(ApiError::invalid("q", "q: at most 253 characters"))
-                }
-                "q" => query.q = Some(value.trim().to_ascii_lowercase()).filter(|q| !q.is_empty()),
-                _ => {
-                    return Err(ApiError::invalid(
-                        "query",
-                        format!("unknown parameter {name:?}: limit, after and q are known"),
-                    ))
-                }
-            }
-        }
-        Ok(Some(query))
-    }
-
-    /// The page of `names` (any order): `(the page, next, total matching)`.
-    pub fn select<'a>(&self, names: &[&'a str]) -> (Vec<&'a str>, Option<&'a str>, usize) {
-        let mut matching: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| self.q.as_deref().is_none_or(|q| n.contains(q)))
-            .collect();
-        matching.sort_unstable();
-        let start = self
-            .after
-            .as_deref()
-            .map_or(0, |a| matching.partition_point(|n| *n <= a));
-        let page: Vec<&str> = matching[start..].iter().copied().take(self.limit).collect();
-        let next = (start + page.len() < matching.len())
-            .then(|| page.last().copied())
-            .flatten();
-        (page, next, matching.len())
-    }
-
-    /// `{domains, next, total}`, each domain as `view` shows it plus its suspension,
-    /// protections, HTTPS policy and whether it has its own limits (the dashboard's
-    /// protections page).
-    pub fn page(&self, state: &EdgeState, view: impl Fn(&Domain) -> Option<Value>) -> Value {
-        let all: Vec<(String, &Domain)> = state
-            .domains
-            .keys()
-            .chain(state.app_domains.keys())
-            .map(|d| (d.to_string(), d))
-            .collect();
-        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
-        let (page, next, total) = self.select(&names);
-        let by_name: std::collections::HashMap<&str, &Domain> =
-            all.iter().map(|(n, d)| (n.as_str(), *d)).collect();
-        let domains: Vec<Value> = page
-            .iter()
-            .filter_map(|n| {
-                let d = by_name.get(n)?;
-                let mut v = view(d)?;
-                v["suspended"] = json!(state.suspended.contains(*d));
-                v["protections"] = json!(state.protections.get(*d));
-                v["own_limits"] = json!(state.limits.domains.contains_key(*d));
-                v["https"] = https_json(state.https.get(*d).copied().unwrap_or_default());
-                Some(v)
-            })
-            .collect();
-        json!({"domains": domains, "next": next, "total": total})
-    }
+/// `{domains, next, total}` of the page `query` asks for, each domain as `view` shows it plus
+/// its suspension, protections, HTTPS policy and whether it has its own limits (the
+/// dashboard's protections page).
+pub fn page(
+    query: &DomainQuery,
+    state: &EdgeState,
+    view: impl Fn(&Domain) -> Option<Value>,
+) -> Value {
+    let all: Vec<(String, &Domain)> = state
+        .domains
+        .keys()
+        .chain(state.app_domains.keys())
+        .map(|d| (d.to_string(), d))
+        .collect();
+    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+    let (page, next, total) = select(query, &names);
+    let by_name: std::collections::HashMap<&str, &Domain> =
+        all.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+    let domains: Vec<Value> = page
+        .iter()
+        .filter_map(|n| {
+            let d = by_name.get(n)?;
+            let mut v = view(d)?;
+            v["suspended"] = json!(state.suspended.contains(*d));
+            v["protections"] = json!(state.protections.get(*d));
+            v["own_limits"] = json!(state.limits.domains.contains_key(*d));
+            v["https"] = https_json(state.https.get(*d).copied().unwrap_or_default());
+            Some(v)
+        })
+        .collect();
+    json!({"domains": domains, "next": next, "total": total})
 }
 
 /// A domain's HTTPS policy in the shape `PUT /v1/domains/{name}/https` takes.
@@ -124,12 +76,14 @@ fn https_json(policy: HttpsPolicy) -> Value {
 mod tests {
     use super::*;
 
+    use crate::http::ApiError;
+
     fn query(pairs: &[(&str, &str)]) -> Result<Option<DomainQuery>, ApiError> {
         let owned: Vec<(String, String)> = pairs
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
-        DomainQuery::from_pairs(&owned)
+        Ok(DomainQuery::from_pairs(&owned)?)
     }
 
     #[test]
@@ -159,7 +113,7 @@ mod tests {
                 pairs.push(("after", after.as_str()));
             }
             let q = query(&pairs).unwrap().unwrap();
-            let (page, next, total) = q.select(&refs);
+            let (page, next, total) = select(&q, &refs);
             assert_eq!(total, 2500);
             seen.extend(page.iter().map(|s| s.to_string()));
             match next {
@@ -170,11 +124,11 @@ mod tests {
         assert_eq!(seen, names);
 
         let q = query(&[("q", " D0012 "), ("limit", "5")]).unwrap().unwrap();
-        let (page, next, total) = q.select(&refs);
+        let (page, next, total) = select(&q, &refs);
         assert_eq!(total, 10);
         assert_eq!(page[0], "d00120.example.com");
         assert_eq!(next, Some("d00124.example.com"));
         let q = query(&[("q", "nothing-like-it")]).unwrap().unwrap();
-        assert_eq!(q.select(&refs), (vec![], None, 0));
+        assert_eq!(select(&q, &refs), (vec![], None, 0));
     }
 }

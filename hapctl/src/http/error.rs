@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::apply::{ApplyError, ApplyOutcome, ApplyReport};
-use crate::contract::{ErrorAnswer, ErrorDetail};
+use crate::contract::{ErrorAnswer, ErrorDetail, QueryError};
 use crate::daemon::JobError;
 use crate::edge::{EdgeError, HaproxyConflict};
 use crate::model::Invalid;
@@ -103,6 +103,12 @@ impl IntoResponse for ApiError {
 impl From<Invalid> for ApiError {
     fn from(e: Invalid) -> ApiError {
         ApiError::invalid(e.field, e.to_string())
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> ApiError {
+        ApiError::invalid(&e.field, e.message)
     }
 }
 

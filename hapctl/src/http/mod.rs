@@ -20,7 +20,6 @@ mod ui;
 mod v1;
 mod waf;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -88,10 +87,6 @@ impl ApiState {
 
     fn settings(&self) -> Settings {
         self.0.services.settings()
-    }
-
-    fn state_dir(&self) -> &Path {
-        self.0.services.state_dir()
     }
 }
 

@@ -16,7 +16,7 @@ use super::ApiState;
 use crate::contract::DeliveryRequest;
 use crate::deliver::DeliveryStep;
 use crate::model::Version;
-use crate::prove::{self, Options, Subject};
+use crate::prove::{Options, ProveError, Subject};
 
 /// Bound on the delivery measured (the held streams must outlast it: see `Options::check`).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
@@ -43,11 +43,10 @@ pub async fn post_proof(
     State(app): State<ApiState>,
     Body(req): Body<DeliveryRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let (settings, host, name) = app
+    let (host, name) = app
         .with_new_edge(move |edge| {
             let name = edge.resolve_app(req.app)?;
-            let host = prove::default_host(&edge.settings, &edge.state()?, Some(&name));
-            Ok((edge.settings.clone(), host, name))
+            Ok((edge.prove_host(&name)?, name))
         })
         .await?;
     let exe = std::env::current_exe()
@@ -65,30 +64,31 @@ pub async fn post_proof(
     live.cutovers()
         .start("prove", name.as_str(), version.as_str());
     let started = Instant::now();
-    let measured = tokio::task::spawn_blocking(move || {
-        let cutovers = live.cutovers();
-        let mut last = Instant::now();
-        let mut step = |line: &str| {
-            let now = Instant::now();
-            let ms = (now - last).as_secs_f64() * 1000.0;
-            last = now;
-            let (name, detail) = ("prove".to_string(), line.to_string());
-            cutovers.step(&DeliveryStep { name, detail, ms });
-        };
-        let mut report = prove::run(&settings, &options, &subject, &mut step)?;
-        report.journal = prove::journal::write(&settings.paths.journal_dir, &report).ok();
-        Ok::<_, prove::ProveError>(report)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let measured = app
+        .with_new_edge(move |edge| {
+            let cutovers = live.cutovers();
+            let mut last = Instant::now();
+            let mut step = |line: &str| {
+                let now = Instant::now();
+                let ms = (now - last).as_secs_f64() * 1000.0;
+                last = now;
+                let (name, detail) = ("prove".to_string(), line.to_string());
+                cutovers.step(&DeliveryStep { name, detail, ms });
+            };
+            Ok(edge.prove(&options, &subject, &mut step))
+        })
+        .await
+        .and_then(|proved| {
+            proved.map_err(|e| match e {
+                ProveError::Options(_) => ApiError::invalid("version", e.to_string()),
+                e => ApiError::new(StatusCode::BAD_GATEWAY, "cannot_measure", e.to_string()),
+            })
+        });
     let report = match measured {
         Ok(report) => report,
         Err(e) => {
             app.cutovers().finish("error");
-            return Err(match e {
-                prove::ProveError::Options(_) => ApiError::invalid("version", e.to_string()),
-                e => ApiError::new(StatusCode::BAD_GATEWAY, "cannot_measure", e.to_string()),
-            });
+            return Err(e);
         }
     };
     let outcome = if report.passed { "proved" } else { "failed" };

@@ -7,17 +7,18 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, Body, BodyList, PathParam};
-use super::ApiState;
+use super::{domain_page, ApiState};
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::clock::unix_now;
 use crate::contract::{
-    BlockRequest, ChangeAnswer, DeliveryRequest, PutDomainRequest, RollbackRequest, ServerRequest,
+    BlockQuery, BlockRequest, ChangeAnswer, DeliveryRequest, DomainQuery, PutDomainRequest,
+    RollbackRequest, ServerRequest,
 };
 use crate::edge::{after_put, DomainChange, DomainResult, Edge};
 use crate::model::{
-    AppName, Backend, BlockKey, BlockQuery, Domain, EdgeState, Note, Profile, Server, ServerAddr,
-    ServerName, ServerOptions, Ttl, WafPolicy,
+    AppName, Backend, BlockKey, Domain, EdgeState, Note, Profile, Server, ServerAddr, ServerName,
+    ServerOptions, Ttl, WafPolicy,
 };
 use crate::resolve::Resolution;
 
@@ -107,12 +108,13 @@ pub async fn list_domains(
     State(app): State<ApiState>,
     axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let query = super::domain_page::DomainQuery::from_pairs(&pairs)?;
+    let query = DomainQuery::from_pairs(&pairs)?;
     app.read(move |edge| {
         // Serialised from the store's copy: no clone of the whole state per request.
         edge.with_state(|state| {
             if let Some(query) = query {
-                return Json(query.page(state, |d| domain_json(state, d))).into_response();
+                let page = domain_page::page(&query, state, |d| domain_json(state, d));
+                return Json(page).into_response();
             }
             let all: Vec<DomainView> = state
                 .domains
@@ -494,11 +496,6 @@ pub async fn metrics(State(app): State<ApiState>) -> Result<Response, ApiError> 
         .read(|edge| Ok((edge.block_count()?, edge.certificates()?)))
         .await?;
     let mut text = app.services().metrics().render(blocked, &certs, unix_now());
-    // The WAF agent's own counters, from the state file it rewrites every second.
-    let settings = app.settings();
-    if settings.waf.is_some() {
-        let state = crate::waf::state_file(&settings.paths.run_dir);
-        text += &crate::waf::metrics::Health::read(&state).prometheus();
-    }
+    text += &app.services().waf_metrics();
     Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }

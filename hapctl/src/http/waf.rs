@@ -1,31 +1,22 @@
 //! `/v1/waf…`: the WAF agent's health and counters, its rules reload, the rule list and a
-//! request evaluated without sending it, through the same code as `hapctl waf status`,
-//! `reload`, `rules` and `test` (`waf::status`, `waf::trial`). The rule list and the trial
-//! run `hapctl waf rules|test --json` as a child: loading the CRS takes libmodsecurity ~40 MiB
-//! that the daemon would keep, and a crash of the C library stays in the child.
-
-use std::time::Duration;
+//! request evaluated without sending it (`daemon/waf.rs`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
 
 use super::error::{ApiError, Body};
 use super::ApiState;
 use crate::contract::WafTestRequest;
+use crate::daemon::WafRunError;
 use crate::model::WafPolicy;
-use crate::waf::status::{self, RulesReloadError};
+use crate::waf::status::RulesReloadError;
 use crate::waf::trial::Trial;
 
-/// One rule load at a time in children of the daemon; each is bounded.
-static OFFLINE: Semaphore = Semaphore::const_new(1);
-const OFFLINE_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub async fn get_waf(State(app): State<ApiState>) -> Json<Value> {
-    Json(serde_json::to_value(status::status(&app.settings())).unwrap_or_default())
+    Json(serde_json::to_value(app.services().waf_status()).unwrap_or_default())
 }
 
 fn not_configured(what: &str) -> ApiError {
@@ -37,12 +28,11 @@ fn not_configured(what: &str) -> ApiError {
 }
 
 pub async fn post_reload(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    let settings = app.settings();
-    if settings.waf.is_none() {
+    if app.settings().waf.is_none() {
         return Err(not_configured("agent to reload"));
     }
-    let run_dir = settings.paths.run_dir;
-    let reloaded = tokio::task::spawn_blocking(move || status::reload(&run_dir))
+    let services = app.services().clone();
+    let reloaded = tokio::task::spawn_blocking(move || services.reload_waf())
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| {
@@ -69,9 +59,7 @@ pub async fn get_rules(State(app): State<ApiState>) -> Result<Json<Value>, ApiEr
     if app.settings().waf.is_none() {
         return Err(not_configured("rules"));
     }
-    offline(&app, vec!["rules".into(), "--json".into()])
-        .await
-        .map(Json)
+    Ok(Json(app.services().waf_rules().await?))
 }
 
 pub async fn post_test(
@@ -90,41 +78,20 @@ pub async fn post_test(
     if app.settings().waf.is_none() {
         return Err(not_configured("rules to test against"));
     }
-    let stored = app.read(|edge| Ok(edge.state()?.waf)).await?;
-    let (policy, from) = trial.policy(given, req.domain.as_ref(), &stored);
-    let mut args = vec!["test".to_string(), "--json".into()];
-    args.extend(trial.to_args(&policy));
-    let mut outcome = offline(&app, args).await?;
-    outcome["policy_from"] = json!(from);
+    let outcome = app.services().waf_test(trial, given, req.domain).await?;
     Ok(Json(outcome))
 }
 
-/// `hapctl waf ARGS` for this state directory; its JSON answer, or its error as a 422 (a rule
-/// set libmodsecurity refuses) or a 500.
-async fn offline(app: &ApiState, args: Vec<String>) -> Result<Value, ApiError> {
-    let _one = OFFLINE
-        .acquire()
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let dir = app.state_dir().to_path_buf();
-    let out = tokio::task::spawn_blocking(move || {
-        let mut cmd = std::process::Command::new(std::env::current_exe()?);
-        cmd.arg("--state-dir").arg(dir).arg("waf").args(args);
-        crate::process::run_with_timeout(&mut cmd, OFFLINE_TIMEOUT).map_err(std::io::Error::other)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("hapctl waf: {e}")))?;
-    if out.status.success() {
-        return serde_json::from_slice(&out.stdout)
-            .map_err(|e| ApiError::internal(format!("hapctl waf answered no JSON: {e}")));
-    }
-    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    Err(match out.status.code() {
-        Some(2) => ApiError::new(StatusCode::BAD_REQUEST, "invalid", err),
-        _ if err.contains("refused") => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "waf_rules_refused", err)
+/// A rule set libmodsecurity refuses is a 422; arguments the child refused a 400.
+impl From<WafRunError> for ApiError {
+    fn from(e: WafRunError) -> ApiError {
+        match e {
+            WafRunError::Invalid(err) => ApiError::new(StatusCode::BAD_REQUEST, "invalid", err),
+            WafRunError::Refused(err) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "waf_rules_refused", err)
+            }
+            WafRunError::Failed(err) => ApiError::internal(err),
+            WafRunError::Job(e) => e.into(),
         }
-        _ => ApiError::internal(err),
-    })
+    }
 }

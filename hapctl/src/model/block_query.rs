@@ -13,18 +13,26 @@ const PARAMETERS: [&str; 5] = ["limit", "after", "prefix", "reason", "expiring"]
 
 /// Which blocks a page holds. Pages are in key order (IPv4 before IPv6, by address, then
 /// prefix length); `after` is the last key of the page before, so inserts and removals
-/// between two pages neither repeat nor skip the keys that were there.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// between two pages neither repeat nor skip the keys that were there. Each field's doc is
+/// its parameter's description in `/openapi.json` (`GET /v1/blocked-ips`).
+#[derive(Debug, Clone, PartialEq, Eq, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BlockQuery {
-    /// 1 to [`MAX_PAGE`].
+    /// blocks per page
+    // The bounds are DEFAULT_PAGE and MAX_PAGE (the derive takes literals; a test ties them).
+    #[param(value_type = Option<usize>, minimum = 1, maximum = 10000, default = 1000)]
     pub limit: usize,
-    /// Only keys after this one.
+    /// the `next` of the page before: blocks after this key (it need not be blocked any more)
+    #[param(value_type = Option<String>, example = "203.0.113.7")]
     pub after: Option<BlockKey>,
-    /// Only keys inside this network (an address stands for itself alone).
+    /// only blocks inside this network (an address: that block alone)
+    #[param(value_type = Option<String>, example = "203.0.113.0/24")]
     pub prefix: Option<BlockKey>,
-    /// Only blocks whose reason contains this text, ASCII case ignored.
+    /// only blocks whose reason contains this text (ASCII case ignored)
+    #[param(value_type = Option<String>)]
     pub reason: Option<Note>,
-    /// Only blocks that expire within this long from now.
+    /// only blocks that expire within this long (1s to 3650d)
+    #[param(value_type = Option<String>, example = "1h")]
     pub expiring: Option<Ttl>,
 }
 

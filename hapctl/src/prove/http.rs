@@ -98,14 +98,14 @@ impl Timed for TcpStream {
 
 /// How large an answer may be before it is called wrong.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct AnswerLimits {
     pub body: usize,
     pub chunk: usize,
 }
 
-impl Limits {
+impl AnswerLimits {
     /// prove's and the readiness probe's: short answers, streams of small chunks.
-    pub const PROBE: Limits = Limits {
+    pub const PROBE: AnswerLimits = AnswerLimits {
         body: MAX_BODY,
         chunk: MAX_CHUNK,
     };
@@ -173,7 +173,7 @@ pub struct Conn<S: Timed = TcpStream> {
     read_timeout: Duration,
     /// No read may end later than this.
     deadline: Option<Instant>,
-    limits: Limits,
+    limits: AnswerLimits,
     /// The framing lines of the last chunk read, as received (see [`Conn::chunk_framing`]).
     framing: String,
 }
@@ -200,7 +200,7 @@ pub fn send_get(
     (&stream)
         .write_all(request.as_bytes())
         .map_err(|e| HttpError::io("write the request", &e))?;
-    Ok(Conn::new(stream, timeouts.read, Limits::PROBE))
+    Ok(Conn::new(stream, timeouts.read, AnswerLimits::PROBE))
 }
 
 /// A whole `GET` on a new connection: connect, send, read head and body. The whole exchange
@@ -223,7 +223,7 @@ pub fn get(
 impl<S: Timed> Conn<S> {
     /// The reading half of a request the caller sent on `stream` itself (any bytes, any
     /// stream): each read waits at most `read_timeout`.
-    pub fn new(stream: S, read_timeout: Duration, limits: Limits) -> Conn<S> {
+    pub fn new(stream: S, read_timeout: Duration, limits: AnswerLimits) -> Conn<S> {
         Conn {
             reader: BufReader::new(stream),
             read_timeout,

@@ -17,8 +17,6 @@
 //!   at most 100 domains per request.
 //! - The DNS-01 two-call flow is in `dns.rs`.
 
-use std::path::{Path, PathBuf};
-
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,25 +27,18 @@ use serde_json::{json, Value};
 use super::super::error::{ApiError, PathParam, ValuesBody};
 use super::super::ApiState;
 use super::schemas;
-use super::{bad, cap, e1, failed, Answer, Ignored, OldBody};
+use super::{bad, cap, e1, failed, naive_seconds, Answer, Ignored, OldBody};
 use crate::clock::unix_now;
 use crate::edge::{CertView, Edge, EdgeError};
 use crate::model::{CertName, Domain};
-use crate::tls::x509;
 
 const MAX_DOMAINS: usize = 100;
 /// Let's Encrypt's limit, which the old route enforced.
 const MAX_NAMES: usize = 100;
 
 /// Where a certificate's PEM (chain and key) is, as the old `cert_path` said.
-pub(super) fn cert_path(dir: &Path, name: &CertName) -> String {
-    crate::tls::crtlist::pem_path(dir, name)
-        .display()
-        .to_string()
-}
-
-pub(super) fn certs_dir(app: &ApiState) -> PathBuf {
-    app.settings().paths.certs_dir
+pub(super) fn cert_path(edge: &Edge, name: &CertName) -> String {
+    edge.certificate_path(name).display().to_string()
 }
 
 /// A wildcard can only be proven through DNS (`[acme] dns_hook`).
@@ -136,14 +127,17 @@ async fn ssl(app: ApiState, body: OldBody<DomainRequest>) -> Answer {
     let domain = required_domain(req.domain.as_deref())?;
     let name = CertName::for_host(&domain.to_string())?;
     let names = vec![domain.clone()];
-    let report = app
-        .with_acme(move |edge| edge.request_certificate(&name, &names, needs_dns(&names)))
+    let path = app
+        .with_acme(move |edge| {
+            let report = edge.request_certificate(&name, &names, needs_dns(&names))?;
+            Ok(cert_path(edge, &report.name))
+        })
         .await
         .map_err(|e| failed(format!("Failed to obtain SSL certificate: {}", e.message)))?;
     Ok(Json(json!({
         "status": "success",
         "domain": domain,
-        "cert_path": cert_path(&certs_dir(&app), &report.name),
+        "cert_path": path,
         "message": "Certificate obtained successfully",
     }))
     .into_response())
@@ -233,14 +227,17 @@ async fn bundle(app: ApiState, body: OldBody<Option<BundleRequest>>) -> Answer {
     let name = CertName::for_host(&primary.to_string())?;
     let ordered = names.clone();
     let issued = app
-        .with_acme(move |edge| edge.request_certificate(&name, &ordered, needs_dns(&ordered)))
+        .with_acme(move |edge| {
+            let report = edge.request_certificate(&name, &ordered, needs_dns(&ordered))?;
+            Ok(cert_path(edge, &report.name))
+        })
         .await;
     match issued {
-        Ok(report) => Ok(Json(json!({
+        Ok(path) => Ok(Json(json!({
             "status": "success",
             "primary": primary,
             "names": names,
-            "cert_path": cert_path(&certs_dir(&app), &report.name),
+            "cert_path": path,
             "cleanup": {"removed": [], "errors": [], "skipped": []},
             "message": format!("Bundled certificate obtained for {} names", names.len()),
         }))
@@ -316,10 +313,9 @@ fn is_current(edge: &Edge, name: &CertName, names: &[Domain]) -> Result<bool, Ed
         Err(e) => return Err(e),
     };
     let r = &view.record;
-    let has: Vec<String> = r.names.iter().map(Domain::to_string).collect();
     Ok(r.source.is_acme()
         && r.next_renewal.is_some_and(|t| t > unix_now())
-        && names.iter().all(|n| x509::covers(&has, &n.to_string())))
+        && names.iter().all(|n| view.names_cover(&n.to_string())))
 }
 
 /// One domain of `/api/certificates/request`: its certificate name and the names covered, or
@@ -362,7 +358,6 @@ async fn certificates_request(app: ApiState, body: OldBody<CertificatesRequest>)
         req.force_renewal.unwrap_or(false),
         req.include_www.unwrap_or(true),
     );
-    let dir = certs_dir(&app);
     let results: Vec<Value> = app
         .with_acme(move |edge| {
             Ok(domains
@@ -374,7 +369,7 @@ async fn certificates_request(app: ApiState, body: OldBody<CertificatesRequest>)
                             "domain": names[0],
                             "status": "success",
                             "message": "Certificate obtained successfully",
-                            "cert_path": cert_path(&dir, &name),
+                            "cert_path": cert_path(edge, &name),
                             "domains_covered": names,
                         }),
                         Err(message) => {
@@ -432,7 +427,6 @@ async fn renew(app: ApiState) -> Answer {
 
 /// `GET /api/certificates/status`: one entry per host name a certificate serves.
 pub async fn status(State(app): State<ApiState>) -> Response {
-    let dir = certs_dir(&app);
     e1(app
         .read(move |edge| {
             let now = unix_now();
@@ -441,7 +435,7 @@ pub async fn status(State(app): State<ApiState>) -> Response {
                 .iter()
                 .filter(|v| !v.record.name.is_default())
                 .flat_map(|v| {
-                    let path = cert_path(&dir, &v.record.name);
+                    let path = cert_path(edge, &v.record.name);
                     let r = &v.record;
                     v.serves.iter().map(move |host| {
                         json!({
@@ -449,7 +443,7 @@ pub async fn status(State(app): State<ApiState>) -> Response {
                             "ssl_enabled": true,
                             "cert_path": path,
                             // Naive, as the old route wrote it: UTC without the `Z`.
-                            "expires": x509::rfc3339(r.not_after).trim_end_matches('Z'),
+                            "expires": naive_seconds(r.not_after),
                             "days_until_expiry": (r.not_after - now).div_euclid(86_400),
                         })
                     })
@@ -468,7 +462,7 @@ fn for_host<'a>(views: &'a [CertView], host: &Domain) -> Option<&'a CertView> {
     let candidates = || views.iter().filter(|v| !v.record.name.is_default());
     candidates()
         .find(|v| v.serves.contains(&host_text))
-        .or_else(|| candidates().find(|v| x509::covers(&v.serves, &host_text)))
+        .or_else(|| candidates().find(|v| v.serving_covers(&host_text)))
         .or_else(|| candidates().find(|v| Some(&v.record.name) == named.as_ref()))
 }
 

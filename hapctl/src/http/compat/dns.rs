@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::super::error::{ApiError, ValuesBody};
 use super::super::ApiState;
-use super::certs::{cert_path, certs_dir, label_ok, DomainRequest};
+use super::certs::{cert_path, label_ok, DomainRequest};
 use super::{bad, e3, failed, Answer, OldBody};
 use crate::model::{CertName, Domain};
 use crate::tls::acme::PendingOrder;
@@ -144,13 +144,16 @@ async fn dns_verify(app: ApiState, body: OldBody<DomainRequest>) -> Answer {
             PENDING_FOR.as_secs()
         ))
     })?;
-    let report = app
-        .with_acme(move |edge| edge.finish_dns_order(&name, pending))
+    let path = app
+        .with_acme(move |edge| {
+            let report = edge.finish_dns_order(&name, pending)?;
+            Ok(cert_path(edge, &report.name))
+        })
         .await
         .map_err(|e| failed(e.message))?;
     Ok(Json(json!({"success": true, "data": {
         "domain": wildcard,
-        "cert_path": cert_path(&certs_dir(&app), &report.name),
+        "cert_path": path,
         "message": "Wildcard certificate obtained and HAProxy updated",
     }}))
     .into_response())

@@ -288,7 +288,6 @@ async fn remove(app: ApiState, body: OldBody<NameBody>) -> Answer {
 
 /// A bare array, one object per domain with servers, in id (creation) order.
 pub async fn list_domains(State(app): State<ApiState>) -> Response {
-    let dir = super::certs::certs_dir(&app);
     e1(app
         .read(move |edge| {
             let state = edge.state()?;
@@ -308,7 +307,7 @@ pub async fn list_domains(State(app): State<ApiState>) -> Response {
                         "id": id,
                         "domain": name,
                         "ssl_enabled": i32::from(cert.is_some()),
-                        "ssl_cert_path": cert.map(|v| cert_path(&dir, &v.record.name)),
+                        "ssl_cert_path": cert.map(|v| cert_path(edge, &v.record.name)),
                         "template_override": template_name(backend.profile()),
                         "is_wildcard": i32::from(domain.is_wildcard()),
                         // What the client gave, else hapctl's own name.

@@ -183,7 +183,12 @@ pub(super) fn required(v: Option<&Value>, field: &str, missing: &str) -> Result<
 
 /// A Unix time as SQLite's `CURRENT_TIMESTAMP` wrote it: `YYYY-MM-DD HH:MM:SS`, UTC.
 pub(super) fn sql_time(unix: i64) -> String {
-    rfc3339(unix, false).replacen('T', " ", 1)
+    naive_seconds(unix).replacen('T', " ", 1)
+}
+
+/// A Unix time in UTC without the `Z`, to the second: `YYYY-MM-DDTHH:MM:SS`.
+pub(super) fn naive_seconds(unix: i64) -> String {
+    rfc3339(unix, false)
 }
 
 /// A Unix time as Python's naive `datetime.isoformat()`: `YYYY-MM-DDTHH:MM:SS.ffffff`, UTC.
