@@ -15,7 +15,8 @@ use crate::contract::{
     BlockQuery, BlockRequest, ChangeAnswer, DeliveryRequest, DomainQuery, PutDomainRequest,
     RollbackRequest, ServerRequest,
 };
-use crate::edge::{after_put, DomainChange, DomainResult, Edge};
+use crate::deliver::{DeliveryReport, DeliveryStep};
+use crate::edge::{after_put, DomainChange, DomainResult, Edge, EdgeError};
 use crate::model::{
     AppName, Backend, BlockKey, Domain, EdgeState, Note, Profile, Server, ServerAddr, ServerName,
     ServerOptions, Ttl, WafPolicy,
@@ -435,42 +436,54 @@ pub async fn post_delivery(
     State(app): State<ApiState>,
     Body(req): Body<DeliveryRequest>,
 ) -> Result<Response, ApiError> {
-    let live = app.clone();
-    let report = app
-        .with_new_edge(move |edge| {
-            let name = edge.resolve_app(req.app)?;
-            let cutovers = live.cutovers();
-            cutovers.start("deliver", name.as_str(), req.version.as_str());
-            edge.deliver(&name, &req.version, &mut |step| cutovers.step(step))
-        })
-        .await;
-    finished(&app, report)
-}
-
-/// Ends the cutover `GET /v1/deliveries/current` shows, and answers with its report.
-fn finished(
-    app: &ApiState,
-    report: Result<crate::deliver::DeliveryReport, ApiError>,
-) -> Result<Response, ApiError> {
-    let outcome = report.as_ref().map_or("error", |r| r.outcome.as_str());
-    app.cutovers().finish(outcome);
-    Ok(delivery_response(report?))
+    let label = req.version.as_str().to_string();
+    cutover(app, "deliver", req.app, label, move |edge, name, step| {
+        edge.deliver(name, &req.version, step)
+    })
+    .await
 }
 
 pub async fn post_rollback(
     State(app): State<ApiState>,
     Body(req): Body<RollbackRequest>,
 ) -> Result<Response, ApiError> {
+    cutover(
+        app,
+        "rollback",
+        req.app,
+        String::new(),
+        |edge, name, step| edge.rollback(name, step),
+    )
+    .await
+}
+
+/// One delivery or rollback of `requested` (the default app when `None`) on a fresh edge,
+/// shown by `GET /v1/deliveries/current` while it runs; answers with its report.
+async fn cutover(
+    app: ApiState,
+    kind: &'static str,
+    requested: Option<AppName>,
+    version: String,
+    run: impl FnOnce(
+            &mut Edge,
+            &AppName,
+            &mut dyn FnMut(&DeliveryStep),
+        ) -> Result<DeliveryReport, EdgeError>
+        + Send
+        + 'static,
+) -> Result<Response, ApiError> {
     let live = app.clone();
     let report = app
         .with_new_edge(move |edge| {
-            let name = edge.resolve_app(req.app)?;
+            let name = edge.resolve_app(requested)?;
             let cutovers = live.cutovers();
-            cutovers.start("rollback", name.as_str(), "");
-            edge.rollback(&name, &mut |step| cutovers.step(step))
+            cutovers.start(kind, name.as_str(), &version);
+            run(edge, &name, &mut |step| cutovers.step(step))
         })
         .await;
-    finished(&app, report)
+    let outcome = report.as_ref().map_or("error", |r| r.outcome.as_str());
+    app.cutovers().finish(outcome);
+    Ok(delivery_response(report?))
 }
 
 pub async fn current_delivery(State(app): State<ApiState>) -> Json<Value> {
