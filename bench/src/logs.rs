@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::json;
+use testkit::Backend;
 
 use crate::daemon::Daemon;
 use crate::fixture::{self, Servers};
 use crate::harness::Edge;
-use crate::traffic::{Client, KeepAliveBackend};
+use crate::traffic::Client;
 use crate::{Ctx, Report, Table, Target};
 
 const CLIENTS: usize = 16;
@@ -56,7 +57,7 @@ impl Outcome {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = KeepAliveBackend::start("hapctl-bench logs\n")?;
+    let backend = Backend::keep_alive("hapctl-bench logs\n")?;
     let mut edge = Edge::init(&hapctl, "logs")?;
     // One file for the whole run (counting across rotations works too, this is simpler).
     let toml = edge.state_dir.join("hapctl.toml");

@@ -1,9 +1,9 @@
-//! Traffic for the protections and logs sections: a kept-alive HTTP backend (HAProxy reuses its
-//! connections, so the backend is not what limits the rate), a kept-alive client, closed-loop
-//! load rounds, and CPU readings from `/proc` (`schedstat` of every thread of a process).
+//! Traffic for the protections and logs sections: a kept-alive client, closed-loop load rounds,
+//! and CPU readings from `/proc` (`schedstat` of every thread of a process). The backend they
+//! load is the kit's `Backend::keep_alive`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -13,77 +13,6 @@ use testkit::http;
 
 /// Bound on every read and write of the bench's sockets.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// A request head larger than this is not one of ours.
-const MAX_HEAD: usize = 64 * 1024;
-
-/// A backend on 127.0.0.1 answering every request with 200 and a small body, many requests
-/// per connection. Drop shuts the listener down (its accept fails, the loop ends);
-/// connections end when HAProxy closes them or at the idle bound.
-pub struct KeepAliveBackend {
-    pub port: u16,
-    fd: std::os::fd::RawFd,
-}
-
-impl KeepAliveBackend {
-    pub fn start(body: &'static str) -> anyhow::Result<KeepAliveBackend> {
-        use std::os::fd::AsRawFd;
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let port = listener.local_addr()?.port();
-        let fd = listener.as_raw_fd();
-        thread::spawn(move || {
-            while let Ok((conn, _)) = listener.accept() {
-                thread::spawn(move || answer_all(conn, body));
-            }
-        });
-        Ok(KeepAliveBackend { port, fd })
-    }
-
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for KeepAliveBackend {
-    fn drop(&mut self) {
-        // SAFETY: the listener owning `fd` lives until its accept fails, which is what this
-        // causes; shutdown(2) neither closes nor frees the descriptor.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-    }
-}
-
-/// Answers each complete request head (the bench sends no request bodies) until the peer
-/// closes, an error or the idle bound.
-fn answer_all(mut conn: TcpStream, body: &str) {
-    let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
-    let _ = conn.set_nodelay(true);
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        while let Some(end) = head_end(&buf) {
-            buf.drain(..end);
-            if conn.write_all(answer.as_bytes()).is_err() {
-                return;
-            }
-        }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if buf.len() > MAX_HEAD {
-            return;
-        }
-    }
-}
-
-/// The length of the first complete head in `buf`, its blank line included.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
-}
 
 /// A kept-alive client of the edge: one connection, requests one after the other.
 pub struct Client {

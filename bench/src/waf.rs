@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::waf::metrics::{CountersSnapshot, LATENCY_BUCKETS_US};
 use serde_json::{json, Value};
+use testkit::Backend;
 
 use crate::daemon::{mib, Daemon, Memory};
 use crate::fixture::{self, Servers};
 use crate::harness::Edge;
 use crate::stats::{ms, percentile, Summary};
-use crate::traffic::{cpu_secs, Client, KeepAliveBackend};
+use crate::traffic::{cpu_secs, Client};
 use crate::{Ctx, Report, Table};
 
 const BODY: &str = "hapctl-bench backend\n";
@@ -83,7 +84,7 @@ impl Round {
 struct Setup {
     daemon: Daemon,
     edge: Edge,
-    _backend: KeepAliveBackend,
+    _backend: Backend,
     state_file: PathBuf,
 }
 
@@ -116,7 +117,7 @@ impl Setup {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = KeepAliveBackend::start(BODY)?;
+    let backend = Backend::keep_alive(BODY)?;
     let mut edge = Edge::init(&hapctl, "waf")?;
     let settings = edge.state_dir.join("hapctl.toml");
     let agent_port = testkit::free_port();

@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use hapctl::model::ProxyNet;
 use serde_json::{json, Value};
+use testkit::Backend;
 
 use crate::daemon::{mib, Daemon, Memory};
 use crate::fixture::{self, Servers};
 use crate::harness::Edge;
 use crate::stats::{ms, Summary};
-use crate::traffic::{self, KeepAliveBackend, Round, Watched};
+use crate::traffic::{self, Round, Watched};
 use crate::{Ctx, Report, Table, Target};
 
 const BODY: &str = "hapctl-bench backend\n";
@@ -64,12 +65,12 @@ impl Mode {
 struct Setup {
     daemon: Daemon,
     edge: Edge,
-    _backend: KeepAliveBackend,
+    _backend: Backend,
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let backend = KeepAliveBackend::start(BODY)?;
+    let backend = Backend::keep_alive(BODY)?;
     let mut edge = Edge::init(&hapctl, "protect")?;
     let mut state = fixture::state(10, Servers::At(&backend.addr()));
     state
