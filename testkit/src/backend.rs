@@ -37,6 +37,8 @@ enum Mode {
     Echo,
     /// A plain answer; the connection stays open for the next request.
     KeepAlive,
+    /// 404 with an empty body, and close.
+    NotFound,
 }
 
 /// A backend server on 127.0.0.1 answering every request with 200 and a fixed body. It runs
@@ -57,6 +59,11 @@ impl Backend {
     /// Answers many requests per connection, without the echo.
     pub fn keep_alive(body: &str) -> io::Result<Backend> {
         Backend::spawn(body, Mode::KeepAlive)
+    }
+
+    /// Answers every request with 404 (an app whose answers count as errors).
+    pub fn not_found() -> Backend {
+        Backend::spawn("", Mode::NotFound).expect("start a backend on 127.0.0.1")
     }
 
     pub fn addr(&self) -> String {
@@ -115,6 +122,7 @@ async fn accept_all(listener: TcpListener, body: Arc<str>, mode: Mode) {
             let response = match mode {
                 Mode::Echo => echo(&request, &body),
                 Mode::KeepAlive => plain(&body),
+                Mode::NotFound => not_found(),
             };
             async move { Ok::<_, Infallible>(response) }
         };
@@ -127,6 +135,14 @@ fn plain(body: &str) -> Response<String> {
     let mut response = Response::new(body.to_string());
     let text = HeaderValue::from_static("text/plain");
     response.headers_mut().insert(CONTENT_TYPE, text);
+    response
+}
+
+fn not_found() -> Response<String> {
+    let mut response = Response::new(String::new());
+    *response.status_mut() = hyper::StatusCode::NOT_FOUND;
+    let close = HeaderValue::from_static("close");
+    response.headers_mut().insert(CONNECTION, close);
     response
 }
 

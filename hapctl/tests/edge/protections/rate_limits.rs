@@ -2,7 +2,7 @@
 //! before, answers its action, skips exempt clients and resets; thresholds change at runtime
 //! with no reload and survive one; IPv6 clients are tracked; hostile inputs are refused.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -192,16 +192,6 @@ fn the_connection_rate_trips_at_its_threshold() {
     assert_eq!(statuses(&edge, a, 4), vec![200, 200, 200, 403]);
 }
 
-/// A backend that answers every request with 404.
-fn not_found_backend() -> u16 {
-    serve_forever(|mut conn| {
-        let mut buf = [0u8; 4096];
-        let _ = conn.read(&mut buf);
-        let _ = conn
-            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-    })
-}
-
 /// A backend that reads a request and closes 2 s later without answering (the request stays
 /// in flight meanwhile).
 fn hanging_backend() -> u16 {
@@ -225,8 +215,8 @@ fn serve_forever(handle: fn(TcpStream)) -> u16 {
 #[test]
 fn the_error_rate_trips_at_its_threshold() {
     let (edge, _app) = edge_with(&["--err-rate", "3:deny-403"]);
-    let port = not_found_backend();
-    add_domain_on(&edge, "err.example.com", port);
+    let not_found = Backend::not_found();
+    add_domain_on(&edge, "err.example.com", not_found.port);
     let a = client(8);
     let got: Vec<u16> = (0..5)
         .map(|_| edge.get_from(a, "err.example.com", "/").status)
