@@ -299,4 +299,3 @@ fn operation(doc: RouteDoc) -> utoipa::openapi::path::Operation {
 async fn openapi(State(_): State<ApiState>) -> impl IntoResponse {
     Json(openapi_document())
 }
-
