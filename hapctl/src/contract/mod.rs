@@ -31,7 +31,7 @@ pub use limits::{ClearRequest, ExemptRequest, LimitsRequest, PolicyRequest, Wind
 pub use log_query::LogQuery;
 pub use proxies::TrustRequest;
 pub use query::QueryError;
-pub use waf::{WafTestHeader, WafTestRequest};
+pub use waf::{WafTest, WafTestHeader, WafTestRequest};
 
 /// `GET /v1/blocked-ips`'s query (and `hapctl block ls`'s): the model's, as the store runs it;
 /// its parameters are derived there.

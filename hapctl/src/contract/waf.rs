@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::schemas;
-use crate::model::{Domain, WafPolicy};
+use crate::model::{Domain, Invalid, WafPolicy};
+use crate::waf::trial::Trial;
 
 /// The request to evaluate, and the policy to score it under (as in the domain API).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -22,6 +23,39 @@ pub struct WafTestRequest {
     pub domain: Option<Domain>,
     #[schema(schema_with = schemas::waf_policy)]
     pub policy: Option<WafPolicy>,
+}
+
+impl WafTestRequest {
+    /// The request parsed field by field, as `hapctl waf test` parses its arguments; an error
+    /// names its field.
+    pub fn parse(self) -> Result<WafTest, Invalid> {
+        let headers: Vec<(String, String)> = self
+            .headers
+            .into_iter()
+            .map(|h| (h.name, h.value))
+            .collect();
+        let trial = Trial::parse(&self.url, &self.method, &headers, self.body.as_deref())?;
+        let policy = self
+            .policy
+            .map(WafPolicy::checked)
+            .transpose()
+            .map_err(|e| e.in_field("policy"))?;
+        Ok(WafTest {
+            trial,
+            policy,
+            domain: self.domain,
+        })
+    }
+}
+
+/// A [`WafTestRequest`], parsed.
+#[derive(Debug)]
+pub struct WafTest {
+    pub trial: Trial,
+    /// The policy to score it under, if given.
+    pub policy: Option<WafPolicy>,
+    /// Whose stored policy to score it under when none is given (else the URL's host's).
+    pub domain: Option<Domain>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -11,10 +11,9 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use super::{JobError, Services};
-use crate::model::{Domain, WafPolicy};
+use crate::contract::WafTest;
 use crate::waf::metrics::Health;
 use crate::waf::status::{self, RulesReloadError, RulesReloaded, WafStatus};
-use crate::waf::trial::Trial;
 
 /// One rule load at a time in children of the daemon; each is bounded.
 static OFFLINE: Semaphore = Semaphore::const_new(1);
@@ -52,19 +51,16 @@ impl Services {
         self.run_waf(vec!["rules".into(), "--json".into()]).await
     }
 
-    /// `trial` evaluated against the rules (`hapctl waf test --json`), scored under `given`,
-    /// else the stored policy of `domain` or of the trial's host, else block at the CRS
-    /// defaults; the answer says which in `policy_from`.
-    pub async fn waf_test(
-        &self,
-        trial: Trial,
-        given: Option<WafPolicy>,
-        domain: Option<Domain>,
-    ) -> Result<Value, WafRunError> {
+    /// The trial evaluated against the rules (`hapctl waf test --json`), scored under the
+    /// policy given, else the stored policy of its domain or of the URL's host, else block at
+    /// the CRS defaults; the answer says which in `policy_from`.
+    pub async fn waf_test(&self, test: WafTest) -> Result<Value, WafRunError> {
         let stored = self.read(|edge| Ok(edge.state()?.waf)).await?;
-        let (policy, from) = trial.policy(given, domain.as_ref(), &stored);
+        let (policy, from) = test
+            .trial
+            .policy(test.policy, test.domain.as_ref(), &stored);
         let mut args = vec!["test".to_string(), "--json".into()];
-        args.extend(trial.to_args(&policy));
+        args.extend(test.trial.to_args(&policy));
         let mut outcome = self.run_waf(args).await?;
         outcome["policy_from"] = json!(from);
         Ok(outcome)

@@ -31,42 +31,47 @@ use crate::contract::{
     WafTestRequest,
 };
 
-/// What `/openapi.json` says about a route.
+/// What `/openapi.json` says about a route. Its schemas are made only when the document is
+/// asked for: the router, built at startup from the same table, never runs that code.
 pub struct RouteDoc {
     pub method: HttpMethod,
     pub path: &'static str,
     pub summary: &'static str,
     /// Schema of the request body, if it takes one.
-    pub body: Option<RefOr<Schema>>,
+    pub body: Option<fn() -> RefOr<Schema>>,
     /// The parameters of its query string.
-    pub query: Vec<Parameter>,
+    pub query: Option<fn() -> Vec<Parameter>>,
 }
 
 fn doc(
     method: HttpMethod,
     path: &'static str,
     summary: &'static str,
-    body: Option<RefOr<Schema>>,
+    body: Option<fn() -> RefOr<Schema>>,
 ) -> RouteDoc {
     RouteDoc {
         method,
         path,
         summary,
         body,
-        query: Vec::new(),
+        query: None,
     }
 }
 
 /// The body schema of `T`, inline with every nested type in place (clients and the
 /// hostile-input suite read the schemas without resolving references).
-fn body<T: PartialSchema>() -> Option<RefOr<Schema>> {
-    Some(T::schema())
+fn body<T: PartialSchema>() -> Option<fn() -> RefOr<Schema>> {
+    Some(T::schema)
+}
+
+/// The query parameters `Q` documents.
+fn query_of<Q: IntoParams>() -> Vec<Parameter> {
+    Q::into_params(|| Some(ParameterIn::Query))
 }
 
 impl RouteDoc {
-    /// The query parameters `Q` documents.
     fn with_query<Q: IntoParams>(mut self) -> RouteDoc {
-        self.query = Q::into_params(|| Some(ParameterIn::Query));
+        self.query = Some(query_of::<Q>);
         self
     }
 }
@@ -121,7 +126,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc(Get, "/v1/blocked-ips", "One page of the blocks in force, in key order (IPv4 then IPv6, by address, then prefix length): {blocks: [{key, reason, author, created_at, expires_at}], next}; next is the `after` of the following page, null on the last one. A bad parameter is a 400 naming it", None)
             .with_query::<BlockQuery>(), get(v1::list_blocks)),
         (doc(Post, "/v1/blocked-ips", "Block one entry or a list; runtime API, no reload, no haproxy -c",
-            Some(one_or_list::<BlockRequest>())), post(v1::post_blocks)),
+            Some(one_or_list::<BlockRequest>)), post(v1::post_blocks)),
         (doc(Delete, "/v1/blocked-ips/{key}", "Unblock an IP or CIDR (URL-encode the '/')", None), delete(v1::delete_block)),
         (doc(Post, "/v1/blocked-ips/sync", "Rebuild the file and the runtime map from the database, atomically", None), post(v1::sync_blocks)),
         (doc(Post, "/v1/deliveries", "Deliver a version of an app",
@@ -272,11 +277,12 @@ fn operation(doc: RouteDoc) -> utoipa::openapi::path::Operation {
                 .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
                 .build()
         });
-    let params: Vec<Parameter> = path_params.chain(doc.query).collect();
+    let query = doc.query.map(|params| params()).unwrap_or_default();
+    let params: Vec<Parameter> = path_params.chain(query).collect();
     let body = doc.body.map(|schema| {
         RequestBodyBuilder::new()
             .required(Some(Required::True))
-            .content("application/json", Content::new(Some(schema)))
+            .content("application/json", Content::new(Some(schema())))
             .build()
     });
     let security = (!auth::is_open(doc.path))

@@ -11,9 +11,7 @@ use super::error::{ApiError, Body};
 use super::ApiState;
 use crate::contract::WafTestRequest;
 use crate::daemon::WafRunError;
-use crate::model::WafPolicy;
 use crate::waf::status::RulesReloadError;
-use crate::waf::trial::Trial;
 
 pub async fn get_waf(State(app): State<ApiState>) -> Json<Value> {
     Json(serde_json::to_value(app.services().waf_status()).unwrap_or_default())
@@ -66,20 +64,12 @@ pub async fn post_test(
     State(app): State<ApiState>,
     Body(req): Body<WafTestRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let headers: Vec<(String, String)> =
-        req.headers.into_iter().map(|h| (h.name, h.value)).collect();
-    let trial = Trial::parse(&req.url, &req.method, &headers, req.body.as_deref())?;
-    let given = req
-        .policy
-        .map(WafPolicy::checked)
-        .transpose()
-        .map_err(|e| e.in_field("policy"))?;
+    let test = req.parse()?;
     // Bad input is named first, even without an agent to test against.
     if app.settings().waf.is_none() {
         return Err(not_configured("rules to test against"));
     }
-    let outcome = app.services().waf_test(trial, given, req.domain).await?;
-    Ok(Json(outcome))
+    Ok(Json(app.services().waf_test(test).await?))
 }
 
 /// A rule set libmodsecurity refuses is a 422; arguments the child refused a 400.
