@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs HAProxy (and curl) from Debian when missing. Sourced by the other scripts, which may
+# Installs HAProxy (and curl, and protoc to build hapctl) from Debian when missing. Sourced by the other scripts, which may
 # call `apt_install_missing PACKAGE...` for what they need beyond it.
 set -euo pipefail
 
@@ -16,6 +16,8 @@ apt_install_missing() {
 need=()
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# Building hapctl compiles the etcd client's gRPC definitions (fleet/), which needs protoc.
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 apt_install_missing "${need[@]+"${need[@]}"}"
 # Debian puts haproxy in /usr/sbin, which a non-root PATH may lack.
 case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH="$PATH:/usr/sbin" ;; esac

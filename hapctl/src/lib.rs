@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod deliver;
 pub mod edge;
 pub mod fault;
+pub mod fleet;
 pub mod fsutil;
 pub mod haproxy;
 pub mod http;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use crate::model::bounded;
 
 mod apps;
+mod fleet;
 mod logs;
 mod paths;
 mod privileges;
@@ -23,6 +24,7 @@ mod unknown_host;
 pub mod waf;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
+pub use fleet::{EdgeName, FleetPrefix, FleetSettings, FleetTls};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use paths::Paths;
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
@@ -79,6 +81,8 @@ pub struct Settings {
     /// `[resolvers]`, if the servers' names are resolved at runtime.
     pub resolvers: Option<ResolverSettings>,
     pub waf: Option<waf::WafSettings>,
+    /// `[fleet]`, if this edge shares its desired state with others through etcd.
+    pub fleet: Option<FleetSettings>,
 }
 
 /// The HTTP API daemon (`hapctl serve`).
@@ -154,6 +158,7 @@ struct RawSettings {
     logs: logs::RawLogs,
     resolvers: Option<resolvers::RawResolvers>,
     waf: Option<waf::RawWaf>,
+    fleet: Option<fleet::RawFleet>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -400,6 +405,7 @@ impl Settings {
             &logs,
             |p| resolve(Some(p), ""),
         )?;
+        let fleet = fleet::resolve_fleet(raw.fleet, |p| resolve(Some(p), ""))?;
         let api = ApiSettings {
             listen,
             token_file: resolve(raw.api.token_file, "api-token"),
@@ -419,6 +425,7 @@ impl Settings {
             logs,
             resolvers,
             waf: waf::resolve_waf(raw.waf)?,
+            fleet,
             haproxy,
             paths,
             render,
