@@ -18,6 +18,8 @@ mod ports;
 
 pub mod app;
 pub mod daemon;
+pub mod etcd;
+pub mod fleet;
 pub mod http;
 pub mod pages;
 pub mod pebble;

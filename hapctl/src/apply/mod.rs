@@ -47,6 +47,12 @@ use report::{record, Progress};
 pub use report::{ApplyOutcome, ApplyReport, Step};
 pub use snapshot::{KnownGood, Snapshot};
 
+/// Whether the runtime API alone can take `old` → `new` when only domains and servers differ
+/// (the other changes the runtime path takes are map changes, known by their kind).
+pub fn runtime_can_take(old: &EdgeState, new: &EdgeState) -> bool {
+    runtime_plan::plan(old, &mut new.clone()).is_ok()
+}
+
 /// How long an apply waits for another one to finish.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(300);
 

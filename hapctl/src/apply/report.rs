@@ -45,6 +45,22 @@ impl ApplyOutcome {
         }
     }
 
+    /// The outcome [`ApplyOutcome::as_str`] names.
+    pub fn parse(text: &str) -> Option<ApplyOutcome> {
+        use ApplyOutcome::*;
+        [
+            Applied,
+            Unchanged,
+            Rejected,
+            ValidatorUnavailable,
+            ReloadFailedRolledBack,
+            RollbackFailed,
+            Recovered,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == text)
+    }
+
     pub fn is_success(self) -> bool {
         matches!(self, ApplyOutcome::Applied | ApplyOutcome::Unchanged)
     }
@@ -91,6 +107,31 @@ pub struct Step {
     pub name: &'static str,
     #[serde(serialize_with = "as_millis")]
     pub duration: Duration,
+}
+
+impl ApplyReport {
+    /// The account of an apply made by another part of this edge (the fleet's follower),
+    /// relayed to the one who asked for the change: its outcome, message and counts.
+    pub fn relayed(
+        outcome: ApplyOutcome,
+        message: String,
+        checks: u32,
+        reloads: u32,
+    ) -> ApplyReport {
+        ApplyReport {
+            outcome,
+            message,
+            haproxy_messages: Vec::new(),
+            changed_files: Vec::new(),
+            started_at_ms: unix_millis(),
+            checks,
+            reloads,
+            reload_reasons: Vec::new(),
+            duration: Duration::ZERO,
+            steps: Vec::new(),
+            diff: String::new(),
+        }
+    }
 }
 
 fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

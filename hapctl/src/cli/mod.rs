@@ -13,6 +13,7 @@ mod block;
 mod cert;
 mod deliver;
 mod domain;
+mod fleet;
 mod forward;
 mod haproxy;
 mod import_legacy;
@@ -107,6 +108,9 @@ enum Command {
     /// The web application firewall: its SPOE agent, status, a request evaluated offline.
     #[command(subcommand)]
     Waf(waf::WafCommand),
+    /// Several edges sharing one desired state in etcd ([fleet], docs/fleet.md).
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
 }
 
 /// `--json` of the commands that change something.
@@ -193,6 +197,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Prove(args) => prove::run(dir, args),
         Command::ImportLegacy(args) => import_legacy::run(dir, args),
         Command::Waf(cmd) => waf::run(dir, cmd),
+        Command::Fleet(cmd) => fleet::run(dir, cmd),
     }
 }
 

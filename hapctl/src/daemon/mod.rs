@@ -7,6 +7,7 @@
 //! workers' queues, fresh connections for long work, and the metrics.
 
 mod access_log;
+mod fleet;
 mod metrics;
 mod notify;
 mod renewals;
@@ -54,6 +55,8 @@ pub enum ServeError {
     Start(String),
     #[error(transparent)]
     Logs(#[from] crate::logs::LogError),
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetError),
 }
 
 /// Options of `hapctl serve`.
@@ -81,6 +84,7 @@ pub fn serve(
     let token = api_token(&edge.settings, listen, options.no_auth)?;
     let _companions = Companions::start(state_dir, &edge.settings)?;
     bring_up_haproxy(&mut edge)?;
+    let _fleet = join_fleet(&mut edge)?;
     let (services, _supervision) = start_workers(state_dir, edge)?;
     let socket = services.settings().paths.api_socket();
     let router = router(services.clone(), token);
@@ -199,6 +203,19 @@ fn bring_up_haproxy(edge: &mut Edge) -> Result<(), ServeError> {
     // before the workers (other threads, maybe another arena) allocate their own.
     trim_heap();
     Ok(())
+}
+
+/// On an edge of a fleet (`[fleet]`): the connection to etcd every connection of the daemon
+/// shares, the follower and the status key. The edge already serves its last applied state;
+/// etcd being down is not an error here.
+fn join_fleet(edge: &mut Edge) -> Result<Option<Arc<crate::fleet::FleetLink>>, ServeError> {
+    let Some(settings) = &edge.settings.fleet else {
+        return Ok(None);
+    };
+    let link = crate::fleet::FleetLink::connect(settings)?;
+    edge.join_fleet(link.clone());
+    fleet::start(link.clone(), edge.connection()?, edge.connection()?);
+    Ok(Some(link))
 }
 
 /// Starts supervision, renewals and the two workers. `edge` is the connection the startup

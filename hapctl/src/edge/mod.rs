@@ -36,6 +36,8 @@ pub enum EdgeError {
     Supervisor(#[from] crate::haproxy::SupervisorError),
     #[error(transparent)]
     Reload(#[from] crate::haproxy::ReloadError),
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetError),
     #[error(
         "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
     )]
@@ -80,6 +82,9 @@ mod batch;
 mod blocks;
 mod certs;
 mod domain_change;
+mod fleet;
+mod fleet_apply;
+mod fleet_join;
 mod ids;
 mod init;
 mod limits;
@@ -95,6 +100,8 @@ mod waf;
 pub use adopt::Adoption;
 pub use batch::StateChange;
 pub use domain_change::{DomainChange, DomainResult};
+pub use fleet_apply::FleetApplyOutcome;
+pub use fleet_join::Published;
 pub use init::{init, Layout};
 pub use profiles::ProtectionsChange;
 pub use resolution::after_put;
@@ -131,6 +138,10 @@ pub struct Edge {
     defer_checks: bool,
     /// What the last applies rendered, reused by the next one.
     renders: std::cell::RefCell<crate::apply::RenderMemo>,
+    /// The connection to the fleet's etcd, made on first use (`[fleet]` only).
+    fleet: Option<std::sync::Arc<crate::fleet::FleetLink>>,
+    /// This connection applies what the fleet's follower read ([`Edge::follow_fleet`]).
+    fleet_follower: bool,
 }
 
 impl Edge {
@@ -143,7 +154,9 @@ impl Edge {
     /// Another connection to this edge's databases, with its settings and its compiled
     /// templates (shared, not compiled again): each thread of the daemon owns one.
     pub fn connection(&self) -> Result<Edge, EdgeError> {
-        Edge::with_store(self.settings.clone(), self.templates.clone())
+        let mut edge = Edge::with_store(self.settings.clone(), self.templates.clone())?;
+        edge.fleet = self.fleet.clone();
+        Ok(edge)
     }
 
     fn with_store(settings: Settings, templates: Templates) -> Result<Edge, EdgeError> {
@@ -167,6 +180,8 @@ impl Edge {
             store,
             defer_checks: false,
             renders: Default::default(),
+            fleet: None,
+            fleet_follower: false,
         })
     }
 
@@ -176,14 +191,14 @@ impl Edge {
 
     /// Re-renders the committed state and applies it (after a settings or template change).
     pub fn apply(&mut self, trigger: &str) -> Result<ApplyReport, EdgeError> {
-        Ok(self.applier_run(trigger, |_| Ok(()))?.0)
+        Ok(self.apply_locally(trigger, |_| Ok(()))?.0)
     }
 
     /// Moves every domain a runtime add put into a slot backend to a backend of its own and
     /// sizes the spare slots for the domains there are: one check and one reload, nothing
     /// when the placement is already that (see `model::Placement`).
     pub fn compact(&mut self) -> Result<ApplyReport, EdgeError> {
-        let report = self.applier_run("apply --compact", |tx| {
+        let report = self.apply_locally("apply --compact", |tx| {
             let state = tx.load_state()?;
             tx.save_placement(&crate::model::Placement::sized_for(&state))?;
             Ok(())
@@ -277,6 +292,9 @@ impl Edge {
     /// Blocks keys (or refreshes their reason and expiry) and unblocks others, through the
     /// fast path: no `haproxy -c`, no reload unless the runtime change cannot be confirmed.
     pub fn change_blocks(&mut self, changes: &[BlockChange]) -> Result<BlockReport, EdgeError> {
+        if self.publishes() && !changes.is_empty() {
+            return self.publish_blocks(changes);
+        }
         Ok(Blocks::new(&self.settings).change(&mut self.store, changes)?)
     }
 
@@ -442,7 +460,21 @@ impl Edge {
         Ok(self.store.deliveries(limit)?)
     }
 
+    /// One change of the desired state: applied here, or on an edge of a fleet published
+    /// for every edge to apply (`fleet.rs`).
     fn applier_run<T>(
+        &mut self,
+        trigger: &str,
+        change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
+    ) -> Result<(ApplyReport, Option<T>), EdgeError> {
+        if self.publishes() {
+            return self.publish_run(change);
+        }
+        self.apply_locally(trigger, change)
+    }
+
+    /// The safe apply of `change` on this edge alone.
+    fn apply_locally<T>(
         &mut self,
         trigger: &str,
         change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,

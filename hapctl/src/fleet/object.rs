@@ -131,17 +131,17 @@ pub fn objects_of(
         out.insert(ObjectKey::DomainLimits(d.clone()), Object::DomainLimits(*p));
     }
     for k in &state.limits.exempt {
-        out.insert(ObjectKey::Exempt(k.clone()), Object::Exempt);
+        out.insert(ObjectKey::Exempt(*k), Object::Exempt);
     }
     let mut limits = state.limits.clone();
     limits.domains.clear();
     limits.exempt.clear();
     out.insert(ObjectKey::Limits, Object::Limits(Box::new(limits)));
     for (net, preset) in proxies {
-        out.insert(ObjectKey::Proxy(net.clone()), Object::Proxy(*preset));
+        out.insert(ObjectKey::Proxy(*net), Object::Proxy(*preset));
     }
     for b in blocks {
-        out.insert(ObjectKey::Block(b.key.clone()), Object::Block(b.clone()));
+        out.insert(ObjectKey::Block(b.key), Object::Block(b.clone()));
     }
     out
 }
@@ -333,7 +333,7 @@ fn limits(v: LimitsValue) -> Result<Object, Invalid> {
 
 fn block(key: &BlockKey, v: BlockValue) -> Result<Object, Invalid> {
     Ok(Object::Block(Block {
-        key: key.clone(),
+        key: *key,
         reason: Note::parse("reason", &v.reason)?,
         author: Note::parse("author", &v.author)?,
         created_at: v.created_at,

@@ -135,6 +135,7 @@ impl ApiError {
             EdgeError::Apply(ApplyError::NotFound(m)) => ApiError::not_found(m.clone()),
             EdgeError::Deliver(d) if d.is_not_found() => ApiError::not_found(e.to_string()),
             EdgeError::Certs(c) => ApiError::from_cert(c),
+            EdgeError::Fleet(f) => ApiError::from_fleet(f),
             _ if e.haproxy_conflict() == Some(HaproxyConflict::AlreadyRunning) => {
                 ApiError::new(StatusCode::CONFLICT, "already_running", e.to_string())
             }
@@ -147,6 +148,21 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// etcd down is a 503 (nothing changed, retry later); a concurrent change of the same
+    /// object a 409; a change published but not yet applied here a 504.
+    fn from_fleet(e: &crate::fleet::FleetError) -> ApiError {
+        use crate::fleet::FleetError as F;
+        let (status, code) = match e {
+            F::Unreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "etcd_unreachable"),
+            F::Conflict(..) => (StatusCode::CONFLICT, "conflict"),
+            F::NotPublished(_) | F::AlreadyPublished(_) => (StatusCode::CONFLICT, "fleet_state"),
+            F::NotApplied { .. } => (StatusCode::GATEWAY_TIMEOUT, "not_applied"),
+            F::Unchecked(_) => (StatusCode::SERVICE_UNAVAILABLE, "validator_unavailable"),
+            F::Etcd(_) | F::Setup(_) => (StatusCode::BAD_GATEWAY, "etcd"),
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+
     /// A refused bundle names its problem with the bundle's stable code (`key_mismatch`,
     /// `chain_misordered`…) against the `pem` field; a CA failure is the CA's (502), a
     /// certificate written but not served is HAProxy's (503).

@@ -96,6 +96,25 @@ impl FleetPrefix {
     }
 }
 
+/// `text` (a hapctl.toml) without its `[fleet]` table: every line from the table's header to
+/// the next table's, comments elsewhere kept. `None` when it has no `[fleet]`.
+pub fn without_fleet(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut inside = false;
+    let mut found = false;
+    for line in text.split_inclusive('\n') {
+        let header = line.trim_start();
+        if header.starts_with('[') {
+            inside = header.trim_end() == "[fleet]" || header.starts_with("[fleet.");
+            found |= inside;
+        }
+        if !inside {
+            out.push_str(line);
+        }
+    }
+    found.then_some(out)
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFleet {
@@ -251,6 +270,17 @@ mod tests {
             f.auth,
             Some(("edge".into(), PathBuf::from("/state/etcd.pw")))
         );
+    }
+
+    #[test]
+    fn leaving_removes_the_fleet_table_only() {
+        let text = "[edge]\nhttp_bind = \"127.0.0.1:80\"\n\n[fleet]\nendpoints = [\"http://h:1\"]\nname = \"a\"\n\n[api]\nlisten = \"127.0.0.1:9\"\n";
+        let left = without_fleet(text).unwrap();
+        assert_eq!(
+            left,
+            "[edge]\nhttp_bind = \"127.0.0.1:80\"\n\n[api]\nlisten = \"127.0.0.1:9\"\n"
+        );
+        assert_eq!(without_fleet(&left), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod unknown_host;
 pub mod waf;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
-pub use fleet::{EdgeName, FleetPrefix, FleetSettings, FleetTls};
+pub use fleet::{without_fleet, EdgeName, FleetPrefix, FleetSettings, FleetTls};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use paths::Paths;
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};

@@ -19,6 +19,7 @@ use crate::model::{
 mod blocks;
 mod cache;
 mod certs;
+mod fleet;
 mod history;
 mod ids;
 mod labels;
@@ -35,6 +36,7 @@ mod waf;
 
 pub use blocks::{BlockPage, BlockTx};
 pub use certs::CertRecord;
+pub use fleet::{FleetApplied, FleetRecord, APPLYING};
 
 /// How long a writer waits for another one (an apply can hold the database for a reload).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(120);

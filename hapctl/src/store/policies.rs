@@ -9,21 +9,25 @@ use crate::model::{Domain, HttpsPolicy, ProxyNet, ProxyPreset};
 impl Store {
     /// Trusted proxies with the preset each came from (`None`: added by hand).
     pub fn trusted_proxies(&self) -> Result<Vec<(ProxyNet, Option<String>)>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT net, preset FROM trusted_proxies ORDER BY net")?;
-        let rows: Vec<(String, Option<String>)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        rows.into_iter()
-            .map(|(net, preset)| {
-                Ok((
-                    net.parse().map_err(corrupt("trusted_proxies", &net))?,
-                    preset,
-                ))
-            })
-            .collect()
+        trusted_proxies(&self.conn)
     }
+}
+
+pub(super) fn trusted_proxies(
+    conn: &rusqlite::Connection,
+) -> Result<Vec<(ProxyNet, Option<String>)>, StoreError> {
+    let mut stmt = conn.prepare("SELECT net, preset FROM trusted_proxies ORDER BY net")?;
+    let rows: Vec<(String, Option<String>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(net, preset)| {
+            Ok((
+                net.parse().map_err(corrupt("trusted_proxies", &net))?,
+                preset,
+            ))
+        })
+        .collect()
 }
 
 impl Tx<'_> {

@@ -107,6 +107,7 @@ CREATE TABLE suspended_domains (
     super::waf::MIGRATION,
     super::history::MIGRATION,
     super::labels::MIGRATION,
+    super::fleet::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

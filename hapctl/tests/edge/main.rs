@@ -14,6 +14,7 @@ mod daemon;
 mod dashboard;
 mod deliveries;
 mod domains;
+mod fleet;
 mod hostile_input;
 mod import_legacy;
 mod logs;

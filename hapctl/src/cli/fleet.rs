@@ -1,0 +1,101 @@
+//! `hapctl fleet publish|status|leave`: this edge and the fleet it shares its state with
+//! (docs/fleet.md).
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use hapctl::fleet::status::FleetView;
+use hapctl::settings::{without_fleet, SETTINGS_FILE};
+
+use super::{open, output, Failure, JsonOut};
+
+#[derive(Subcommand)]
+pub enum FleetCommand {
+    /// Make this edge's desired state the fleet's: the first edge of a fleet does it once;
+    /// the others join by starting `hapctl serve` with the same [fleet] section.
+    Publish(JsonOut),
+    /// Every edge of the fleet: the revision it applied beside the fleet's, whether it lags,
+    /// what it refused, its HAProxy's health.
+    Status(JsonOut),
+    /// Leave the fleet: remove [fleet] from hapctl.toml and this edge's status key. The edge
+    /// keeps the state it applied last, alone; restart `hapctl serve` after.
+    Leave,
+}
+
+pub fn run(dir: &Path, cmd: FleetCommand) -> Result<u8, Failure> {
+    match cmd {
+        FleetCommand::Publish(out) => {
+            let published = open(dir)?.publish_fleet()?;
+            if out.json {
+                output::print_json(&published);
+            } else {
+                println!(
+                    "published {} objects as the fleet's state (revision {}); start `hapctl serve` on every edge",
+                    published.objects, published.revision
+                );
+            }
+        }
+        FleetCommand::Status(out) => {
+            let view = open(dir)?.fleet_view()?;
+            if out.json {
+                output::print_json(&view);
+            } else {
+                print_view(&view);
+            }
+        }
+        FleetCommand::Leave => leave(dir)?,
+    }
+    Ok(0)
+}
+
+fn leave(dir: &Path) -> Result<(), Failure> {
+    let path = dir.join(SETTINGS_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let Some(alone) = without_fleet(&text) else {
+        return Err(Failure::input(anyhow::anyhow!(
+            "{} has no [fleet] section: this edge is in no fleet",
+            path.display()
+        )));
+    };
+    // The status key goes first: with etcd down, the settings are still left as they were.
+    open(dir)?.leave_fleet()?;
+    hapctl::fsutil::write_atomic(&path, alone.as_bytes(), hapctl::fsutil::DEFAULT_MODE)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    println!(
+        "left the fleet; restart `hapctl serve`: this edge serves the state it applied last, alone"
+    );
+    Ok(())
+}
+
+fn print_view(view: &FleetView) {
+    let state = if view.published {
+        ""
+    } else {
+        " (not published: `hapctl fleet publish`)"
+    };
+    println!("fleet revision {}{state}", view.revision);
+    println!(
+        "{:<16} {:>9} {:<8} {:<10} message",
+        "edge", "applied", "lagging", "haproxy"
+    );
+    for e in &view.edges {
+        let r = &e.report;
+        println!(
+            "{:<16} {:>9} {:<8} {:<10} {}",
+            r.name,
+            r.applied_revision,
+            if e.lagging { "yes" } else { "no" },
+            if r.haproxy == "ok" { "ok" } else { "PROBLEM" },
+            r.message
+        );
+        if let Some((rev, why)) = &r.refused {
+            println!("{:<16} refused revision {rev}: {why}", "");
+        }
+        if r.haproxy != "ok" {
+            println!("{:<16} haproxy: {}", "", r.haproxy);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! `hapctl serve` on an edge of a fleet: the follower (read the fleet's state as it changes,
+//! apply it here) and the edge's status key, both on the fleet's runtime. With etcd down the
+//! edge keeps serving what it applied last and tries again every half second.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::unix_now;
+use crate::edge::{Edge, EdgeError, FleetApplyOutcome};
+use crate::fleet::follow::{Batch, Follower};
+use crate::fleet::object::{Object, ObjectKey};
+use crate::fleet::status::EdgeReport;
+use crate::fleet::FleetLink;
+
+/// How long an edge's status key outlives the edge.
+const STATUS_TTL: i64 = 10;
+const STATUS_EVERY: Duration = Duration::from_secs(3);
+/// The wait after etcd could not be read: short, so an edge catches up soon after etcd returns.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// What the status key says beyond the apply record: the last read's trouble.
+#[derive(Default)]
+struct Health {
+    etcd_error: Option<String>,
+    refused_keys: Vec<(String, String)>,
+    published: bool,
+}
+
+/// Starts the follower and the status keeper on `link`'s runtime. `edge` is a connection of
+/// the follower's own.
+pub fn start(link: Arc<FleetLink>, mut edge: Edge, status_edge: Edge) {
+    edge.follow_fleet();
+    let health = Arc::new(Mutex::new(Health::default()));
+    let edge = Arc::new(Mutex::new(edge));
+    link.handle()
+        .spawn(follow(link.clone(), edge, health.clone()));
+    link.handle().spawn(keep_status(
+        link.clone(),
+        Arc::new(Mutex::new(status_edge)),
+        health,
+    ));
+}
+
+async fn follow(link: Arc<FleetLink>, edge: Arc<Mutex<Edge>>, health: Arc<Mutex<Health>>) {
+    let applied = lock(&edge).fleet_record().map(|r| r.revision).unwrap_or(0);
+    let settings = link.settings().clone();
+    let mut follower = Follower::new(
+        link.etcd().clone(),
+        link.layout().clone(),
+        settings.full_read_every,
+        applied,
+    );
+    // Changes of watch batches this edge refused: tried again with the next one.
+    let mut pending: BTreeMap<ObjectKey, Option<Object>> = BTreeMap::new();
+    loop {
+        let current = || {
+            lock(&edge).fleet_objects().unwrap_or_else(|e| {
+                tracing::error!("cannot read this edge's state for the fleet's diff: {e}");
+                Default::default()
+            })
+        };
+        let batch = match follower.next(current, unix_now).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::warn!("{e}");
+                lock(&health).etcd_error = Some(e.to_string());
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        note_read(&health, &batch);
+        if !batch.published {
+            tracing::warn!("no fleet state is published under {}: this edge serves its own until `hapctl fleet publish`", settings.prefix.as_str());
+            continue;
+        }
+        if batch.full {
+            pending.clear();
+        }
+        pending.extend(batch.changes);
+        let changes: Vec<_> = pending
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let revision = batch.revision;
+        let applier = edge.clone();
+        let outcome =
+            tokio::task::spawn_blocking(move || lock(&applier).apply_fleet(revision, &changes))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r: Result<FleetApplyOutcome, EdgeError>| r.map_err(|e| e.to_string()));
+        match outcome {
+            Ok(FleetApplyOutcome::Applied { .. }) => pending.clear(),
+            Ok(FleetApplyOutcome::Refused { message }) => {
+                tracing::error!("fleet revision {revision} refused on this edge: {message}")
+            }
+            Err(e) => tracing::error!("applying fleet revision {revision} failed: {e}"),
+        }
+    }
+}
+
+fn note_read(health: &Mutex<Health>, batch: &Batch) {
+    let mut h = lock(health);
+    h.etcd_error = None;
+    h.published = batch.published;
+    if batch.full || !batch.refused.is_empty() {
+        h.refused_keys = batch.refused.clone();
+    }
+    for (key, why) in &batch.refused {
+        tracing::error!("fleet key {key} refused, this edge keeps what it had: {why}");
+    }
+}
+
+/// Keeps this edge's status key under a lease: written every few seconds, gone when the edge
+/// is.
+async fn keep_status(link: Arc<FleetLink>, edge: Arc<Mutex<Edge>>, health: Arc<Mutex<Health>>) {
+    let key = link.layout().edge(&link.settings().name);
+    let mut lease = None;
+    loop {
+        let report = {
+            let edge = edge.clone();
+            let health = health.clone();
+            let name = link.settings().name.to_string();
+            tokio::task::spawn_blocking(move || report(&lock(&edge), &lock(&health), name)).await
+        };
+        if let Ok(report) = report {
+            lease = write_status(&link, &key, &report, lease).await;
+        }
+        tokio::time::sleep(STATUS_EVERY).await;
+    }
+}
+
+/// Writes `report` under `lease` (a new one when it is gone); the lease in use.
+async fn write_status(
+    link: &FleetLink,
+    key: &str,
+    report: &EdgeReport,
+    lease: Option<i64>,
+) -> Option<i64> {
+    let etcd = link.etcd();
+    let lease = match lease {
+        Some(id) if etcd.keep_alive(id).await.unwrap_or(false) => id,
+        _ => etcd.lease(STATUS_TTL).await.ok()?,
+    };
+    let value = serde_json::to_string(report).expect("a status serialises");
+    etcd.put(key, &value, Some(lease)).await.ok()?;
+    Some(lease)
+}
+
+fn report(edge: &Edge, health: &Health, name: String) -> EdgeReport {
+    let record = edge.fleet_record().unwrap_or_default();
+    let mut refused = record.refused;
+    if let Some((key, why)) = health.refused_keys.first() {
+        refused.get_or_insert((record.revision, format!("key {key}: {why}")));
+    }
+    let haproxy = match edge.health_problem() {
+        Ok(None) => "ok".to_string(),
+        Ok(Some(problem)) => problem,
+        Err(e) => e.to_string(),
+    };
+    let s = &edge.settings;
+    let mut addresses = vec![format!("http {}", s.edge.http_bind)];
+    addresses.extend(s.edge.https_bind.map(|a| format!("https {a}")));
+    addresses.push(format!("api {}", s.api.listen));
+    EdgeReport {
+        name,
+        applied_revision: record.revision,
+        outcome: record.outcome,
+        message: match &health.etcd_error {
+            Some(e) => format!("{} (etcd: {e})", record.message),
+            None if !health.published => "waiting for `hapctl fleet publish`".into(),
+            None => record.message,
+        },
+        refused,
+        haproxy,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        addresses,
+        at: unix_now(),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,92 @@
+//! Becoming, seeing and leaving a fleet: `hapctl fleet publish`, `status`, `leave`.
+
+use super::{Edge, EdgeError};
+use crate::clock::unix_now;
+use crate::fleet::etcd::Snapshot;
+use crate::fleet::object::{decode, diff, ObjectKey, Objects};
+use crate::fleet::publish::{self, Guard};
+use crate::fleet::status::{self, FleetView};
+use crate::fleet::{FleetError, KeyClass, Layout};
+use crate::store::FleetApplied;
+
+/// What `hapctl fleet publish` did.
+#[derive(Debug, serde::Serialize)]
+pub struct Published {
+    pub revision: i64,
+    /// Objects written (blocks included).
+    pub objects: usize,
+}
+
+impl Edge {
+    /// Publishes this edge's desired state as the fleet's, under a prefix where none is
+    /// published yet; this edge is then at the revision it made. Never deletes anything of
+    /// this edge.
+    pub fn publish_fleet(&mut self) -> Result<Published, EdgeError> {
+        let link = self.fleet_link()?;
+        let (etcd, layout) = (link.etcd(), link.layout());
+        let ours = self.fleet_objects()?;
+        let now = unix_now();
+        let revision = link.block_on(async {
+            if etcd.get(&layout.marker()).await?.is_some() {
+                return Err(FleetError::AlreadyPublished(layout.root()));
+            }
+            // Keys left by an earlier publish that stopped half-way are replaced.
+            let there = etcd.read_prefix(&layout.state()).await?;
+            let changes = diff(&leftovers(layout, &there), &ours);
+            publish::publish(
+                etcd,
+                layout,
+                there.revision,
+                &changes,
+                now,
+                Guard::Unpublished,
+            )
+            .await?;
+            let name = link.settings().name.to_string();
+            publish::mark_published(etcd, layout, &name, now).await
+        })?;
+        self.store.set_fleet_applied(&FleetApplied {
+            revision,
+            outcome: "applied",
+            message: "this edge's state published as the fleet's".into(),
+            checks: 0,
+            reloads: 0,
+        })?;
+        Ok(Published {
+            revision,
+            objects: ours.len(),
+        })
+    }
+
+    /// Every edge of the fleet as its status key says, and the fleet's revision.
+    pub fn fleet_view(&mut self) -> Result<FleetView, EdgeError> {
+        let link = self.fleet_link()?;
+        Ok(link.block_on(status::read_view(link.etcd(), link.layout()))?)
+    }
+
+    /// Leaves the fleet: this edge's status key is deleted and its record forgotten; its
+    /// state stays as applied last, served by this edge alone once `[fleet]` is gone from the
+    /// settings (the caller's part).
+    pub fn leave_fleet(&mut self) -> Result<(), EdgeError> {
+        let link = self.fleet_link()?;
+        let key = link.layout().edge(&link.settings().name);
+        link.block_on(link.etcd().delete(&key))?;
+        self.store.clear_fleet_record()?;
+        Ok(())
+    }
+}
+
+/// The objects already under the state prefix (those that parse).
+fn leftovers(layout: &Layout, there: &Snapshot) -> Objects {
+    there
+        .kvs
+        .iter()
+        .filter_map(|kv| match layout.classify(&kv.key) {
+            KeyClass::Object(path) => {
+                let key = ObjectKey::parse(path).ok()?;
+                decode(&key, &kv.value).ok().map(|o| (key, o))
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,145 @@
+//! Where this edge stands in its fleet: the fleet revision its desired state is at (committed
+//! with the state it describes), and the last revision it refused.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::{Store, StoreError, Tx};
+
+pub(super) const MIGRATION: &str = r#"
+CREATE TABLE fleet_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    revision INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    message TEXT NOT NULL,
+    checks INTEGER NOT NULL,
+    reloads INTEGER NOT NULL,
+    refused_revision INTEGER,
+    refused_message TEXT
+);
+"#;
+
+/// The outcome of a record whose apply is committed but not yet accounted for.
+pub const APPLYING: &str = "applying";
+
+/// The last apply of the fleet's state on this edge.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FleetRecord {
+    /// The fleet revision the desired state is at (0: never applied one).
+    pub revision: i64,
+    /// How the apply that reached it went (`applied`, `unchanged`, …) and what it said.
+    pub outcome: String,
+    pub message: String,
+    pub checks: i64,
+    pub reloads: i64,
+    /// The last revision this edge could not apply, and HAProxy's (or the parser's) reason.
+    pub refused: Option<(i64, String)>,
+}
+
+/// What an apply of fleet revision `revision` did.
+pub struct FleetApplied {
+    pub revision: i64,
+    pub outcome: &'static str,
+    pub message: String,
+    pub checks: u32,
+    pub reloads: u32,
+}
+
+const UPSERT: &str = "INSERT INTO fleet_state (id, revision, outcome, message, checks, reloads)
+     VALUES (1, ?1, ?2, ?3, ?4, ?5)
+     ON CONFLICT (id) DO UPDATE SET revision = ?1, outcome = ?2, message = ?3, checks = ?4,
+     reloads = ?5, refused_revision = NULL, refused_message = NULL";
+
+impl Store {
+    pub fn fleet_record(&self) -> Result<FleetRecord, StoreError> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT revision, outcome, message, checks, reloads, refused_revision, refused_message
+                 FROM fleet_state WHERE id = 1",
+                [],
+                |r| {
+                    let refused = match (r.get(5)?, r.get(6)?) {
+                        (Some(rev), Some(msg)) => Some((rev, msg)),
+                        _ => None,
+                    };
+                    Ok(FleetRecord {
+                        revision: r.get(0)?,
+                        outcome: r.get(1)?,
+                        message: r.get(2)?,
+                        checks: r.get(3)?,
+                        reloads: r.get(4)?,
+                        refused,
+                    })
+                },
+            )
+            .optional()?;
+        Ok(row.unwrap_or_default())
+    }
+
+    /// Records an apply that changed no desired-state row (blocks only, or nothing).
+    pub fn set_fleet_applied(&self, applied: &FleetApplied) -> Result<(), StoreError> {
+        upsert(&self.conn, applied)
+    }
+
+    /// Records that `revision` could not be applied, and why; the revision applied stays.
+    pub fn set_fleet_refused(&self, revision: i64, message: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO fleet_state (id, revision, outcome, message, checks, reloads, refused_revision, refused_message)
+             VALUES (1, 0, 'none', '', 0, 0, ?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET refused_revision = ?1, refused_message = ?2",
+            params![revision, message],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets the fleet (`hapctl fleet leave`, or a fleet restored from an older snapshot).
+    pub fn clear_fleet_record(&self) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM fleet_state", [])?;
+        Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// Records, with the desired state it describes, the revision this apply brings it to;
+    /// the apply's account follows with [`Store::set_fleet_applied`] (until then the outcome
+    /// reads [`APPLYING`]).
+    pub fn set_fleet_revision(&self, revision: i64) -> Result<(), StoreError> {
+        upsert(
+            &self.tx,
+            &FleetApplied {
+                revision,
+                outcome: APPLYING,
+                message: String::new(),
+                checks: 0,
+                reloads: 0,
+            },
+        )
+    }
+
+    /// The revision the committed desired state is at, read in this transaction (the basis
+    /// of a change computed in it).
+    pub fn fleet_revision(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_row("SELECT revision FROM fleet_state WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// Trusted proxies with the preset each came from, as this transaction sees them.
+    pub fn trusted_proxies(
+        &self,
+    ) -> Result<Vec<(crate::model::ProxyNet, Option<String>)>, StoreError> {
+        super::policies::trusted_proxies(&self.tx)
+    }
+}
+
+fn upsert(conn: &rusqlite::Connection, a: &FleetApplied) -> Result<(), StoreError> {
+    conn.execute(
+        UPSERT,
+        params![a.revision, a.outcome, a.message, a.checks, a.reloads],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! A fleet under test: a real etcd cluster and edges (each its own state dir, HAProxy and
+//! `hapctl serve`) sharing one desired state; the first edge published it.
+
+use std::time::{Duration, Instant};
+
+use crate::daemon::Daemon;
+use crate::etcd::EtcdCluster;
+use crate::Edge;
+
+pub struct FleetLab {
+    pub etcd: EtcdCluster,
+    /// Each edge and its daemon, in the order they joined (`e0` published the state).
+    pub edges: Vec<(Edge, Daemon)>,
+    pub prefix: String,
+}
+
+impl FleetLab {
+    /// `members` etcd members and `edges` edges; `e0` publishes its (fresh) state first.
+    pub fn start(members: usize, edges: usize) -> FleetLab {
+        let etcd = EtcdCluster::start(members);
+        let mut lab = FleetLab {
+            etcd,
+            edges: Vec::new(),
+            prefix: "/hapctl".to_string(),
+        };
+        for i in 0..edges {
+            let edge = lab.new_edge(&format!("e{i}"));
+            if i == 0 {
+                edge.ok(&["fleet", "publish"]);
+            }
+            let daemon = Daemon::start(&edge);
+            lab.edges.push((edge, daemon));
+        }
+        lab
+    }
+
+    /// A fresh edge with this fleet's `[fleet]` section, its daemon not started.
+    pub fn new_edge(&self, name: &str) -> Edge {
+        let edge = Edge::new();
+        edge.write_settings(&format!(
+            "{}\n[fleet]\nendpoints = {}\nname = \"{name}\"\ntimeout = \"1s\"\n",
+            edge.settings_text(),
+            self.etcd.endpoints_toml()
+        ));
+        edge
+    }
+
+    pub fn edge(&self, i: usize) -> &Edge {
+        &self.edges[i].0
+    }
+
+    pub fn daemon(&self, i: usize) -> &Daemon {
+        &self.edges[i].1
+    }
+
+    /// `hapctl fleet status --json` on edge `i`.
+    pub fn status(&self, i: usize) -> serde_json::Value {
+        let out = self.edge(i).ok(&["fleet", "status", "--json"]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("fleet status: {e}: {out}"))
+    }
+
+    /// Waits until `check` holds on every edge (each edge's index given), or panics after
+    /// `within` with what the last check said.
+    pub fn wait_all(&self, within: Duration, check: impl Fn(usize, &Edge) -> Result<(), String>) {
+        let deadline = Instant::now() + within;
+        for i in 0..self.edges.len() {
+            loop {
+                match check(i, self.edge(i)) {
+                    Ok(()) => break,
+                    Err(why) if Instant::now() > deadline => {
+                        panic!(
+                            "edge e{i} after {within:?}: {why}\n{}",
+                            self.daemon(i).log_text()
+                        )
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+    }
+}
