@@ -135,6 +135,23 @@ impl EtcdCluster {
         self.spawn(i);
     }
 
+    /// Every member killed: etcd is down.
+    pub fn stop_all(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+
+    /// Every member started again on its data, healthy.
+    pub fn start_all(&mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                self.spawn(i);
+            }
+        }
+        self.wait_healthy();
+    }
+
     /// The index of the member that leads now.
     pub fn leader(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -238,8 +255,6 @@ impl EtcdCluster {
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
+        self.stop_all();
     }
 }

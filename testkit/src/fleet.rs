@@ -17,6 +17,12 @@ pub struct FleetLab {
 impl FleetLab {
     /// `members` etcd members and `edges` edges; `e0` publishes its (fresh) state first.
     pub fn start(members: usize, edges: usize) -> FleetLab {
+        FleetLab::start_with(members, edges, |_, _| {})
+    }
+
+    /// [`FleetLab::start`], with `setup` run on each edge (its index given) before its daemon
+    /// starts.
+    pub fn start_with(members: usize, edges: usize, setup: impl Fn(usize, &mut Edge)) -> FleetLab {
         let etcd = EtcdCluster::start(members);
         let mut lab = FleetLab {
             etcd,
@@ -24,7 +30,8 @@ impl FleetLab {
             prefix: "/hapctl".to_string(),
         };
         for i in 0..edges {
-            let edge = lab.new_edge(&format!("e{i}"));
+            let mut edge = lab.new_edge(&format!("e{i}"));
+            setup(i, &mut edge);
             if i == 0 {
                 edge.ok(&["fleet", "publish"]);
             }

@@ -80,6 +80,13 @@ impl Edge {
             (basis, before, after, value, diff(&old, &new))
         };
         if changes.is_empty() {
+            // Nothing to change is only true of a state that is the fleet's: an edge behind it
+            // would drop the change of someone who wants back what another writer replaced.
+            link.block_on(crate::fleet::status::require_current(
+                link.etcd(),
+                link.layout(),
+                basis,
+            ))?;
             let report = ApplyReport::relayed(
                 ApplyOutcome::Unchanged,
                 "nothing to change in the fleet's state".into(),

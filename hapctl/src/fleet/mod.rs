@@ -28,6 +28,9 @@ pub enum FleetError {
     )]
     Conflict(String, i64),
     /// `haproxy -c` could not run on a change that needs a reload.
+    /// This edge had not applied the fleet's latest change when it judged a change.
+    #[error("this edge is at fleet revision {at} and the fleet's state changed at {fleet}: the change was judged on an old state and not made; retry in a moment")]
+    Behind { at: i64, fleet: i64 },
     #[error("the change needs a reload and could not be checked with haproxy -c ({0}); it was not published to the fleet")]
     Unchecked(String),
     #[error("the fleet's settings cannot be used: {0}")]

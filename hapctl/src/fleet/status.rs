@@ -41,13 +41,37 @@ pub struct EdgeView {
     pub lagging: bool,
 }
 
+/// The revision of the fleet's last change of its desired state (0: none yet).
+pub async fn last_change(
+    etcd: &super::etcd::Etcd,
+    layout: &super::Layout,
+) -> Result<i64, super::FleetError> {
+    let changed = etcd.read_prefix(&layout.changed()).await?;
+    Ok(changed.kvs.first().map_or(0, |kv| kv.mod_revision))
+}
+
+/// Fails with a conflict when the fleet's state changed after revision `basis`.
+pub async fn require_current(
+    etcd: &super::etcd::Etcd,
+    layout: &super::Layout,
+    basis: i64,
+) -> Result<(), super::FleetError> {
+    let last = last_change(etcd, layout).await?;
+    if last > basis {
+        return Err(super::FleetError::Behind {
+            at: basis,
+            fleet: last,
+        });
+    }
+    Ok(())
+}
+
 /// Every edge's status key, beside the fleet's revision of its last change.
 pub async fn read_view(
     etcd: &super::etcd::Etcd,
     layout: &super::Layout,
 ) -> Result<FleetView, super::FleetError> {
-    let changed = etcd.read_prefix(&layout.changed()).await?;
-    let revision = changed.kvs.first().map_or(0, |kv| kv.mod_revision);
+    let revision = last_change(etcd, layout).await?;
     let published = etcd.get(&layout.marker()).await?.is_some();
     let edges = etcd.read_prefix(&layout.edges()).await?;
     let mut views = Vec::new();

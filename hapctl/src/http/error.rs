@@ -154,7 +154,7 @@ impl ApiError {
         use crate::fleet::FleetError as F;
         let (status, code) = match e {
             F::Unreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "etcd_unreachable"),
-            F::Conflict(..) => (StatusCode::CONFLICT, "conflict"),
+            F::Conflict(..) | F::Behind { .. } => (StatusCode::CONFLICT, "conflict"),
             F::NotPublished(_) | F::AlreadyPublished(_) => (StatusCode::CONFLICT, "fleet_state"),
             F::NotApplied { .. } => (StatusCode::GATEWAY_TIMEOUT, "not_applied"),
             F::Unchecked(_) => (StatusCode::SERVICE_UNAVAILABLE, "validator_unavailable"),

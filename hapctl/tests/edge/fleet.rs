@@ -63,7 +63,7 @@ fn a_block_made_on_one_edge_is_enforced_by_every_edge_without_a_reload() {
     let backend = Backend::start("site");
     put_domain(&lab, 0, "site.example.com", &backend);
     lab.wait_all(WITHIN, serves("site.example.com", "site"));
-    let reloads: Vec<usize> = (0..3).map(|i| reload_count(lab.edge(i))).collect();
+    let reloads: Vec<u32> = (0..3).map(|i| settled_reloads(lab.edge(i))).collect();
     let r = lab.daemon(2).call(
         "POST",
         "/v1/blocked-ips",
@@ -80,7 +80,7 @@ fn a_block_made_on_one_edge_is_enforced_by_every_edge_without_a_reload() {
     // The other clients still pass, and no edge reloaded for the block.
     for (i, before) in reloads.iter().enumerate() {
         assert_eq!(lab.edge(i).get("site.example.com", "/").status, 200);
-        assert_eq!(reload_count(lab.edge(i)), *before, "edge e{i} reloaded");
+        assert_eq!(settled_reloads(lab.edge(i)), *before, "edge e{i} reloaded");
     }
     // The block carries its expiry on every edge.
     for i in 0..3 {
@@ -91,9 +91,17 @@ fn a_block_made_on_one_edge_is_enforced_by_every_edge_without_a_reload() {
     }
 }
 
-/// Workers the master started so far (one more per reload).
-fn reload_count(edge: &Edge) -> usize {
-    edge.show_proc().master.reloads as usize
+/// The master's reload count once it stays the same for a moment (a reload in flight, such
+/// as the one of a start, is over).
+fn settled_reloads(edge: &Edge) -> u32 {
+    let read = || edge.master().show_proc().ok().map(|p| p.master.reloads);
+    loop {
+        let first = read();
+        std::thread::sleep(Duration::from_millis(300));
+        if first.is_some() && read() == first {
+            return first.unwrap_or_default();
+        }
+    }
 }
 
 #[test]
@@ -107,24 +115,26 @@ fn a_change_computed_from_a_stale_state_is_refused_with_a_conflict() {
     let newer = Backend::start("b");
     put_domain(&lab, 0, "race.example.com", &newer);
     // Edge 1 (its state one revision behind) changes the same domain: refused, nothing written.
-    let out = lab.edge(1).run(&[
-        "domain",
-        "add",
-        "race.example.com",
-        "--server",
-        &backend.addr(),
-    ]);
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("domain/race.example.com changed on another edge"),
-        "{text}"
+    let third = Backend::start("c");
+    let refused = |server: &str, says: &str| {
+        let out = lab
+            .edge(1)
+            .run(&["domain", "add", "race.example.com", "--server", server]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(text.contains(says), "{text}");
+        let now = lab
+            .etcd
+            .get("/hapctl/state/domain/race.example.com")
+            .unwrap();
+        assert!(now.contains(&newer.addr()), "{now}");
+    };
+    refused(
+        &third.addr(),
+        "domain/race.example.com changed on another edge",
     );
-    assert!(lab
-        .etcd
-        .get("/hapctl/state/domain/race.example.com")
-        .unwrap()
-        .contains(&newer.addr()));
+    // Wanting back what it still has is no change from its old view: refused all the same.
+    refused(&backend.addr(), "the change was judged on an old state");
 }
 
 #[test]
@@ -150,4 +160,135 @@ fn a_hand_edited_key_that_does_not_parse_is_refused_and_reported_while_the_rest_
         refused.then_some(()).ok_or_else(|| view.to_string())
     });
     assert_eq!(lab.edge(1).get("bad.example.com", "/").status, 404);
+}
+
+#[test]
+fn with_etcd_down_every_edge_serves_writes_answer_503_and_all_catch_up_when_it_returns() {
+    let mut lab = FleetLab::start(3, 3);
+    let backend = Backend::start("steady");
+    put_domain(&lab, 0, "steady.example.com", &backend);
+    lab.wait_all(WITHIN, serves("steady.example.com", "steady"));
+    lab.etcd.stop_all();
+    // Traffic goes on, reads of local state answer, writes are refused with the reason.
+    for i in 0..3 {
+        assert_eq!(lab.edge(i).get("steady.example.com", "/").status, 200);
+        assert!(lab.daemon(i).domain_names().contains("steady.example.com"));
+        let body = json!({ "servers": [{ "address": backend.addr() }] });
+        let r = lab
+            .daemon(i)
+            .call("PUT", "/v1/domains/new.example.com", Some(&body));
+        assert_eq!(r.status, 503, "{r:?}");
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("etcd is unreachable") && message.contains("nothing was changed"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(lab.edge(1).get("new.example.com", "/").status, 404);
+    lab.etcd.start_all();
+    // Back: a write on one edge reaches every edge again.
+    let next = Backend::start("after");
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let body = json!({ "servers": [{ "address": next.addr() }] });
+        let r = lab
+            .daemon(2)
+            .call("PUT", "/v1/domains/after.example.com", Some(&body));
+        if r.status == 200 || r.status == 201 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab.wait_all(WITHIN, serves("after.example.com", "after"));
+}
+
+#[test]
+fn a_change_haproxy_refuses_on_the_writing_edge_never_enters_the_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (refusing, _) = testkit::refusing_haproxy(
+        dir.path(),
+        "timeout tarpit 23s",
+        "s/timeout tarpit 23s/timeout tarpit nonsense/",
+    );
+    let lab = FleetLab::start_with(1, 2, |i, edge| {
+        if i == 0 {
+            edge.set_env("HAPCTL_HAPROXY_BIN", &refusing.display().to_string());
+        }
+    });
+    let before = lab.etcd.get("/hapctl/state/limits");
+    let r = lab
+        .daemon(0)
+        .call("PUT", "/v1/limits", Some(&json!({ "tarpit_secs": 23 })));
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not published"),
+        "{r:?}"
+    );
+    assert_eq!(lab.etcd.get("/hapctl/state/limits"), before);
+}
+
+#[test]
+fn an_edge_that_refuses_a_revision_reports_it_once_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (refusing, calls) = testkit::refusing_haproxy(
+        dir.path(),
+        "timeout tarpit 23s",
+        "s/timeout tarpit 23s/timeout tarpit nonsense/",
+    );
+    let lab = FleetLab::start_with(1, 3, |i, edge| {
+        if i == 2 {
+            edge.set_env("HAPCTL_HAPROXY_BIN", &refusing.display().to_string());
+        }
+    });
+    let r = lab
+        .daemon(0)
+        .call("PUT", "/v1/limits", Some(&json!({ "tarpit_secs": 23 })));
+    assert_eq!(r.status, 200, "{r:?}");
+    lab.wait_all(WITHIN, |i, _| {
+        let view = lab.status(0);
+        let e = &view["edges"][i];
+        let fine = match i {
+            2 => e["refused"][1]
+                .as_str()
+                .is_some_and(|m| m.contains("timeout tarpit")),
+            _ => e["lagging"] == false,
+        };
+        fine.then_some(()).ok_or_else(|| view.to_string())
+    });
+    assert!(lab.edge(1).settings_text().contains("[fleet]"));
+    assert!(
+        std::fs::read_to_string(lab.edge(1).path("live/haproxy.cfg"))
+            .unwrap()
+            .contains("timeout tarpit 23s")
+    );
+    // e2 keeps serving what it had and does not try the refused revision again by itself.
+    assert!(
+        !std::fs::read_to_string(lab.edge(2).path("live/haproxy.cfg"))
+            .unwrap()
+            .contains("23s")
+    );
+    let checks = testkit::check_runs(&calls);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        testkit::check_runs(&calls),
+        checks,
+        "the refused revision was tried again"
+    );
+    // A later change that does not need the refused one still waits behind it on e2, which
+    // says so; the others apply it.
+    let backend = Backend::start("later");
+    put_domain(&lab, 1, "later.example.com", &backend);
+    for i in 0..2 {
+        lab.wait_all(WITHIN, |j, edge| {
+            if j == i {
+                serves("later.example.com", "later")(j, edge)
+            } else {
+                Ok(())
+            }
+        });
+    }
 }
