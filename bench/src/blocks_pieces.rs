@@ -11,8 +11,8 @@ use hapctl::model::BlockKey;
 use hapctl::render::FileId;
 use hapctl::store::Store;
 use serde_json::{json, Value};
+use testkit::Edge;
 
-use crate::harness::Edge;
 use crate::stats::{ms, Summary};
 use crate::Table;
 
@@ -44,9 +44,9 @@ const SCRATCH_KEY: &str = "127.250.250.250";
 /// master socket (a scratch key, removed again), and the whole-map runtime replacement with the
 /// same entries, with its `show map` check.
 pub fn time(edge: &Edge) -> anyhow::Result<Pieces> {
-    let paths = &edge.settings.paths;
+    let paths = &edge.settings()?.paths;
     let store = Store::open(&paths.database, &paths.blocks_database)?;
-    let scratch = edge.work_dir().join("blocked.map.bench");
+    let scratch = edge.path("blocked.map.bench");
     let socket = CliSocket::new(&paths.master_socket, Duration::from_secs(30));
     let runtime = RuntimeMap::new(
         socket.clone(),
@@ -57,7 +57,7 @@ pub fn time(edge: &Edge) -> anyhow::Result<Pieces> {
         CliSocket::new(&paths.admin_socket, Duration::from_secs(30)),
         FileId::BlockedDeltaMap.path(paths).display().to_string(),
     );
-    let delta_scratch = edge.work_dir().join("blocked-delta.map.bench");
+    let delta_scratch = edge.path("blocked-delta.map.bench");
     let mut t: [Vec<f64>; 10] = Default::default();
     let mut bytes = 0;
     let mut entries = 0;

@@ -11,15 +11,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::clock::unix_millis;
 use hapctl::render::{render, Templates};
+use hapctl::settings::Settings;
 use hapctl::store::Store;
 use serde_json::{json, Value};
 
 mod job;
 mod report;
 
-use crate::daemon::Daemon;
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
+
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
 use crate::stats::{bytes, ms, Summary};
 use crate::{Ctx, Report, Table};
 use job::Job;
@@ -275,15 +278,15 @@ fn measure(
     a: &str,
     b: &str,
 ) -> anyhow::Result<(Vec<String>, Vec<Group>, Value)> {
-    let mut edge = Edge::init(hapctl, &format!("server-change-{n}"))?;
+    let edge = new_edge(hapctl)?;
     let state = fixture::state(n, Servers::At(a));
     let servers: usize = state.domains.values().map(|b| b.servers().len()).sum();
     edge.load(&state)?;
     let t = Instant::now();
     edge.start()?;
     let start_ms = t.elapsed().as_secs_f64() * 1000.0;
-    let config_bytes = std::fs::metadata(&edge.settings.paths.config).map_or(0, |m| m.len());
-    let daemon = Daemon::start(&edge, Duration::from_secs(300))?;
+    let config_bytes = std::fs::metadata(&edge.settings()?.paths.config).map_or(0, |m| m.len());
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(300)))?;
     let daemon_ms = daemon.startup.as_secs_f64() * 1000.0;
     let s = Served {
         alone: Alone::open(&edge)?,
@@ -383,24 +386,27 @@ fn measure(
 struct Alone {
     store: Store,
     templates: Templates,
+    settings: Settings,
 }
 
 impl Alone {
     fn open(edge: &Edge) -> anyhow::Result<Alone> {
-        let paths = &edge.settings.paths;
+        let settings = edge.settings()?;
+        let paths = &settings.paths;
         Ok(Alone {
             store: Store::open(&paths.database, &paths.blocks_database)?,
-            templates: Templates::load(edge.settings.render.templates_dir.as_deref())?,
+            templates: Templates::load(settings.render.templates_dir.as_deref())?,
+            settings,
         })
     }
 
     /// One `Store::load_state` and one `render` of what it loaded, in ms.
-    fn time(&self, edge: &Edge) -> anyhow::Result<(f64, f64)> {
+    fn time(&self) -> anyhow::Result<(f64, f64)> {
         let t = Instant::now();
         let state = self.store.load_state()?;
         let load_ms = t.elapsed().as_secs_f64() * 1000.0;
         let t = Instant::now();
-        std::hint::black_box(render(&state, &edge.settings, &self.templates)?);
+        std::hint::black_box(render(&state, &self.settings, &self.templates)?);
         Ok((load_ms, t.elapsed().as_secs_f64() * 1000.0))
     }
 }
@@ -420,7 +426,7 @@ fn change_once(
     }
     s.edge.settle(SETTLE)?;
     let checks_before = s.edge.check_runs();
-    let reloads_before = s.edge.show_proc()?.master.reloads;
+    let reloads_before = s.edge.try_show_proc()?.master.reloads;
     let sent_unix_ms = unix_millis() as f64;
     let t0 = Instant::now();
     let mut job = Job::start(s, via, to, t0)?;
@@ -433,16 +439,16 @@ fn change_once(
             ended = Some(t0.elapsed());
         }
         let sent = t0.elapsed();
-        let answer = s.edge.get(&s.host);
+        let answer = s.edge.try_get(&s.host, "/");
         let at = t0.elapsed();
         slowest = slowest.max(at - sent);
         probes += 1;
         match answer {
-            Ok((200, body)) if body == BODY_B => {
+            Ok(r) if r.status == 200 && r.body == BODY_B => {
                 since_b = 0;
                 b_seen = Some((at, s.edge.check_runs()));
             }
-            Ok((200, body)) if body == BODY_A => since_b += 1,
+            Ok(r) if r.status == 200 && r.body == BODY_A => since_b += 1,
             _ => failed_probes += 1,
         }
         let done = match (want_b, ended) {
@@ -472,7 +478,7 @@ fn change_once(
         _ => end,
     };
     s.edge.settle(SETTLE)?;
-    let (load_state_ms, render_ms) = s.alone.time(&s.edge)?;
+    let (load_state_ms, render_ms) = s.alone.time()?;
     Ok(Op {
         change,
         effect_ms: effect.as_secs_f64() * 1000.0,
@@ -487,7 +493,7 @@ fn change_once(
         steps: report["steps"].clone(),
         checks_total: s.edge.check_runs() - checks_before,
         checks_at_effect: checks_then - checks_before,
-        reloads: s.edge.show_proc()?.master.reloads as i64 - reloads_before as i64,
+        reloads: s.edge.try_show_proc()?.master.reloads as i64 - reloads_before as i64,
         report_checks: report["checks"].as_i64().unwrap_or(-1),
         report_reloads: report["reloads"].as_i64().unwrap_or(-1),
         probes,

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::waf::metrics::{CountersSnapshot, LATENCY_BUCKETS_US};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
+use testkit::Edge;
 
-use crate::daemon::{mib, Daemon, Memory};
 use crate::fixture::{self, Servers};
-use crate::harness::Edge;
+use crate::harness::{new_edge, BenchEdge};
+use crate::memory::{mib, DaemonProcess, Memory};
 use crate::stats::{ms, percentile, Summary};
 use crate::traffic::{cpu_secs, Client};
 use crate::{Ctx, Report, Table};
@@ -110,7 +112,7 @@ impl Setup {
     }
 
     fn set_mode(&self, host: &str, mode: &str) -> anyhow::Result<()> {
-        self.edge.ok(&["waf", "policy", host, "--mode", mode])?;
+        self.edge.try_ok(&["waf", "policy", host, "--mode", mode])?;
         Ok(())
     }
 }
@@ -118,17 +120,16 @@ impl Setup {
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let backend = Backend::keep_alive(BODY)?;
-    let mut edge = Edge::init(&hapctl, "waf")?;
-    let settings = edge.state_dir.join("hapctl.toml");
+    let edge = new_edge(&hapctl)?;
+    let settings = edge.path("hapctl.toml");
     let agent_port = testkit::free_port();
     let mut text = std::fs::read_to_string(&settings)?;
     text += &format!("\n[waf]\nlisten = \"127.0.0.1:{agent_port}\"\n");
     std::fs::write(&settings, text)?;
-    edge.reload_settings()?;
     edge.load(&fixture::state(10, Servers::At(&backend.addr())))?;
     edge.start()?;
-    let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
-    let state_file = hapctl::waf::state_file(&edge.settings.paths.run_dir);
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(60)))?;
+    let state_file = hapctl::waf::state_file(&edge.settings()?.paths.run_dir);
     let s = Setup {
         daemon,
         edge,
@@ -153,8 +154,14 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         }
         thread::sleep(Duration::from_millis(200));
     }
-    let haproxy: Vec<i32> = s.edge.show_proc()?.workers.iter().map(|w| w.pid).collect();
-    let reloads0 = s.edge.show_proc()?.master.reloads;
+    let haproxy: Vec<i32> = s
+        .edge
+        .try_show_proc()?
+        .workers
+        .iter()
+        .map(|w| w.pid)
+        .collect();
+    let reloads0 = s.edge.try_show_proc()?.master.reloads;
 
     eprintln!("waf: {ROUNDS} x 3 rounds of {MEASURE:?}, {CLIENTS} clients, off/detect/block…");
     let mut rounds = Vec::new();
@@ -175,7 +182,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         first.pid as i32,
         &haproxy,
     )?);
-    let reloads = s.edge.show_proc()?.master.reloads as i64 - reloads0 as i64;
+    let reloads = s.edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64;
     let last = s.fresh_snapshot()?;
     if last.pid != first.pid {
         bail!(

@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 
 use super::edge::TlsEdge;
 use super::install::{modes, Install};
 use super::load::{self, Handshake, Load};
 use super::pki::{Leaf, TestCa};
 use super::{elapsed_ms, pct, site, MEDIAN_SHARE, MIN_BUCKET_SHARE, RENEWALS};
-use crate::daemon::Daemon;
+use crate::api::Api;
 use crate::stats::ms;
 use crate::{Table, Target};
 
@@ -231,10 +232,20 @@ pub(super) fn renewals_under_load(
         .map(|k| ca.leaf(&names[k % names.len()]))
         .collect::<anyhow::Result<_>>()?;
     let daemon = match how {
-        Renewer::Daemon => Some(Daemon::start(&a.edge, Duration::from_secs(60))?),
+        Renewer::Daemon => Some(Daemon::try_start(
+            &a.edge,
+            &Serve::within(Duration::from_secs(60)),
+        )?),
         Renewer::Cli | Renewer::RuntimeApi => None,
     };
-    let workers: Vec<i32> = a.edge.show_proc()?.workers.iter().map(|w| w.pid).collect();
+    let api = daemon.as_ref().map(Api::of);
+    let workers: Vec<i32> = a
+        .edge
+        .try_show_proc()?
+        .workers
+        .iter()
+        .map(|w| w.pid)
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let hard_bound =
@@ -264,8 +275,8 @@ pub(super) fn renewals_under_load(
                 ops.push(match how {
                     Renewer::Cli => a.import(leaf, true)?,
                     Renewer::Daemon => {
-                        let daemon = daemon.as_ref().context("started for Renewer::Daemon")?;
-                        a.import_api(&daemon.api, leaf)?
+                        let api = api.as_ref().context("started for Renewer::Daemon")?;
+                        a.import_api(api, leaf)?
                     }
                     Renewer::RuntimeApi => {
                         let t = Instant::now();

@@ -9,13 +9,16 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use hapctl::model::{Block, Note};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 
 use super::edge::TlsEdge;
 use super::install::Bulk;
 use super::pki::TestCa;
 use super::{elapsed_ms, site, RSS_BLOCKS, RSS_BRIEF_LAST_STEP, RSS_DOMAINS};
-use crate::daemon::{Daemon, Memory};
+use crate::api::Api;
 use crate::fixture::{self, Servers};
+use crate::harness::BenchEdge;
+use crate::memory::{DaemonProcess, Memory};
 
 pub(super) struct RssRun {
     pub(super) certs: usize,
@@ -72,7 +75,7 @@ pub(super) fn rss_run(
     backend: &str,
     certs: usize,
 ) -> anyhow::Result<RssRun> {
-    let mut edge = TlsEdge::init(hapctl, "certs-rss")?;
+    let mut edge = TlsEdge::init(hapctl)?;
     edge.edge
         .load(&fixture::state(RSS_DOMAINS, Servers::At(backend)))?;
     let extra: Vec<Block> = (0..RSS_BLOCKS).map(block).collect();
@@ -90,13 +93,13 @@ pub(super) fn rss_run(
         let serial = edge.serials.get(&site(0)).cloned();
         edge.wait_served(&site(0), serial.as_deref(), Duration::from_secs(10))?;
     }
-    let daemon = Daemon::start(&edge.edge, Duration::from_secs(300))?;
+    let daemon = Daemon::try_start(&edge.edge, &Serve::within(Duration::from_secs(300)))?;
     let daemon_startup_ms = daemon.startup.as_secs_f64() * 1000.0;
     let s = Served {
         daemon,
         _edge: edge,
     };
-    let api = &s.daemon.api;
+    let api = &Api::of(&s.daemon);
     let mut readings = vec![Reading {
         step: "started (/health 200)".into(),
         ms: 0.0,
