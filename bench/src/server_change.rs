@@ -278,6 +278,62 @@ fn measure(
     a: &str,
     b: &str,
 ) -> anyhow::Result<(Vec<String>, Vec<Group>, Value)> {
+    let (s, size) = serve(hapctl, n, a, b)?;
+    // The fixture's servers carry `nocheck`.
+    let mut current = set(false, B::Absent);
+    let mut groups = Vec::new();
+    for series in &SERIES {
+        for via in [Via::Cli, Via::Api] {
+            current = run_series(ctx, &s, n, series, via, current, &mut groups)?;
+        }
+    }
+    let checks: Vec<f64> = (0..RAW_RUNS)
+        .map(|_| s.edge.time_haproxy_check())
+        .collect::<anyhow::Result<_>>()?;
+    let raw_check = Summary::of(&checks).expect("RAW_RUNS > 0");
+    Ok((size.row(n, &raw_check), groups, size.json(n, &raw_check)))
+    // `s` drops here: the daemon stopped, then HAProxy, the temp dir removed.
+}
+
+/// What one size's edge took to come up.
+struct SizeSetup {
+    servers: usize,
+    config_bytes: u64,
+    start_ms: f64,
+    daemon_ms: f64,
+}
+
+impl SizeSetup {
+    fn row(&self, n: usize, raw_check: &Summary) -> Vec<String> {
+        vec![
+            n.to_string(),
+            self.servers.to_string(),
+            bytes(self.config_bytes as usize),
+            format!("{:.0}", self.start_ms),
+            format!("{:.0}", self.daemon_ms),
+            ms(raw_check.median),
+        ]
+    }
+
+    fn json(&self, n: usize, raw_check: &Summary) -> Value {
+        json!({
+            "domains": n,
+            "servers": self.servers,
+            "haproxy_cfg_bytes": self.config_bytes,
+            "haproxy_start_ms": self.start_ms,
+            "daemon_start_ms": self.daemon_ms,
+            "haproxy_check_alone_ms": raw_check.to_json(),
+        })
+    }
+}
+
+/// An edge with `n` fixture domains on server A, HAProxy and the daemon started.
+fn serve(
+    hapctl: &std::path::Path,
+    n: usize,
+    a: &str,
+    b: &str,
+) -> anyhow::Result<(Served, SizeSetup)> {
     let edge = new_edge(hapctl)?;
     let state = fixture::state(n, Servers::At(a));
     let servers: usize = state.domains.values().map(|b| b.servers().len()).sum();
@@ -303,82 +359,75 @@ fn measure(
     {
         bail!("fixture domain {DOMAIN_INDEX} must have exactly one server (A)");
     }
-    // The fixture's servers carry `nocheck`.
-    let mut current = set(false, B::Absent);
-    let mut groups = Vec::new();
-    for series in &SERIES {
-        for via in [Via::Cli, Via::Api] {
-            if current != series.start.1 {
-                s.edge.settle(SETTLE)?;
-                let t0 = Instant::now();
-                Job::start(&s, via, series.start.1, t0)?.finish(t0)?;
-                current = series.start.1;
-            }
-            let k = runs_for(ctx, series.path, n);
-            let mut ops: Vec<Op> = Vec::with_capacity(k);
-            for i in 0..k {
-                let (change, to) = if i % 2 == 0 {
-                    series.other
-                } else {
-                    series.start
-                };
-                let op = change_once(&s, via, current, to, change)?;
-                current = to;
-                eprintln!(
-                    "  {} {} {change}: in effect after {} ms, done {} ms (apply {} ms), haproxy -c {} (+{} after), reloads {}",
-                    series.path,
-                    via.name(),
-                    ms(op.effect_ms),
-                    ms(op.ended_ms),
-                    ms(op.apply_ms),
-                    op.report_checks,
-                    op.after_checks(),
-                    op.reloads
-                );
-                ops.push(op);
-            }
-            for name in [series.other.0, series.start.0] {
-                groups.push(Group {
-                    domains: n,
-                    path: series.path,
-                    via,
-                    change: name,
-                    ops: Vec::new(),
-                });
-            }
-            let len = groups.len();
-            for op in ops {
-                let g = if op.change == series.other.0 {
-                    len - 2
-                } else {
-                    len - 1
-                };
-                groups[g].ops.push(op);
-            }
-        }
+    let size = SizeSetup {
+        servers,
+        config_bytes,
+        start_ms,
+        daemon_ms,
+    };
+    Ok((s, size))
+}
+
+/// One series through one interface: its start set first (if not there), then changes
+/// alternating between its two sets, each op added to its change's group. Returns the set
+/// the domain is left in.
+fn run_series(
+    ctx: &Ctx,
+    s: &Served,
+    n: usize,
+    series: &Series,
+    via: Via,
+    mut current: Set,
+    groups: &mut Vec<Group>,
+) -> anyhow::Result<Set> {
+    if current != series.start.1 {
+        s.edge.settle(SETTLE)?;
+        let t0 = Instant::now();
+        Job::start(s, via, series.start.1, t0)?.finish(t0)?;
+        current = series.start.1;
     }
-    let checks: Vec<f64> = (0..RAW_RUNS)
-        .map(|_| s.edge.time_haproxy_check())
-        .collect::<anyhow::Result<_>>()?;
-    let raw_check = Summary::of(&checks).expect("RAW_RUNS > 0");
-    let row = vec![
-        n.to_string(),
-        servers.to_string(),
-        bytes(config_bytes as usize),
-        format!("{start_ms:.0}"),
-        format!("{daemon_ms:.0}"),
-        ms(raw_check.median),
-    ];
-    let extra = json!({
-        "domains": n,
-        "servers": servers,
-        "haproxy_cfg_bytes": config_bytes,
-        "haproxy_start_ms": start_ms,
-        "daemon_start_ms": daemon_ms,
-        "haproxy_check_alone_ms": raw_check.to_json(),
-    });
-    Ok((row, groups, extra))
-    // `s` drops here: the daemon stopped, then HAProxy, the temp dir removed.
+    let k = runs_for(ctx, series.path, n);
+    let mut ops: Vec<Op> = Vec::with_capacity(k);
+    for i in 0..k {
+        let (change, to) = if i % 2 == 0 {
+            series.other
+        } else {
+            series.start
+        };
+        let op = change_once(s, via, current, to, change)?;
+        current = to;
+        eprintln!(
+            "  {} {} {change}: in effect after {} ms, done {} ms (apply {} ms), haproxy -c {} (+{} after), reloads {}",
+            series.path,
+            via.name(),
+            ms(op.effect_ms),
+            ms(op.ended_ms),
+            ms(op.apply_ms),
+            op.report_checks,
+            op.after_checks(),
+            op.reloads
+        );
+        ops.push(op);
+    }
+    for name in [series.other.0, series.start.0] {
+        groups.push(Group {
+            domains: n,
+            path: series.path,
+            via,
+            change: name,
+            ops: Vec::new(),
+        });
+    }
+    let len = groups.len();
+    for op in ops {
+        let g = if op.change == series.other.0 {
+            len - 2
+        } else {
+            len - 1
+        };
+        groups[g].ops.push(op);
+    }
+    Ok(current)
 }
 
 /// hapctl's two big in-process steps, timed alone on the edge's database after each change
