@@ -49,6 +49,17 @@ impl TlsEdge {
         Ok(self.edge.try_show_proc()?.master.reloads)
     }
 
+    /// The PIDs of the current workers.
+    pub(super) fn worker_pids(&self) -> anyhow::Result<Vec<i32>> {
+        Ok(self
+            .edge
+            .try_show_proc()?
+            .workers
+            .iter()
+            .map(|w| w.pid)
+            .collect())
+    }
+
     /// Waits (bounded) until a handshake with `sni` presents `serial` (any serial if `None`).
     pub(super) fn wait_served(
         &self,

@@ -219,6 +219,26 @@ impl RenewStats {
     }
 }
 
+/// One renewal of `leaf` the way `how` says.
+fn renew_one(
+    a: &mut TlsEdge,
+    how: Renewer,
+    api: Option<&Api>,
+    leaf: &Leaf,
+) -> anyhow::Result<Install> {
+    Ok(match how {
+        Renewer::Cli => a.import(leaf, true)?,
+        Renewer::Daemon => a.import_api(api.context("started for Renewer::Daemon")?, leaf)?,
+        Renewer::RuntimeApi => {
+            let t = Instant::now();
+            let op = a.runtime_replace(leaf)?;
+            // Paced, so that the rounds last long enough to be counted in buckets.
+            thread::sleep(CONTROL_EVERY.saturating_sub(t.elapsed()));
+            op
+        }
+    })
+}
+
 pub(super) fn renewals_under_load(
     a: &mut TlsEdge,
     ca: &TestCa,
@@ -239,13 +259,7 @@ pub(super) fn renewals_under_load(
         Renewer::Cli | Renewer::RuntimeApi => None,
     };
     let api = daemon.as_ref().map(Api::of);
-    let workers: Vec<i32> = a
-        .edge
-        .try_show_proc()?
-        .workers
-        .iter()
-        .map(|w| w.pid)
-        .collect();
+    let workers = a.worker_pids()?;
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let hard_bound =
@@ -272,20 +286,7 @@ pub(super) fn renewals_under_load(
         let started = Instant::now();
         for (round, chunk) in leaves.chunks(RENEWALS.div_ceil(ROUNDS)).enumerate() {
             for leaf in chunk {
-                ops.push(match how {
-                    Renewer::Cli => a.import(leaf, true)?,
-                    Renewer::Daemon => {
-                        let api = api.as_ref().context("started for Renewer::Daemon")?;
-                        a.import_api(api, leaf)?
-                    }
-                    Renewer::RuntimeApi => {
-                        let t = Instant::now();
-                        let op = a.runtime_replace(leaf)?;
-                        // Paced, so that the rounds last long enough to be counted in buckets.
-                        thread::sleep(CONTROL_EVERY.saturating_sub(t.elapsed()));
-                        op
-                    }
-                });
+                ops.push(renew_one(a, how, api.as_ref(), leaf)?);
                 if started.elapsed() > RENEWALS_BOUND {
                     bail!("renewals: only {} within {RENEWALS_BOUND:?}", ops.len());
                 }
