@@ -285,6 +285,28 @@ fn load_report(report: &mut Report, rounds: &[(Mode, Round)], switches: &Switche
             format!("{:.2}", median(of().map(|r| r.bench_cpu / r.secs))),
         ]);
     }
+    let pairs = pair_ratios(rounds);
+    if let [(on, on_us), (off, off_us)] = medians[..] {
+        let ratio = on / off;
+        let not_ok: u64 = rounds.iter().map(|(_, r)| r.not_ok).sum();
+        report.targets.push(Target {
+            goal: format!("req/s with the standard protections ON ≥ {TARGET_RATIO} × OFF"),
+            met: Some(ratio >= TARGET_RATIO && not_ok == 0),
+            detail: format!(
+                "ratio of medians {ratio:.3} ({on:.0} / {off:.0} req/s); per round pair {}; HAProxy CPU per request {on_us:.1} vs {off_us:.1} µs ({:.2}×); {not_ok} answers not 200; {} switches, {} reloads",
+                pairs.iter().map(|p| format!("{p:.3}")).collect::<Vec<_>>().join(", "),
+                on_us / off_us,
+                switches.count,
+                switches.reloads
+            ),
+        });
+    }
+    report.tables.push(t);
+    report.tables.push(per_round_table(rounds));
+}
+
+/// Each round in the order run.
+fn per_round_table(rounds: &[(Mode, Round)]) -> Table {
     let mut per = Table::new(
         "Each round (in the order run)",
         &[
@@ -304,7 +326,12 @@ fn load_report(report: &mut Report, rounds: &[(Mode, Round)], switches: &Switche
             format!("{:.1}", r.haproxy_us_per_req()),
         ]);
     }
-    let pairs: Vec<f64> = rounds
+    per
+}
+
+/// req/s ON / OFF of each pair of rounds (NaN where a pair lacks one).
+fn pair_ratios(rounds: &[(Mode, Round)]) -> Vec<f64> {
+    rounds
         .chunks(2)
         .map(|p| {
             let on = p
@@ -317,24 +344,7 @@ fn load_report(report: &mut Report, rounds: &[(Mode, Round)], switches: &Switche
                 .map(|(_, r)| r.per_s());
             on.zip(off).map_or(f64::NAN, |(a, b)| a / b)
         })
-        .collect();
-    if let [(on, on_us), (off, off_us)] = medians[..] {
-        let ratio = on / off;
-        let not_ok: u64 = rounds.iter().map(|(_, r)| r.not_ok).sum();
-        report.targets.push(Target {
-            goal: format!("req/s with the standard protections ON ≥ {TARGET_RATIO} × OFF"),
-            met: Some(ratio >= TARGET_RATIO && not_ok == 0),
-            detail: format!(
-                "ratio of medians {ratio:.3} ({on:.0} / {off:.0} req/s); per round pair {}; HAProxy CPU per request {on_us:.1} vs {off_us:.1} µs ({:.2}×); {not_ok} answers not 200; {} switches, {} reloads",
-                pairs.iter().map(|p| format!("{p:.3}")).collect::<Vec<_>>().join(", "),
-                on_us / off_us,
-                switches.count,
-                switches.reloads
-            ),
-        });
-    }
-    report.tables.push(t);
-    report.tables.push(per);
+        .collect()
 }
 
 fn enforce_report(report: &mut Report, series: &enforce::Series) {
