@@ -460,26 +460,26 @@ impl Alone {
     }
 }
 
-/// Makes one change and watches the domain from the request on: a fresh connection every
-/// ~2 ms until the change shows (and, when B's traffic ends, until the tail shows no B).
-fn change_once(
+/// What the probes saw of one change.
+struct Watch {
+    /// When the job ended, as the probe loop saw it.
+    ended: Option<Duration>,
+    /// B's latest answer (its first ends an add), with the wrapper's count then.
+    b_seen: Option<(Duration, usize)>,
+    probes: u32,
+    failed_probes: u32,
+    slowest: Duration,
+}
+
+/// Probes the domain every `POLL_EVERY` from `t0` until the change is in effect: B answers
+/// (`want_b`), or A has answered `TAIL_ANSWERS` times and `TAIL_MIN` since the job ended.
+fn watch(
     s: &Served,
-    via: Via,
-    from: Set,
-    to: Set,
-    change: &'static str,
-) -> anyhow::Result<Op> {
-    let want_b = to.b_serves();
-    if want_b == from.b_serves() {
-        bail!("{change}: B serves before and after; nothing to observe");
-    }
-    s.edge.settle(SETTLE)?;
-    let checks_before = s.edge.check_runs();
-    let reloads_before = s.edge.try_show_proc()?.master.reloads;
-    let sent_unix_ms = unix_millis() as f64;
-    let t0 = Instant::now();
-    let mut job = Job::start(s, via, to, t0)?;
-    // B's latest answer so far (its first ends an add), with the wrapper's count then.
+    job: &mut Job,
+    t0: Instant,
+    want_b: bool,
+    (via, change): (Via, &str),
+) -> anyhow::Result<Watch> {
     let (mut ended, mut b_seen, mut since_b) = (None, None, 0u32);
     let (mut probes, mut failed_probes, mut slowest) = (0u32, 0u32, Duration::ZERO);
     let mut next = t0;
@@ -519,6 +519,41 @@ fn change_once(
         next = next.max(now);
         thread::sleep(next - now);
     }
+    Ok(Watch {
+        ended,
+        b_seen,
+        probes,
+        failed_probes,
+        slowest,
+    })
+}
+
+/// Makes one change and watches the domain from the request on: a fresh connection every
+/// ~2 ms until the change shows (and, when B's traffic ends, until the tail shows no B).
+fn change_once(
+    s: &Served,
+    via: Via,
+    from: Set,
+    to: Set,
+    change: &'static str,
+) -> anyhow::Result<Op> {
+    let want_b = to.b_serves();
+    if want_b == from.b_serves() {
+        bail!("{change}: B serves before and after; nothing to observe");
+    }
+    s.edge.settle(SETTLE)?;
+    let checks_before = s.edge.check_runs();
+    let reloads_before = s.edge.try_show_proc()?.master.reloads;
+    let sent_unix_ms = unix_millis() as f64;
+    let t0 = Instant::now();
+    let mut job = Job::start(s, via, to, t0)?;
+    let Watch {
+        ended,
+        b_seen,
+        probes,
+        failed_probes,
+        slowest,
+    } = watch(s, &mut job, t0, want_b, (via, change))?;
     let (effect, checks_then) = b_seen.context("B never answered during the change")?;
     let (report, end) = job.finish(t0)?;
     // The CLI's exit as the probe loop saw it is closer than the wait after the loop.
