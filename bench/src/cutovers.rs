@@ -244,27 +244,7 @@ fn series(
             previous = Some(std::mem::replace(&mut current, to.clone()));
         }
         rollback_next = kind == "deliver" && c.exit_code == Some(0);
-        eprintln!(
-            "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}{}, load {}{}",
-            c.started_at,
-            if c.passed { "pass" } else { "FAIL" },
-            ms(c.command_ms),
-            c.failed,
-            c.requests,
-            c.intact,
-            c.streams,
-            if c.master_same { "same" } else { "CHANGED" },
-            if c.handover_failed {
-                ", listener handover FAILED"
-            } else {
-                ""
-            },
-            c.load.map_or("?".into(), |l| l.to_string()),
-            c.failed_checks
-                .iter()
-                .map(|f| format!("\n        {f}"))
-                .collect::<String>(),
-        );
+        print_cutover(n, kind, &to, &c);
         writeln!(log, "{}", c.to_json())?;
         cutovers.push(c);
         if unmeasured >= MAX_UNMEASURED_IN_A_ROW {
@@ -275,6 +255,31 @@ fn series(
         }
     }
     Ok(cutovers)
+}
+
+/// One line per cutover on stderr, the failed checks under it.
+fn print_cutover(n: usize, kind: &str, to: &str, c: &Cutover) {
+    eprintln!(
+        "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}{}, load {}{}",
+        c.started_at,
+        if c.passed { "pass" } else { "FAIL" },
+        ms(c.command_ms),
+        c.failed,
+        c.requests,
+        c.intact,
+        c.streams,
+        if c.master_same { "same" } else { "CHANGED" },
+        if c.handover_failed {
+            ", listener handover FAILED"
+        } else {
+            ""
+        },
+        c.load.map_or("?".into(), |l| l.to_string()),
+        c.failed_checks
+            .iter()
+            .map(|f| format!("\n        {f}"))
+            .collect::<String>(),
+    );
 }
 
 /// A `Command` built by the harness (binary, state dir, the counting haproxy wrapper in the
