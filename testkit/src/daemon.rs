@@ -276,7 +276,7 @@ impl Daemon {
         let mut tries = 0;
         loop {
             tries += 1;
-            let mut daemon = Daemon::try_spawn(edge, free_port(), serve)?;
+            let mut daemon = Daemon::try_spawn(edge, free_port(), serve.args, serve.env)?;
             match daemon.healthy_within(serve.bound) {
                 Ok(()) => return Ok(daemon),
                 Err(why) if tries < 5 && why.contains("Address already in use") => {}
@@ -287,17 +287,18 @@ impl Daemon {
 
     /// Starts `serve --listen 127.0.0.1:port` without waiting.
     pub fn spawn(edge: &Edge, port: u16, extra: &[&str]) -> Daemon {
-        let serve = Serve {
-            args: extra,
-            ..Serve::within(Duration::ZERO)
-        };
-        Daemon::try_spawn(edge, port, &serve).unwrap_or_else(|e| panic!("{e:#}"))
+        Daemon::try_spawn(edge, port, extra, &[]).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
-    fn try_spawn(edge: &Edge, port: u16, serve: &Serve) -> anyhow::Result<Daemon> {
+    fn try_spawn(
+        edge: &Edge,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Daemon> {
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["serve", "--listen", &listen];
-        args.extend_from_slice(serve.args);
+        args.extend_from_slice(extra);
         let log = edge.path(&format!("serve-{port}.log"));
         let out = File::create(&log)?;
         let err = out.try_clone()?;
@@ -306,7 +307,7 @@ impl Daemon {
             .trim()
             .to_string();
         let mut cmd = edge.command(&args);
-        cmd.envs(serve.env.iter().copied())
+        cmd.envs(env.iter().copied())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
         let spawned = Instant::now();
