@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
+use testkit::daemon::Daemon;
 use testkit::http;
 
 /// Bound on one connect.
@@ -49,6 +50,14 @@ pub struct Api {
 }
 
 impl Api {
+    /// How to reach the kit's running `daemon`.
+    pub fn of(daemon: &Daemon) -> Api {
+        Api {
+            port: daemon.port,
+            token: daemon.token.clone(),
+        }
+    }
+
     /// One request on a fresh connection (`Connection: close`).
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Answer> {
         let bytes = body.map(serde_json::to_vec).transpose()?;

@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
 
 use crate::api::{Answer, Api};
-use crate::daemon::Daemon;
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
 use crate::stats::{ms, Summary};
 use crate::{Ctx, Report, Table, Target};
 
@@ -60,12 +61,12 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let backend = HttpBackend::start(BODY);
     let addr = backend.addr();
-    let mut edge = Edge::init(&hapctl, "api-domains")?;
+    let edge = new_edge(&hapctl)?;
     edge.load(&fixture::state(DOMAINS, Servers::At(&addr)))?;
     edge.start()?;
-    let daemon = Daemon::start(&edge, Duration::from_secs(120))?;
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(120)))?;
     let s = Served { daemon, edge };
-    let api = s.daemon.api.clone();
+    let api = Api::of(&s.daemon);
     let body = json!({"servers": [{"address": addr}]});
 
     eprintln!("api-domains: {SEQUENTIAL} sequential PUTs at {DOMAINS} domains…");
@@ -306,7 +307,7 @@ fn targets(rounds: &[Round], routed: &Summary, answered: &Summary) -> Vec<Target
 }
 
 fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<Put> {
-    let reloads_before = edge.show_proc()?.master.reloads;
+    let reloads_before = edge.try_show_proc()?.master.reloads;
     let w = watch_put(edge, api, host, body, BODY)?;
     let j = w.answer.json();
     let steps = j["apply"]["steps"]
@@ -324,7 +325,7 @@ fn put_once(edge: &Edge, api: &Api, host: &str, body: &Value) -> anyhow::Result<
         api_ms: w.answered.as_secs_f64() * 1000.0,
         apply_ms: j["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
         steps,
-        reloads: edge.show_proc()?.master.reloads as i64 - reloads_before as i64,
+        reloads: edge.try_show_proc()?.master.reloads as i64 - reloads_before as i64,
     })
 }
 
@@ -379,8 +380,8 @@ pub(crate) fn watch_request(
     let mut probes = 0;
     let routed = loop {
         probes += 1;
-        if let Ok((200, b)) = edge.get(host) {
-            if b == backend_body {
+        if let Ok(r) = edge.try_get(host, "/") {
+            if r.status == 200 && r.body == backend_body {
                 break t0.elapsed();
             }
         }
@@ -421,7 +422,7 @@ pub(crate) fn watch_request(
 }
 
 fn concurrent_round(edge: &Edge, api: &Api, round: usize, body: &Value) -> anyhow::Result<Round> {
-    let reloads_before = edge.show_proc()?.master.reloads;
+    let reloads_before = edge.try_show_proc()?.master.reloads;
     let checks_before = edge.check_runs();
     let barrier = Arc::new(Barrier::new(CONCURRENT + 1));
     let hosts: Vec<String> = (0..CONCURRENT)
@@ -471,7 +472,7 @@ fn concurrent_round(edge: &Edge, api: &Api, round: usize, body: &Value) -> anyho
     }
     let wall_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let reloads = edge
-        .show_proc()
+        .try_show_proc()
         .context("show proc after the round")?
         .master
         .reloads as i64
@@ -479,7 +480,7 @@ fn concurrent_round(edge: &Edge, api: &Api, round: usize, body: &Value) -> anyho
     let checks = edge.check_runs() - checks_before;
     let routed = hosts
         .iter()
-        .filter(|h| matches!(edge.get(h), Ok((200, b)) if b == BODY))
+        .filter(|h| matches!(edge.try_get(h, "/"), Ok(r) if r.status == 200 && r.body == BODY))
         .count();
     Ok(Round {
         ok,

@@ -18,6 +18,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use hapctl::render::FileId;
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
 
 use crate::api::Api;
 use crate::blocks_latency::{
@@ -25,9 +27,9 @@ use crate::blocks_latency::{
 };
 use crate::blocks_load::{throughput, Throughput, THROUGHPUT_FOR};
 use crate::blocks_pieces::{self as pieces, Pieces};
-use crate::daemon::{Daemon, Memory};
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
+use crate::memory::{DaemonProcess, Memory};
 use crate::stats::{ms, Summary};
 use crate::{Ctx, Report, Table, Target};
 
@@ -53,7 +55,7 @@ struct Counts {
 
 fn counts(edge: &Edge) -> anyhow::Result<Counts> {
     Ok(Counts {
-        reloads: edge.show_proc()?.master.reloads,
+        reloads: edge.try_show_proc()?.master.reloads,
         checks: edge.check_runs(),
     })
 }
@@ -72,11 +74,11 @@ struct Served {
 }
 
 impl Served {
-    fn start(hapctl: &Path, backend: &str, label: &str) -> anyhow::Result<Served> {
-        let mut edge = Edge::init(hapctl, label)?;
+    fn start(hapctl: &Path, backend: &str) -> anyhow::Result<Served> {
+        let edge = new_edge(hapctl)?;
         edge.load(&fixture::state(10, Servers::At(backend)))?;
         edge.start()?;
-        let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
+        let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(60)))?;
         Ok(Served { daemon, edge })
     }
 }
@@ -124,8 +126,8 @@ fn small_map(
     host: &str,
     phases: &mut Vec<Phase>,
 ) -> anyhow::Result<SmallMap> {
-    let a = Served::start(hapctl, backend, "blocks-a")?;
-    let (edge, api) = (&a.edge, a.daemon.api.clone());
+    let a = Served::start(hapctl, backend)?;
+    let (edge, api) = (&a.edge, Api::of(&a.daemon));
     eprintln!("blocks: {LATENCY_OPS} sequential blocks timed to 403…");
     let (before, latency) = phase(phases, edge, "latency, small map".into(), || {
         Ok((
@@ -174,8 +176,8 @@ fn big_map(
     host: &str,
     phases: &mut Vec<Phase>,
 ) -> anyhow::Result<BigMap> {
-    let b = Served::start(hapctl, backend, "blocks-b")?;
-    let (edge, api) = (&b.edge, b.daemon.api.clone());
+    let b = Served::start(hapctl, backend)?;
+    let (edge, api) = (&b.edge, Api::of(&b.daemon));
     eprintln!("blocks: {CLIENTS} clients for {THROUGHPUT_FOR:?}, a new connection per request…");
     let name = "throughput new connections, small map".to_string();
     let fresh = phase(phases, edge, name, || {
@@ -249,7 +251,10 @@ fn bulk_lists(api: &Api, edge: &Edge, host: &str, before: usize) -> anyhow::Resu
 
 /// Entries in the blocked map file (0 when it cannot be read).
 fn map_file_entries(edge: &Edge) -> usize {
-    std::fs::read_to_string(FileId::BlockedMap.path(&edge.settings.paths))
+    let Ok(settings) = edge.settings() else {
+        return 0;
+    };
+    std::fs::read_to_string(FileId::BlockedMap.path(&settings.paths))
         .map(|t| {
             t.lines()
                 .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
@@ -522,8 +527,8 @@ fn notes(host: &str, big: &BigMap) -> Vec<String> {
     if let Some(m) = &big.memory {
         notes.push(format!(
             "daemon memory at the end: VmRSS {} MiB, VmHWM {} MiB",
-            crate::daemon::mib(m.rss_kb),
-            crate::daemon::mib(m.hwm_kb)
+            crate::memory::mib(m.rss_kb),
+            crate::memory::mib(m.hwm_kb)
         ));
     }
     notes

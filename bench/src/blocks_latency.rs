@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::Value;
+use testkit::Edge;
 
 use crate::api::Api;
 use crate::blocks_load::{addr, block_body};
-use crate::harness::{http_get_from, Edge};
 
 /// Bound on a latency series.
 const SERIES_BOUND: Duration = Duration::from_secs(120);
@@ -46,9 +46,10 @@ pub fn map_size(api: &Api) -> anyhow::Result<usize> {
 
 /// GET / through the edge from `ip`: the status.
 fn status_from(edge: &Edge, host: &str, ip: Ipv4Addr) -> anyhow::Result<u16> {
-    Ok(http_get_from(ip, edge.port, host)
-        .with_context(|| format!("GET / from {ip} through the edge"))?
-        .0)
+    let answer = testkit::try_http_get(Some(ip), edge.port, host, "/", &[])
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("GET / from {ip} through the edge"))?;
+    Ok(answer.status)
 }
 
 /// Polls from `ip` until 403 (bounded), from `t0` on; returns when the 403 came, from `t0`.

@@ -47,6 +47,71 @@ impl Throughput {
     }
 }
 
+/// What one client of [`throughput`] saw.
+struct ClientResult {
+    ok: usize,
+    errors: usize,
+    first_error: Option<String>,
+    latencies: Vec<f64>,
+    durations: Vec<f64>,
+    last: Option<Ipv4Addr>,
+    ended: Instant,
+}
+
+/// One client: from the barrier on, blocks addresses of `set` one request at a time (on a
+/// kept-alive connection, reconnecting after an error, or a fresh one each) for
+/// `THROUGHPUT_FOR`.
+fn client_loop(api: &Api, barrier: &Barrier, set: u8, keep_alive: bool) -> ClientResult {
+    let mut r = ClientResult {
+        ok: 0,
+        errors: 0,
+        first_error: None,
+        latencies: Vec::new(),
+        durations: Vec::new(),
+        last: None,
+        ended: Instant::now(),
+    };
+    let mut conn = if keep_alive { api.connect().ok() } else { None };
+    barrier.wait();
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < THROUGHPUT_FOR && i < 250 * 256 {
+        let ip = addr(set, i);
+        i += 1;
+        let body = block_body(ip);
+        let t0 = Instant::now();
+        let answer = match conn.as_mut() {
+            Some(c) => c.json("POST", "/v1/blocked-ips", &body),
+            None => api.call("POST", "/v1/blocked-ips", Some(&body)),
+        };
+        let elapsed = t0.elapsed().as_secs_f64() * 1000.0;
+        match answer {
+            Ok(a) if a.status == 200 || a.status == 201 => {
+                r.ok += 1;
+                r.latencies.push(elapsed);
+                r.last = Some(ip);
+                if let Some(d) = a.json()["duration_ms"].as_f64() {
+                    r.durations.push(d);
+                }
+            }
+            other => {
+                r.errors += 1;
+                if r.first_error.is_none() {
+                    r.first_error = Some(match other {
+                        Ok(a) => a.describe(),
+                        Err(e) => format!("{e:#}"),
+                    });
+                }
+                if keep_alive {
+                    conn = api.connect().ok();
+                }
+            }
+        }
+    }
+    r.ended = Instant::now();
+    r
+}
+
 /// `clients` threads posting single entries for [`THROUGHPUT_FOR`]; client `t` blocks
 /// 127.(`first_set` + t).x.y.
 pub fn throughput(
@@ -55,72 +120,14 @@ pub fn throughput(
     keep_alive: bool,
     first_set: u8,
 ) -> anyhow::Result<Throughput> {
-    struct ClientResult {
-        ok: usize,
-        errors: usize,
-        first_error: Option<String>,
-        latencies: Vec<f64>,
-        durations: Vec<f64>,
-        last: Option<Ipv4Addr>,
-        ended: Instant,
-    }
     let barrier = Arc::new(Barrier::new(clients + 1));
-    let mut handles = Vec::new();
-    for t in 0..clients {
-        let api = api.clone();
-        let barrier = barrier.clone();
-        let set = first_set + t as u8;
-        handles.push(thread::spawn(move || {
-            let mut r = ClientResult {
-                ok: 0,
-                errors: 0,
-                first_error: None,
-                latencies: Vec::new(),
-                durations: Vec::new(),
-                last: None,
-                ended: Instant::now(),
-            };
-            let mut conn = if keep_alive { api.connect().ok() } else { None };
-            barrier.wait();
-            let start = Instant::now();
-            let mut i = 0;
-            while start.elapsed() < THROUGHPUT_FOR && i < 250 * 256 {
-                let ip = addr(set, i);
-                i += 1;
-                let body = block_body(ip);
-                let t0 = Instant::now();
-                let answer = match conn.as_mut() {
-                    Some(c) => c.json("POST", "/v1/blocked-ips", &body),
-                    None => api.call("POST", "/v1/blocked-ips", Some(&body)),
-                };
-                let elapsed = t0.elapsed().as_secs_f64() * 1000.0;
-                match answer {
-                    Ok(a) if a.status == 200 || a.status == 201 => {
-                        r.ok += 1;
-                        r.latencies.push(elapsed);
-                        r.last = Some(ip);
-                        if let Some(d) = a.json()["duration_ms"].as_f64() {
-                            r.durations.push(d);
-                        }
-                    }
-                    other => {
-                        r.errors += 1;
-                        if r.first_error.is_none() {
-                            r.first_error = Some(match other {
-                                Ok(a) => a.describe(),
-                                Err(e) => format!("{e:#}"),
-                            });
-                        }
-                        if keep_alive {
-                            conn = api.connect().ok();
-                        }
-                    }
-                }
-            }
-            r.ended = Instant::now();
-            r
-        }));
-    }
+    let handles: Vec<_> = (0..clients)
+        .map(|t| {
+            let (api, barrier) = (api.clone(), barrier.clone());
+            let set = first_set + t as u8;
+            thread::spawn(move || client_loop(&api, &barrier, set, keep_alive))
+        })
+        .collect();
     barrier.wait();
     let start = Instant::now();
     let mut results = Vec::new();

@@ -3,6 +3,7 @@
 //! `show proc`, one key's runtime add/del + read-back through the master and on the admin
 //! socket, the whole-map replacement).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -11,8 +12,8 @@ use hapctl::model::BlockKey;
 use hapctl::render::FileId;
 use hapctl::store::Store;
 use serde_json::{json, Value};
+use testkit::Edge;
 
-use crate::harness::Edge;
 use crate::stats::{ms, Summary};
 use crate::Table;
 
@@ -43,21 +44,47 @@ const SCRATCH_KEY: &str = "127.250.250.250";
 /// file), ask the master for `show proc`, one key's runtime add (or del) + read-back through the
 /// master socket (a scratch key, removed again), and the whole-map runtime replacement with the
 /// same entries, with its `show map` check.
+/// What the pieces run on: the edge's database, its blocked maps through the master and the
+/// worker's admin socket, and scratch files beside the live maps' folder.
+struct Handles {
+    store: Store,
+    runtime: RuntimeMap,
+    master: Master,
+    admin: RuntimeMap,
+    scratch: PathBuf,
+    delta_scratch: PathBuf,
+}
+
+impl Handles {
+    fn open(edge: &Edge) -> anyhow::Result<Handles> {
+        let paths = &edge.settings()?.paths;
+        let socket = CliSocket::new(&paths.master_socket, Duration::from_secs(30));
+        Ok(Handles {
+            store: Store::open(&paths.database, &paths.blocks_database)?,
+            runtime: RuntimeMap::new(
+                socket.clone(),
+                FileId::BlockedMap.path(paths).display().to_string(),
+            ),
+            master: Master::new(socket),
+            admin: RuntimeMap::on_worker(
+                CliSocket::new(&paths.admin_socket, Duration::from_secs(30)),
+                FileId::BlockedDeltaMap.path(paths).display().to_string(),
+            ),
+            scratch: edge.path("blocked.map.bench"),
+            delta_scratch: edge.path("blocked-delta.map.bench"),
+        })
+    }
+}
+
 pub fn time(edge: &Edge) -> anyhow::Result<Pieces> {
-    let paths = &edge.settings.paths;
-    let store = Store::open(&paths.database, &paths.blocks_database)?;
-    let scratch = edge.work_dir().join("blocked.map.bench");
-    let socket = CliSocket::new(&paths.master_socket, Duration::from_secs(30));
-    let runtime = RuntimeMap::new(
-        socket.clone(),
-        FileId::BlockedMap.path(paths).display().to_string(),
-    );
-    let master = Master::new(socket);
-    let admin = RuntimeMap::on_worker(
-        CliSocket::new(&paths.admin_socket, Duration::from_secs(30)),
-        FileId::BlockedDeltaMap.path(paths).display().to_string(),
-    );
-    let delta_scratch = edge.work_dir().join("blocked-delta.map.bench");
+    let Handles {
+        store,
+        runtime,
+        master,
+        admin,
+        scratch,
+        delta_scratch,
+    } = Handles::open(edge)?;
     let mut t: [Vec<f64>; 10] = Default::default();
     let mut bytes = 0;
     let mut entries = 0;
@@ -116,21 +143,28 @@ pub fn time(edge: &Edge) -> anyhow::Result<Pieces> {
     }
     let _ = std::fs::remove_file(&scratch);
     let _ = std::fs::remove_file(&delta_scratch);
-    let s = |v: &[f64]| Summary::of(v).expect("PIECE_RUNS > 0");
-    Ok(Pieces {
-        entries,
-        load: s(&t[0]),
-        render: s(&t[1]),
-        write: s(&t[2]),
-        write_delta: s(&t[8]),
-        show_proc: s(&t[3]),
-        admin_add_get: s(&t[9]),
-        add_get: s(&t[4]),
-        del_get: s(&t[5]),
-        replace: s(&t[6]),
-        show_map: s(&t[7]),
-        bytes,
-    })
+    Ok(Pieces::of(&t, entries, bytes))
+}
+
+impl Pieces {
+    /// The pieces' summaries from `time`'s samples, indexed as it fills them.
+    fn of(t: &[Vec<f64>; 10], entries: usize, bytes: usize) -> Pieces {
+        let s = |v: &[f64]| Summary::of(v).expect("PIECE_RUNS > 0");
+        Pieces {
+            entries,
+            load: s(&t[0]),
+            render: s(&t[1]),
+            write: s(&t[2]),
+            write_delta: s(&t[8]),
+            show_proc: s(&t[3]),
+            admin_add_get: s(&t[9]),
+            add_get: s(&t[4]),
+            del_get: s(&t[5]),
+            replace: s(&t[6]),
+            show_map: s(&t[7]),
+            bytes,
+        }
+    }
 }
 
 /// The pieces of each run, one row each.

@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
 
 use crate::api::Api;
 use crate::blocks_latency::{latency_series, map_size, Latency};
 use crate::blocks_load::{addr, block_body};
-use crate::daemon::{mib, Daemon};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, HttpBackend};
+use crate::memory::{mib, DaemonProcess};
 use crate::stats::{ms, Summary};
 use crate::{Ctx, Report, Table, Target};
 
@@ -40,6 +42,7 @@ const HOST: &str = "blocks.bench.test";
 /// One edge and its daemon for one binary; the daemon is dropped first.
 struct Side {
     label: &'static str,
+    api: Api,
     daemon: Daemon,
     edge: Edge,
     /// Fill addresses used so far.
@@ -48,24 +51,21 @@ struct Side {
 
 impl Side {
     fn start(label: &'static str, hapctl: &Path, backend: &str) -> anyhow::Result<Side> {
-        let mut edge = Edge::init(hapctl, &format!("blocks-scale-{label}"))?;
+        let edge = new_edge(hapctl)?;
         edge.start()?;
-        edge.ok(&["domain", "add", HOST, "--server", backend])?;
-        let daemon = Daemon::start(&edge, Duration::from_secs(120))?;
+        edge.try_ok(&["domain", "add", HOST, "--server", backend])?;
+        let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(120)))?;
         Ok(Side {
             label,
+            api: Api::of(&daemon),
             daemon,
             edge,
             filled: 0,
         })
     }
 
-    fn api(&self) -> &Api {
-        &self.daemon.api
-    }
-
     fn count(&self) -> anyhow::Result<usize> {
-        map_size(self.api())
+        map_size(&self.api)
     }
 
     /// Lists of [`LIST`] new addresses until the database holds `target` blocks.
@@ -78,7 +78,7 @@ impl Side {
                 .map(|i| block_body(addr(FILL_SET + (i / PER_SET) as u8, i % PER_SET)))
                 .collect();
             let a = self
-                .api()
+                .api
                 .call("POST", "/v1/blocked-ips", Some(&json!(list)))?;
             if a.status != 201 {
                 bail!("{}: a list of {n}: {}", self.label, a.describe());
@@ -155,7 +155,7 @@ fn measure_series(sides: &mut [Side]) -> anyhow::Result<Vec<Series>> {
                 "blocks-scale: {}: {OPS} single blocks at {entries}…",
                 side.label
             );
-            let samples = latency_series(side.api(), &side.edge, HOST, 200 + s as u8, OPS)?;
+            let samples = latency_series(&side.api, &side.edge, HOST, 200 + s as u8, OPS)?;
             series.push(Series {
                 label: side.label,
                 entries,
@@ -290,7 +290,7 @@ fn page_times(side: &Side) -> anyhow::Result<Pages> {
         let mut last = None;
         for _ in 0..GETS {
             let t0 = Instant::now();
-            let a = side.api().call("GET", &path, None)?;
+            let a = side.api.call("GET", &path, None)?;
             times.push(t0.elapsed().as_secs_f64() * 1000.0);
             if a.status != 200 {
                 // A baseline without the parameters refuses nothing but ignores them, or fails.

@@ -20,8 +20,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use hapctl::prove::{self, CheckStatus, Options, Report as ProveReport, Subject};
 use serde_json::{json, Value};
+use testkit::DemoEdge;
 
-use crate::app_edge::{AppEdge, HOST};
+use crate::app_edge::{self, HOST};
 use crate::stats::ms;
 use crate::{Ctx, Report};
 use summary::{summarize, Totals};
@@ -124,13 +125,13 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         out_dir.display()
     );
 
-    let app = AppEdge::start(&hapctl, &demo, "cutovers", FIRST)?;
+    let app = app_edge::start(&hapctl, &demo, FIRST)?;
     let changes_setup = if ctx.with_changes {
         Some(changes::Setup::new(&app)?)
     } else {
         None
     };
-    let procs = app.show_proc()?;
+    let procs = app.try_show_proc()?;
     let (master_start, reloads_start) = (procs.master.pid, procs.master.reloads);
     let checks_start = app.check_runs();
     let options = Options {
@@ -166,9 +167,9 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         (series, change_log)
     });
     let cutovers = cutovers?;
-    let master_end = app.show_proc()?.master.pid;
+    let master_end = app.try_show_proc()?.master.pid;
     let reloads = app
-        .show_proc()?
+        .try_show_proc()?
         .master
         .reloads
         .saturating_sub(reloads_start);
@@ -191,7 +192,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 /// The cutovers, one after the other. The version a rollback goes back to is the one served
 /// before the delivery, as hapctl keeps it (previous generation).
 fn series(
-    app: &AppEdge,
+    app: &DemoEdge,
     options: &Options,
     count: usize,
     out_dir: &Path,
@@ -203,6 +204,7 @@ fn series(
     let mut unmeasured = 0;
     // A rollback follows a delivery that exited 0; anything else is followed by a delivery.
     let mut rollback_next = false;
+    let settings = app.settings()?;
     for n in 1..=count {
         let (kind, to) = match (&previous, rollback_next) {
             (Some(p), true) => ("rollback", p.clone()),
@@ -218,9 +220,9 @@ fn series(
         let subject = Subject::Command(argv_of(&app.command(&args)));
         let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let load = crate::sys::load_average();
-        let master_log = &app.settings.paths.haproxy_log;
+        let master_log = &settings.paths.haproxy_log;
         let log_from = std::fs::metadata(master_log).map_or(0, |m| m.len());
-        let mut c = match prove::run(&app.settings, &options, &subject, &mut |_| {}) {
+        let mut c = match prove::run(&settings, &options, &subject, &mut |_| {}) {
             Ok(report) => {
                 unmeasured = 0;
                 let mut c = read_proof(n, kind, &to, &report)?;
@@ -242,27 +244,7 @@ fn series(
             previous = Some(std::mem::replace(&mut current, to.clone()));
         }
         rollback_next = kind == "deliver" && c.exit_code == Some(0);
-        eprintln!(
-            "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}{}, load {}{}",
-            c.started_at,
-            if c.passed { "pass" } else { "FAIL" },
-            ms(c.command_ms),
-            c.failed,
-            c.requests,
-            c.intact,
-            c.streams,
-            if c.master_same { "same" } else { "CHANGED" },
-            if c.handover_failed {
-                ", listener handover FAILED"
-            } else {
-                ""
-            },
-            c.load.map_or("?".into(), |l| l.to_string()),
-            c.failed_checks
-                .iter()
-                .map(|f| format!("\n        {f}"))
-                .collect::<String>(),
-        );
+        print_cutover(n, kind, &to, &c);
         writeln!(log, "{}", c.to_json())?;
         cutovers.push(c);
         if unmeasured >= MAX_UNMEASURED_IN_A_ROW {
@@ -273,6 +255,31 @@ fn series(
         }
     }
     Ok(cutovers)
+}
+
+/// One line per cutover on stderr, the failed checks under it.
+fn print_cutover(n: usize, kind: &str, to: &str, c: &Cutover) {
+    eprintln!(
+        "  {n:>5} {} {kind:<8} {to:<8} {} command {} ms, probe {}/{} failed, streams {}/{} intact, master {}{}, load {}{}",
+        c.started_at,
+        if c.passed { "pass" } else { "FAIL" },
+        ms(c.command_ms),
+        c.failed,
+        c.requests,
+        c.intact,
+        c.streams,
+        if c.master_same { "same" } else { "CHANGED" },
+        if c.handover_failed {
+            ", listener handover FAILED"
+        } else {
+            ""
+        },
+        c.load.map_or("?".into(), |l| l.to_string()),
+        c.failed_checks
+            .iter()
+            .map(|f| format!("\n        {f}"))
+            .collect::<String>(),
+    );
 }
 
 /// A `Command` built by the harness (binary, state dir, the counting haproxy wrapper in the

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::DemoEdge;
 
-use crate::app_edge::{AppEdge, HOST};
+use crate::app_edge::{self, Delivered, HOST};
+use crate::harness::BenchEdge;
 use crate::stats::{ms, Summary};
 use crate::sys;
 use crate::{Ctx, Report, Table, Target};
@@ -86,7 +88,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let demo = ctx.demo_app_bin()?;
     let pairs = ctx.deliveries;
     eprintln!("deliver: {pairs} deliver/rollback pairs…");
-    let app = AppEdge::start(&hapctl, &demo, "deliver", FIRST)?;
+    let app = app_edge::start(&hapctl, &demo, FIRST)?;
     let ops = deliveries(&app, pairs)?;
     let alone = haproxy_alone(&app)?;
     let generations_left = app.generation_pids().len();
@@ -95,7 +97,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 }
 
 /// `pairs` deliveries of a new version, each followed by a rollback.
-fn deliveries(app: &AppEdge, pairs: usize) -> anyhow::Result<Vec<Op>> {
+fn deliveries(app: &DemoEdge, pairs: usize) -> anyhow::Result<Vec<Op>> {
     let mut ops = Vec::with_capacity(pairs * 2);
     for i in 1..=pairs {
         for kind in ["deliver", "rollback"] {
@@ -130,7 +132,7 @@ struct HaproxyAlone {
 }
 
 /// The floor of any cutover through the safe apply, [`RAW_RUNS`] times each.
-fn haproxy_alone(app: &AppEdge) -> anyhow::Result<HaproxyAlone> {
+fn haproxy_alone(app: &DemoEdge) -> anyhow::Result<HaproxyAlone> {
     let mut check = Vec::new();
     let mut reload = Vec::new();
     for _ in 0..RAW_RUNS {
@@ -383,9 +385,9 @@ fn notes(pairs: usize, ops: &[Op], generations_left: usize) -> Vec<String> {
 
 /// Runs `hapctl deliver VERSION --json` or `hapctl rollback --json` and probes the edge until
 /// it serves `version`.
-fn once(app: &AppEdge, kind: &'static str, version: &str) -> anyhow::Result<Op> {
+fn once(app: &DemoEdge, kind: &'static str, version: &str) -> anyhow::Result<Op> {
     let checks_before = app.check_runs();
-    let reloads_before = app.show_proc()?.master.reloads;
+    let reloads_before = app.try_show_proc()?.master.reloads;
     let args: Vec<&str> = if kind == "deliver" {
         vec!["deliver", version, "--json"]
     } else {
@@ -424,7 +426,7 @@ fn once(app: &AppEdge, kind: &'static str, version: &str) -> anyhow::Result<Op> 
             })
             .unwrap_or_default()
     };
-    let reloads_after = app.show_proc()?.master.reloads;
+    let reloads_after = app.try_show_proc()?.master.reloads;
     Ok(Op {
         kind,
         to: version.to_string(),

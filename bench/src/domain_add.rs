@@ -12,8 +12,10 @@ use serde_json::{json, Value};
 mod api;
 mod report;
 
+use testkit::Edge;
+
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
 use crate::stats::{ms, Summary};
 use crate::sys;
 use crate::{Ctx, Report};
@@ -262,7 +264,7 @@ fn measure(
     k: usize,
     backend: &str,
 ) -> anyhow::Result<Measured> {
-    let mut edge = Edge::init(hapctl, &format!("domain-add-{n}"))?;
+    let edge = new_edge(hapctl)?;
     let state = fixture::state(n, Servers::At(backend));
     let servers = state.domains.values().map(|b| b.servers().len()).sum();
     let t = Instant::now();
@@ -272,7 +274,7 @@ fn measure(
     edge.start()?;
     let start_ms = t.elapsed().as_secs_f64() * 1000.0;
     let load_state = edge.time_load_state(5)?;
-    let config_bytes = std::fs::metadata(&edge.settings.paths.config)
+    let config_bytes = std::fs::metadata(&edge.settings()?.paths.config)
         .map(|m| m.len() as usize)
         .unwrap_or(0);
 
@@ -330,8 +332,8 @@ fn measure(
 fn wait_for_backend(edge: &Edge, host: &str, bound: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + bound;
     loop {
-        let last = edge.get(host);
-        if matches!(&last, Ok((200, body)) if body == BODY) {
+        let last = edge.try_get(host, "/");
+        if matches!(&last, Ok(r) if r.status == 200 && r.body == BODY) {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -343,7 +345,7 @@ fn wait_for_backend(edge: &Edge, host: &str, bound: Duration) -> anyhow::Result<
 
 fn add_once(edge: &Edge, host: &str, backend: &str) -> anyhow::Result<Op> {
     let checks_before = edge.check_runs();
-    let reloads_before = edge.show_proc()?.master.reloads;
+    let reloads_before = edge.try_show_proc()?.master.reloads;
 
     let cmd = edge.command(&["domain", "add", host, "--server", backend, "--json"]);
     let spawned_unix_ms = unix_ms();
@@ -353,7 +355,7 @@ fn add_once(edge: &Edge, host: &str, backend: &str) -> anyhow::Result<Op> {
         POLL_EVERY,
         OP_TIMEOUT,
         &what,
-        || matches!(edge.get(host), Ok((200, body)) if body == BODY),
+        || matches!(edge.try_get(host, "/"), Ok(r) if r.status == 200 && r.body == BODY),
     )?;
     let (exit, stdout) = (run.exit, run.stdout);
     if !run.status.success() {
@@ -373,7 +375,7 @@ fn add_once(edge: &Edge, host: &str, backend: &str) -> anyhow::Result<Op> {
             report["outcome"]
         );
     }
-    let reloads_after = edge.show_proc()?.master.reloads;
+    let reloads_after = edge.try_show_proc()?.master.reloads;
     Ok(Op {
         host: host.to_string(),
         first_ok_ms: first_ok.as_secs_f64() * 1000.0,

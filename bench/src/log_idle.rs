@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::json;
+use testkit::daemon::{Daemon, Serve};
 
-use crate::daemon::Daemon;
-use crate::harness::Edge;
+use crate::harness::new_edge;
 use crate::{Ctx, Report, Table, Target};
 
 const WINDOW: Duration = Duration::from_secs(5);
@@ -26,28 +26,28 @@ const TARGET_SHARE: f64 = 0.1;
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
-    let mut edge = Edge::init(&hapctl, "log-idle")?;
+    let edge = new_edge(&hapctl)?;
     edge.start()?;
-    let master = edge.show_proc()?.master.pid;
+    let master = edge.try_show_proc()?.master.pid;
     eprintln!("log-idle: nobody takes the log ({WINDOW:?})…");
     let nobody = core_share(master)?;
     eprintln!("log-idle: hapctl serve takes it…");
-    let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(60)))?;
     let served = core_share(master)?;
     drop(daemon);
 
     let args = cmdline(master)?;
-    let config = edge.settings.paths.config.clone();
-    let unix = unix_ring_config(&std::fs::read_to_string(&config)?, edge.work_dir())?;
+    let config = edge.settings()?.paths.config.clone();
+    let unix = unix_ring_config(&std::fs::read_to_string(&config)?, edge.state_dir())?;
     edge.stop_haproxy();
-    let unix_config = edge.work_dir().join("unix-ring.cfg");
+    let unix_config = edge.path("unix-ring.cfg");
     std::fs::write(&unix_config, unix)?;
     eprintln!("log-idle: the ring sent to a unix socket nobody listens on…");
     let unix_share = with_master(
         &args,
         &config,
         &unix_config,
-        edge.settings.edge.http_bind.port(),
+        edge.settings()?.edge.http_bind.port(),
     )?;
 
     let mut table = Table::new(

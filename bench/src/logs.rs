@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::json;
+use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
+use testkit::Edge;
 
-use crate::daemon::Daemon;
 use crate::fixture::{self, Servers};
-use crate::harness::Edge;
+use crate::harness::{new_edge, BenchEdge};
 use crate::traffic::Client;
 use crate::{Ctx, Report, Table, Target};
 
@@ -58,18 +59,17 @@ impl Outcome {
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let backend = Backend::keep_alive("hapctl-bench logs\n")?;
-    let mut edge = Edge::init(&hapctl, "logs")?;
+    let edge = new_edge(&hapctl)?;
     // One file for the whole run (counting across rotations works too, this is simpler).
-    let toml = edge.state_dir.join("hapctl.toml");
+    let toml = edge.path("hapctl.toml");
     let text = std::fs::read_to_string(&toml)?;
     std::fs::write(
         &toml,
         text.replacen("max_size = \"100MiB\"", "max_size = \"8GiB\"", 1),
     )?;
-    edge.reload_settings()?;
     edge.load(&fixture::state(10, Servers::At(&backend.addr())))?;
     edge.start()?;
-    let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(60)))?;
     let routed = fixture::domain(0).to_string();
     let phases = [
         Phase {
@@ -133,7 +133,7 @@ fn run_phase(edge: &Edge, phase: &Phase) -> anyhow::Result<Outcome> {
     }
     let secs = started.elapsed().as_secs_f64();
     let logged = settled_count(
-        &edge.settings.logs.file,
+        &edge.settings()?.logs.file,
         &format!("/logs/{}/", phase.name),
         answered,
     )?;

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::clock::unix_millis;
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
 
 use crate::api::Api;
-use crate::daemon::Daemon;
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
 use crate::stats::ms;
 use crate::{Ctx, Report};
 use mix::{Kind, Mix, Request};
@@ -115,12 +116,12 @@ fn measure(
     a: &str,
     b: &str,
 ) -> anyhow::Result<Run> {
-    let mut edge = Edge::init(hapctl, &format!("mixed-changes-{n}"))?;
+    let edge = new_edge(hapctl)?;
     edge.load(&fixture::state(n, Servers::At(a)))?;
     edge.start()?;
-    let daemon = Daemon::start(&edge, Duration::from_secs(300))?;
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(300)))?;
     let s = Served { daemon, edge };
-    let api = &s.daemon.api;
+    let api = &Api::of(&s.daemon);
     let mut mix = Mix::new(n, a, b);
     if mix.domains() == 0 {
         bail!("no exact fixture domain with a slot profile at {n} domains");
@@ -129,7 +130,7 @@ fn measure(
         eprintln!("  (old workers still draining after {SETTLE:?}; measuring anyway)");
     }
     let metrics_before = reload_metrics(api)?;
-    let master_before = s.edge.show_proc()?.master.reloads;
+    let master_before = s.edge.try_show_proc()?.master.reloads;
     let t0 = Instant::now();
     let mut changes = Vec::with_capacity(count);
     for i in 0..count {
@@ -156,7 +157,7 @@ fn measure(
     }
     let wall_s = t0.elapsed().as_secs_f64();
     s.edge.wait_old_workers_gone(SETTLE)?;
-    let master_total = s.edge.show_proc()?.master.reloads as i64 - master_before as i64;
+    let master_total = s.edge.try_show_proc()?.master.reloads as i64 - master_before as i64;
     let after = reload_metrics(api)?;
     let metrics = after
         .iter()
@@ -174,8 +175,8 @@ fn measure(
 
 /// Sends one change and counts what it made HAProxy do.
 fn send(s: &Served, req: &Request) -> anyhow::Result<Change> {
-    let api = &s.daemon.api;
-    let reloads_before = s.edge.show_proc()?.master.reloads;
+    let api = &Api::of(&s.daemon);
+    let reloads_before = s.edge.try_show_proc()?.master.reloads;
     let checks_before = s.edge.check_runs();
     let sent_ms = unix_millis();
     let t = Instant::now();
@@ -184,7 +185,7 @@ fn send(s: &Served, req: &Request) -> anyhow::Result<Change> {
     if !(200..300).contains(&answer.status) {
         bail!("{} {}: {}", req.method, req.path, answer.describe());
     }
-    let master_reloads = s.edge.show_proc()?.master.reloads as i64 - reloads_before as i64;
+    let master_reloads = s.edge.try_show_proc()?.master.reloads as i64 - reloads_before as i64;
     let apply = &answer.json()["apply"];
     let has_report = apply.is_object();
     if has_report && apply["outcome"] != "applied" {

@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::model::{Block, Note};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
 
-use crate::daemon::{mib, Daemon, Memory};
+use crate::api::Api;
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
+use crate::memory::{mib, DaemonProcess, Memory};
 use crate::{Ctx, Report, Table, Target};
 
 const BODY: &str = "hapctl-bench backend\n";
@@ -125,7 +128,7 @@ fn measure_variant(
         "rss: {domains} domains, {} blocked entries ({label})…",
         blocks + fixture::BLOCKS
     );
-    let mut edge = Edge::init(hapctl, "rss")?;
+    let edge = new_edge(hapctl)?;
     let state = fixture::state(domains, Servers::At(addr));
     edge.load(&state)?;
     let extra: Vec<_> = (0..blocks).map(block).collect();
@@ -140,7 +143,11 @@ fn measure_variant(
     let t = Instant::now();
     edge.start()?;
     let haproxy_start_ms = t.elapsed().as_secs_f64() * 1000.0;
-    let daemon = Daemon::start_with_env(&edge, Duration::from_secs(300), env)?;
+    let serve = Serve {
+        env,
+        ..Serve::within(Duration::from_secs(300))
+    };
+    let daemon = Daemon::try_start(&edge, &serve)?;
     let s = Served {
         daemon,
         _edge: edge,
@@ -334,12 +341,12 @@ fn rest_rounds(hapctl: &Path, baseline: Option<&Path>, addr: &str) -> anyhow::Re
 
 /// The daemon of a `REST_DOMAINS`-domain edge, read at each of `REST_AFTER` with nothing asked.
 fn at_rest(hapctl: &Path, label: &'static str, addr: &str) -> anyhow::Result<Run> {
-    let mut edge = Edge::init(hapctl, "rss-rest")?;
+    let edge = new_edge(hapctl)?;
     edge.load(&fixture::state(REST_DOMAINS, Servers::At(addr)))?;
     let t = Instant::now();
     edge.start()?;
     let haproxy_start_ms = t.elapsed().as_secs_f64() * 1000.0;
-    let daemon = Daemon::start(&edge, Duration::from_secs(300))?;
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(300)))?;
     let answered = Instant::now();
     let s = Served {
         daemon,
@@ -411,7 +418,7 @@ fn rest_target(rest: &[Run]) -> Target {
 /// The brief's requests (GET /v1/domains, a PUT, a block), then a few more, reading the memory
 /// after each.
 fn exercise(s: &Served, addr: &str) -> anyhow::Result<Vec<Reading>> {
-    let api = &s.daemon.api;
+    let api = &Api::of(&s.daemon);
     let mut out = vec![Reading {
         step: "started (/health 200)".into(),
         ms: 0.0,
@@ -486,7 +493,7 @@ struct Sizes {
 }
 
 fn live_sizes(edge: &Edge) -> anyhow::Result<Sizes> {
-    let paths = &edge.settings.paths;
+    let paths = &edge.settings()?.paths;
     let store = hapctl::store::Store::open(&paths.database, &paths.blocks_database)?;
     let base = heap_in_use();
     let state = store.load_state()?;

@@ -11,15 +11,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::clock::unix_millis;
 use hapctl::render::{render, Templates};
+use hapctl::settings::Settings;
 use hapctl::store::Store;
 use serde_json::{json, Value};
 
 mod job;
 mod report;
 
-use crate::daemon::Daemon;
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
+
 use crate::fixture::{self, Servers};
-use crate::harness::{Edge, HttpBackend};
+use crate::harness::{new_edge, BenchEdge, HttpBackend};
 use crate::stats::{bytes, ms, Summary};
 use crate::{Ctx, Report, Table};
 use job::Job;
@@ -275,15 +278,71 @@ fn measure(
     a: &str,
     b: &str,
 ) -> anyhow::Result<(Vec<String>, Vec<Group>, Value)> {
-    let mut edge = Edge::init(hapctl, &format!("server-change-{n}"))?;
+    let (s, size) = serve(hapctl, n, a, b)?;
+    // The fixture's servers carry `nocheck`.
+    let mut current = set(false, B::Absent);
+    let mut groups = Vec::new();
+    for series in &SERIES {
+        for via in [Via::Cli, Via::Api] {
+            current = run_series(ctx, &s, n, series, via, current, &mut groups)?;
+        }
+    }
+    let checks: Vec<f64> = (0..RAW_RUNS)
+        .map(|_| s.edge.time_haproxy_check())
+        .collect::<anyhow::Result<_>>()?;
+    let raw_check = Summary::of(&checks).expect("RAW_RUNS > 0");
+    Ok((size.row(n, &raw_check), groups, size.json(n, &raw_check)))
+    // `s` drops here: the daemon stopped, then HAProxy, the temp dir removed.
+}
+
+/// What one size's edge took to come up.
+struct SizeSetup {
+    servers: usize,
+    config_bytes: u64,
+    start_ms: f64,
+    daemon_ms: f64,
+}
+
+impl SizeSetup {
+    fn row(&self, n: usize, raw_check: &Summary) -> Vec<String> {
+        vec![
+            n.to_string(),
+            self.servers.to_string(),
+            bytes(self.config_bytes as usize),
+            format!("{:.0}", self.start_ms),
+            format!("{:.0}", self.daemon_ms),
+            ms(raw_check.median),
+        ]
+    }
+
+    fn json(&self, n: usize, raw_check: &Summary) -> Value {
+        json!({
+            "domains": n,
+            "servers": self.servers,
+            "haproxy_cfg_bytes": self.config_bytes,
+            "haproxy_start_ms": self.start_ms,
+            "daemon_start_ms": self.daemon_ms,
+            "haproxy_check_alone_ms": raw_check.to_json(),
+        })
+    }
+}
+
+/// An edge with `n` fixture domains on server A, HAProxy and the daemon started.
+fn serve(
+    hapctl: &std::path::Path,
+    n: usize,
+    a: &str,
+    b: &str,
+) -> anyhow::Result<(Served, SizeSetup)> {
+    let edge = new_edge(hapctl)?;
     let state = fixture::state(n, Servers::At(a));
     let servers: usize = state.domains.values().map(|b| b.servers().len()).sum();
     edge.load(&state)?;
     let t = Instant::now();
     edge.start()?;
     let start_ms = t.elapsed().as_secs_f64() * 1000.0;
-    let config_bytes = std::fs::metadata(&edge.settings.paths.config).map_or(0, |m| m.len());
-    let daemon = Daemon::start(&edge, Duration::from_secs(300))?;
+    let config_bytes = std::fs::metadata(&edge.settings()?.paths.config).map_or(0, |m| m.len());
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(300)))?;
     let daemon_ms = daemon.startup.as_secs_f64() * 1000.0;
     let s = Served {
         alone: Alone::open(&edge)?,
@@ -300,82 +359,75 @@ fn measure(
     {
         bail!("fixture domain {DOMAIN_INDEX} must have exactly one server (A)");
     }
-    // The fixture's servers carry `nocheck`.
-    let mut current = set(false, B::Absent);
-    let mut groups = Vec::new();
-    for series in &SERIES {
-        for via in [Via::Cli, Via::Api] {
-            if current != series.start.1 {
-                s.edge.settle(SETTLE)?;
-                let t0 = Instant::now();
-                Job::start(&s, via, series.start.1, t0)?.finish(t0)?;
-                current = series.start.1;
-            }
-            let k = runs_for(ctx, series.path, n);
-            let mut ops: Vec<Op> = Vec::with_capacity(k);
-            for i in 0..k {
-                let (change, to) = if i % 2 == 0 {
-                    series.other
-                } else {
-                    series.start
-                };
-                let op = change_once(&s, via, current, to, change)?;
-                current = to;
-                eprintln!(
-                    "  {} {} {change}: in effect after {} ms, done {} ms (apply {} ms), haproxy -c {} (+{} after), reloads {}",
-                    series.path,
-                    via.name(),
-                    ms(op.effect_ms),
-                    ms(op.ended_ms),
-                    ms(op.apply_ms),
-                    op.report_checks,
-                    op.after_checks(),
-                    op.reloads
-                );
-                ops.push(op);
-            }
-            for name in [series.other.0, series.start.0] {
-                groups.push(Group {
-                    domains: n,
-                    path: series.path,
-                    via,
-                    change: name,
-                    ops: Vec::new(),
-                });
-            }
-            let len = groups.len();
-            for op in ops {
-                let g = if op.change == series.other.0 {
-                    len - 2
-                } else {
-                    len - 1
-                };
-                groups[g].ops.push(op);
-            }
-        }
+    let size = SizeSetup {
+        servers,
+        config_bytes,
+        start_ms,
+        daemon_ms,
+    };
+    Ok((s, size))
+}
+
+/// One series through one interface: its start set first (if not there), then changes
+/// alternating between its two sets, each op added to its change's group. Returns the set
+/// the domain is left in.
+fn run_series(
+    ctx: &Ctx,
+    s: &Served,
+    n: usize,
+    series: &Series,
+    via: Via,
+    mut current: Set,
+    groups: &mut Vec<Group>,
+) -> anyhow::Result<Set> {
+    if current != series.start.1 {
+        s.edge.settle(SETTLE)?;
+        let t0 = Instant::now();
+        Job::start(s, via, series.start.1, t0)?.finish(t0)?;
+        current = series.start.1;
     }
-    let checks: Vec<f64> = (0..RAW_RUNS)
-        .map(|_| s.edge.time_haproxy_check())
-        .collect::<anyhow::Result<_>>()?;
-    let raw_check = Summary::of(&checks).expect("RAW_RUNS > 0");
-    let row = vec![
-        n.to_string(),
-        servers.to_string(),
-        bytes(config_bytes as usize),
-        format!("{start_ms:.0}"),
-        format!("{daemon_ms:.0}"),
-        ms(raw_check.median),
-    ];
-    let extra = json!({
-        "domains": n,
-        "servers": servers,
-        "haproxy_cfg_bytes": config_bytes,
-        "haproxy_start_ms": start_ms,
-        "daemon_start_ms": daemon_ms,
-        "haproxy_check_alone_ms": raw_check.to_json(),
-    });
-    Ok((row, groups, extra))
-    // `s` drops here: the daemon stopped, then HAProxy, the temp dir removed.
+    let k = runs_for(ctx, series.path, n);
+    let mut ops: Vec<Op> = Vec::with_capacity(k);
+    for i in 0..k {
+        let (change, to) = if i % 2 == 0 {
+            series.other
+        } else {
+            series.start
+        };
+        let op = change_once(s, via, current, to, change)?;
+        current = to;
+        eprintln!(
+            "  {} {} {change}: in effect after {} ms, done {} ms (apply {} ms), haproxy -c {} (+{} after), reloads {}",
+            series.path,
+            via.name(),
+            ms(op.effect_ms),
+            ms(op.ended_ms),
+            ms(op.apply_ms),
+            op.report_checks,
+            op.after_checks(),
+            op.reloads
+        );
+        ops.push(op);
+    }
+    for name in [series.other.0, series.start.0] {
+        groups.push(Group {
+            domains: n,
+            path: series.path,
+            via,
+            change: name,
+            ops: Vec::new(),
+        });
+    }
+    let len = groups.len();
+    for op in ops {
+        let g = if op.change == series.other.0 {
+            len - 2
+        } else {
+            len - 1
+        };
+        groups[g].ops.push(op);
+    }
+    Ok(current)
 }
 
 /// hapctl's two big in-process steps, timed alone on the edge's database after each change
@@ -383,48 +435,51 @@ fn measure(
 struct Alone {
     store: Store,
     templates: Templates,
+    settings: Settings,
 }
 
 impl Alone {
     fn open(edge: &Edge) -> anyhow::Result<Alone> {
-        let paths = &edge.settings.paths;
+        let settings = edge.settings()?;
+        let paths = &settings.paths;
         Ok(Alone {
             store: Store::open(&paths.database, &paths.blocks_database)?,
-            templates: Templates::load(edge.settings.render.templates_dir.as_deref())?,
+            templates: Templates::load(settings.render.templates_dir.as_deref())?,
+            settings,
         })
     }
 
     /// One `Store::load_state` and one `render` of what it loaded, in ms.
-    fn time(&self, edge: &Edge) -> anyhow::Result<(f64, f64)> {
+    fn time(&self) -> anyhow::Result<(f64, f64)> {
         let t = Instant::now();
         let state = self.store.load_state()?;
         let load_ms = t.elapsed().as_secs_f64() * 1000.0;
         let t = Instant::now();
-        std::hint::black_box(render(&state, &edge.settings, &self.templates)?);
+        std::hint::black_box(render(&state, &self.settings, &self.templates)?);
         Ok((load_ms, t.elapsed().as_secs_f64() * 1000.0))
     }
 }
 
-/// Makes one change and watches the domain from the request on: a fresh connection every
-/// ~2 ms until the change shows (and, when B's traffic ends, until the tail shows no B).
-fn change_once(
+/// What the probes saw of one change.
+struct Watch {
+    /// When the job ended, as the probe loop saw it.
+    ended: Option<Duration>,
+    /// B's latest answer (its first ends an add), with the wrapper's count then.
+    b_seen: Option<(Duration, usize)>,
+    probes: u32,
+    failed_probes: u32,
+    slowest: Duration,
+}
+
+/// Probes the domain every `POLL_EVERY` from `t0` until the change is in effect: B answers
+/// (`want_b`), or A has answered `TAIL_ANSWERS` times and `TAIL_MIN` since the job ended.
+fn watch(
     s: &Served,
-    via: Via,
-    from: Set,
-    to: Set,
-    change: &'static str,
-) -> anyhow::Result<Op> {
-    let want_b = to.b_serves();
-    if want_b == from.b_serves() {
-        bail!("{change}: B serves before and after; nothing to observe");
-    }
-    s.edge.settle(SETTLE)?;
-    let checks_before = s.edge.check_runs();
-    let reloads_before = s.edge.show_proc()?.master.reloads;
-    let sent_unix_ms = unix_millis() as f64;
-    let t0 = Instant::now();
-    let mut job = Job::start(s, via, to, t0)?;
-    // B's latest answer so far (its first ends an add), with the wrapper's count then.
+    job: &mut Job,
+    t0: Instant,
+    want_b: bool,
+    (via, change): (Via, &str),
+) -> anyhow::Result<Watch> {
     let (mut ended, mut b_seen, mut since_b) = (None, None, 0u32);
     let (mut probes, mut failed_probes, mut slowest) = (0u32, 0u32, Duration::ZERO);
     let mut next = t0;
@@ -433,16 +488,16 @@ fn change_once(
             ended = Some(t0.elapsed());
         }
         let sent = t0.elapsed();
-        let answer = s.edge.get(&s.host);
+        let answer = s.edge.try_get(&s.host, "/");
         let at = t0.elapsed();
         slowest = slowest.max(at - sent);
         probes += 1;
         match answer {
-            Ok((200, body)) if body == BODY_B => {
+            Ok(r) if r.status == 200 && r.body == BODY_B => {
                 since_b = 0;
                 b_seen = Some((at, s.edge.check_runs()));
             }
-            Ok((200, body)) if body == BODY_A => since_b += 1,
+            Ok(r) if r.status == 200 && r.body == BODY_A => since_b += 1,
             _ => failed_probes += 1,
         }
         let done = match (want_b, ended) {
@@ -464,6 +519,41 @@ fn change_once(
         next = next.max(now);
         thread::sleep(next - now);
     }
+    Ok(Watch {
+        ended,
+        b_seen,
+        probes,
+        failed_probes,
+        slowest,
+    })
+}
+
+/// Makes one change and watches the domain from the request on: a fresh connection every
+/// ~2 ms until the change shows (and, when B's traffic ends, until the tail shows no B).
+fn change_once(
+    s: &Served,
+    via: Via,
+    from: Set,
+    to: Set,
+    change: &'static str,
+) -> anyhow::Result<Op> {
+    let want_b = to.b_serves();
+    if want_b == from.b_serves() {
+        bail!("{change}: B serves before and after; nothing to observe");
+    }
+    s.edge.settle(SETTLE)?;
+    let checks_before = s.edge.check_runs();
+    let reloads_before = s.edge.try_show_proc()?.master.reloads;
+    let sent_unix_ms = unix_millis() as f64;
+    let t0 = Instant::now();
+    let mut job = Job::start(s, via, to, t0)?;
+    let Watch {
+        ended,
+        b_seen,
+        probes,
+        failed_probes,
+        slowest,
+    } = watch(s, &mut job, t0, want_b, (via, change))?;
     let (effect, checks_then) = b_seen.context("B never answered during the change")?;
     let (report, end) = job.finish(t0)?;
     // The CLI's exit as the probe loop saw it is closer than the wait after the loop.
@@ -472,7 +562,7 @@ fn change_once(
         _ => end,
     };
     s.edge.settle(SETTLE)?;
-    let (load_state_ms, render_ms) = s.alone.time(&s.edge)?;
+    let (load_state_ms, render_ms) = s.alone.time()?;
     Ok(Op {
         change,
         effect_ms: effect.as_secs_f64() * 1000.0,
@@ -487,7 +577,7 @@ fn change_once(
         steps: report["steps"].clone(),
         checks_total: s.edge.check_runs() - checks_before,
         checks_at_effect: checks_then - checks_before,
-        reloads: s.edge.show_proc()?.master.reloads as i64 - reloads_before as i64,
+        reloads: s.edge.try_show_proc()?.master.reloads as i64 - reloads_before as i64,
         report_checks: report["checks"].as_i64().unwrap_or(-1),
         report_reloads: report["reloads"].as_i64().unwrap_or(-1),
         probes,

@@ -10,7 +10,7 @@
 //! agent's memory idle after loading the rules and its peak after the rounds. Mode changes are
 //! `hapctl waf policy` runs: runtime map changes, counted to make sure none reloads.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hapctl::waf::metrics::{CountersSnapshot, LATENCY_BUCKETS_US};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
+use testkit::Edge;
 
-use crate::daemon::{mib, Daemon, Memory};
 use crate::fixture::{self, Servers};
-use crate::harness::Edge;
+use crate::harness::{new_edge, BenchEdge};
+use crate::memory::{mib, DaemonProcess, Memory};
 use crate::stats::{ms, percentile, Summary};
 use crate::traffic::{cpu_secs, Client};
 use crate::{Ctx, Report, Table};
@@ -55,6 +57,18 @@ struct Round {
 }
 
 impl Round {
+    /// What the agent counted between two snapshots of its state file.
+    fn count_agent(&mut self, before: &CountersSnapshot, after: &CountersSnapshot) {
+        self.inspected = after.inspected - before.inspected;
+        self.agent_sum_us = after.latency_sum_us - before.latency_sum_us;
+        self.agent_buckets = after
+            .latency_buckets
+            .iter()
+            .zip(&before.latency_buckets)
+            .map(|(a, b)| a - b)
+            .collect();
+    }
+
     fn per_s(&self) -> f64 {
         self.ok as f64 / self.secs
     }
@@ -89,6 +103,44 @@ struct Setup {
 }
 
 impl Setup {
+    /// An edge with the WAF agent on a free port and 10 fixture domains, HAProxy and the
+    /// daemon (which starts the agent) running.
+    fn start(hapctl: &Path) -> anyhow::Result<Setup> {
+        let backend = Backend::keep_alive(BODY)?;
+        let edge = new_edge(hapctl)?;
+        let settings = edge.path("hapctl.toml");
+        let agent_port = testkit::free_port();
+        let mut text = std::fs::read_to_string(&settings)?;
+        text += &format!("\n[waf]\nlisten = \"127.0.0.1:{agent_port}\"\n");
+        std::fs::write(&settings, text)?;
+        edge.load(&fixture::state(10, Servers::At(&backend.addr())))?;
+        edge.start()?;
+        let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(60)))?;
+        let state_file = hapctl::waf::state_file(&edge.settings()?.paths.run_dir);
+        Ok(Setup {
+            daemon,
+            edge,
+            _backend: backend,
+            state_file,
+        })
+    }
+
+    /// Block mode on `host`, then waits (bounded) until the edge blocks an SQL injection.
+    fn wait_blocking(&self, host: &str) -> anyhow::Result<()> {
+        self.set_mode(host, "block")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Client::connect(self.edge.port, host, ATTACK, "")?.get()? != 403 {
+            if Instant::now() > deadline {
+                bail!(
+                    "the edge does not block an SQL injection with the WAF on: {}",
+                    self.daemon.log_tail()
+                );
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
     /// The agent's state file once it was rewritten after `since` (it is, every second).
     fn snapshot_after(&self, since: u64) -> anyhow::Result<CountersSnapshot> {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -110,31 +162,13 @@ impl Setup {
     }
 
     fn set_mode(&self, host: &str, mode: &str) -> anyhow::Result<()> {
-        self.edge.ok(&["waf", "policy", host, "--mode", mode])?;
+        self.edge.try_ok(&["waf", "policy", host, "--mode", mode])?;
         Ok(())
     }
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
-    let hapctl = ctx.hapctl_bin()?;
-    let backend = Backend::keep_alive(BODY)?;
-    let mut edge = Edge::init(&hapctl, "waf")?;
-    let settings = edge.state_dir.join("hapctl.toml");
-    let agent_port = testkit::free_port();
-    let mut text = std::fs::read_to_string(&settings)?;
-    text += &format!("\n[waf]\nlisten = \"127.0.0.1:{agent_port}\"\n");
-    std::fs::write(&settings, text)?;
-    edge.reload_settings()?;
-    edge.load(&fixture::state(10, Servers::At(&backend.addr())))?;
-    edge.start()?;
-    let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
-    let state_file = hapctl::waf::state_file(&edge.settings.paths.run_dir);
-    let s = Setup {
-        daemon,
-        edge,
-        _backend: backend,
-        state_file,
-    };
+    let s = Setup::start(&ctx.hapctl_bin()?)?;
     let host = fixture::domain(0).to_string();
 
     // The agent up, and HAProxy using it (its health check takes it in within a second).
@@ -142,19 +176,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         .fresh_snapshot()
         .context("the agent (started by hapctl serve)")?;
     let idle = Memory::of(first.pid as i32)?;
-    s.set_mode(&host, "block")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Client::connect(s.edge.port, &host, ATTACK, "")?.get()? != 403 {
-        if Instant::now() > deadline {
-            bail!(
-                "the edge does not block an SQL injection with the WAF on: {}",
-                s.daemon.log_tail()
-            );
-        }
-        thread::sleep(Duration::from_millis(200));
-    }
-    let haproxy: Vec<i32> = s.edge.show_proc()?.workers.iter().map(|w| w.pid).collect();
-    let reloads0 = s.edge.show_proc()?.master.reloads;
+    s.wait_blocking(&host)?;
+    let haproxy: Vec<i32> = s
+        .edge
+        .try_show_proc()?
+        .workers
+        .iter()
+        .map(|w| w.pid)
+        .collect();
+    let reloads0 = s.edge.try_show_proc()?.master.reloads;
 
     eprintln!("waf: {ROUNDS} x 3 rounds of {MEASURE:?}, {CLIENTS} clients, off/detect/block…");
     let mut rounds = Vec::new();
@@ -175,7 +205,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         first.pid as i32,
         &haproxy,
     )?);
-    let reloads = s.edge.show_proc()?.master.reloads as i64 - reloads0 as i64;
+    let reloads = s.edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64;
     let last = s.fresh_snapshot()?;
     if last.pid != first.pid {
         bail!(
@@ -188,19 +218,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 
     let mut report = Report::default();
     report_rounds(&mut report, &rounds);
-    let mut t = Table::new(
-        "The agent's memory (/proc/PID/status)",
-        &["when", "RSS", "peak (VmHWM)", "threads"],
-    );
-    for (when, m) in [("idle, rules loaded", idle), ("after the rounds", peak)] {
-        t.row(vec![
-            when.into(),
-            mib(m.rss_kb),
-            mib(m.hwm_kb),
-            m.threads.to_string(),
-        ]);
-    }
-    report.tables.push(t);
+    report.tables.push(memory_table(idle, peak));
     report.notes.push(format!(
         "{} mode changes (hapctl waf policy, runtime map changes): {reloads} reloads of HAProxy; agent {}, {} requests inspected in all",
         rounds.len() + 1,
@@ -214,6 +232,52 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         "reloads": reloads,
     });
     Ok(report)
+}
+
+/// One client's closed loop from the barrier to `to`: answers as wanted, not, and the
+/// latencies of those sent from `from` on.
+fn closed_loop(
+    mut c: Client,
+    barrier: Arc<Barrier>,
+    (from, to): (Instant, Instant),
+    want: u16,
+) -> thread::JoinHandle<anyhow::Result<(u64, u64, Vec<f64>)>> {
+    thread::spawn(move || {
+        barrier.wait();
+        let (mut ok, mut not_ok, mut lat) = (0, 0, Vec::new());
+        loop {
+            let t0 = Instant::now();
+            let status = c.get()?;
+            let now = Instant::now();
+            if now >= to {
+                return Ok((ok, not_ok, lat));
+            }
+            if t0 >= from {
+                lat.push((now - t0).as_secs_f64() * 1000.0);
+                if status == want {
+                    ok += 1;
+                } else {
+                    not_ok += 1;
+                }
+            }
+        }
+    })
+}
+
+fn memory_table(idle: Memory, peak: Memory) -> Table {
+    let mut t = Table::new(
+        "The agent's memory (/proc/PID/status)",
+        &["when", "RSS", "peak (VmHWM)", "threads"],
+    );
+    for (when, m) in [("idle, rules loaded", idle), ("after the rounds", peak)] {
+        t.row(vec![
+            when.into(),
+            mib(m.rss_kb),
+            mib(m.hwm_kb),
+            m.threads.to_string(),
+        ]);
+    }
+    t
 }
 
 /// `CLIENTS` kept-alive clients in a closed loop for `WARMUP` and then `MEASURE`, every
@@ -238,32 +302,10 @@ fn round(
     let barrier = Arc::new(Barrier::new(CLIENTS + 1));
     let from = Instant::now() + WARMUP;
     let to = from + MEASURE;
-    let mut threads = Vec::new();
-    for mut c in clients {
-        let barrier = barrier.clone();
-        threads.push(thread::spawn(
-            move || -> anyhow::Result<(u64, u64, Vec<f64>)> {
-                barrier.wait();
-                let (mut ok, mut not_ok, mut lat) = (0, 0, Vec::new());
-                loop {
-                    let t0 = Instant::now();
-                    let status = c.get()?;
-                    let now = Instant::now();
-                    if now >= to {
-                        return Ok((ok, not_ok, lat));
-                    }
-                    if t0 >= from {
-                        lat.push((now - t0).as_secs_f64() * 1000.0);
-                        if status == want {
-                            ok += 1;
-                        } else {
-                            not_ok += 1;
-                        }
-                    }
-                }
-            },
-        ));
-    }
+    let threads: Vec<_> = clients
+        .into_iter()
+        .map(|c| closed_loop(c, barrier.clone(), (from, to), want))
+        .collect();
     barrier.wait();
     thread::sleep(from.saturating_duration_since(Instant::now()));
     let cpu = || {
@@ -300,14 +342,7 @@ fn round(
         r.latencies_ms.extend(lat);
     }
     let after = s.snapshot_after(hapctl::clock::unix_now().max(0) as u64)?;
-    r.inspected = after.inspected - before.inspected;
-    r.agent_sum_us = after.latency_sum_us - before.latency_sum_us;
-    r.agent_buckets = after
-        .latency_buckets
-        .iter()
-        .zip(&before.latency_buckets)
-        .map(|(a, b)| a - b)
-        .collect();
+    r.count_agent(&before, &after);
     if mode == "off" && r.inspected > 0 {
         bail!("WAF off, yet the agent inspected {} requests", r.inspected);
     }

@@ -48,6 +48,17 @@ pub fn http_get(
     http_send(source, "GET", port, host, path, headers)
 }
 
+/// [`http_get`], saying why there is no answer (refused, reset, timeout) instead of panicking.
+pub fn try_http_get(
+    source: Option<Ipv4Addr>,
+    port: u16,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Response, String> {
+    try_http_send(source, "GET", port, host, path, headers)
+}
+
 /// [`http_get`] with another method (a body-less request: send `Content-Length: 0` for POST).
 pub fn http_send(
     source: Option<Ipv4Addr>,
@@ -57,19 +68,30 @@ pub fn http_send(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Response {
-    let stream = http::connect(source, port).expect("connect to the edge");
+    try_http_send(source, method, port, host, path, headers)
+        .unwrap_or_else(|e| panic!("{method} {path} on {host}: {e}"))
+}
+
+fn try_http_send(
+    source: Option<Ipv4Addr>,
+    method: &str,
+    port: u16,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Response, String> {
+    let stream = http::connect(source, port).map_err(|e| format!("connect to the edge: {e}"))?;
     let raw = http::raw_request(method, path, host, headers, None);
     // Longer than a tarpit at its default length (10 s), which some tests wait out for its 429.
-    let answer = http::exchange(stream, &raw, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{method} {path} on {host}: {e}"));
+    let answer = http::exchange(stream, &raw, Duration::from_secs(30))?;
     let head = answer.head.to_lowercase();
     let seen_real_ip = answer.header("x-seen-real-ip").unwrap_or("").to_string();
-    Response {
+    Ok(Response {
         status: answer.status,
         body: answer.text(),
         seen_real_ip,
         head,
-    }
+    })
 }
 
 /// A TCP connection to the edge's port on 127.0.0.1 from `source` (a request left open).

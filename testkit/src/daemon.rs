@@ -8,6 +8,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use hapctl::haproxy::{CliSocket, RuntimeMap};
 use serde_json::Value;
 
@@ -213,12 +214,37 @@ impl ApiClient {
     }
 }
 
+/// How `hapctl serve` is started: extra arguments, extra environment, and how long it may
+/// take to answer `/health`.
+#[derive(Debug, Clone, Copy)]
+pub struct Serve<'a> {
+    /// More arguments for `serve` (e.g. `--no-auth`).
+    pub args: &'a [&'a str],
+    /// Environment for the daemon alone, over the edge's.
+    pub env: &'a [(&'a str, &'a str)],
+    pub bound: Duration,
+}
+
+impl Serve<'static> {
+    /// No extra argument or environment; `/health` within `bound`.
+    pub fn within(bound: Duration) -> Serve<'static> {
+        Serve {
+            args: &[],
+            env: &[],
+            bound,
+        }
+    }
+}
+
 /// `hapctl serve` running against an [`Edge`]'s state dir, as a child of the test. Stopped on
 /// drop (SIGTERM, then SIGKILL). Declare it after the `Edge` so it is dropped first.
 pub struct Daemon {
     child: Option<Child>,
     pub client: ApiClient,
     pub log: PathBuf,
+    /// From spawn to the first `GET /health` answering 200 (zero until then).
+    pub startup: Duration,
+    spawned: Instant,
 }
 
 impl std::ops::Deref for Daemon {
@@ -235,44 +261,64 @@ impl Daemon {
     }
 
     /// [`Daemon::start`] with more arguments for `serve` (e.g. `--no-auth`).
+    pub fn start_with(edge: &Edge, extra: &[&str]) -> Daemon {
+        let serve = Serve {
+            args: extra,
+            ..Serve::within(Duration::from_secs(30))
+        };
+        Daemon::try_start(edge, &serve).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// Starts `serve` on a free loopback port and waits until `GET /health` answers 200.
     /// A port another test took between `free_port`'s probe and this bind (each test is its
     /// own process, so their probes do not know of each other) is tried again on a new one.
-    pub fn start_with(edge: &Edge, extra: &[&str]) -> Daemon {
+    pub fn try_start(edge: &Edge, serve: &Serve) -> anyhow::Result<Daemon> {
         let mut tries = 0;
         loop {
             tries += 1;
-            let mut daemon = Daemon::spawn(edge, free_port(), extra);
-            match daemon.healthy_within(Duration::from_secs(30)) {
-                Ok(()) => return daemon,
+            let mut daemon = Daemon::try_spawn(edge, free_port(), serve.args, serve.env)?;
+            match daemon.healthy_within(serve.bound) {
+                Ok(()) => return Ok(daemon),
                 Err(why) if tries < 5 && why.contains("Address already in use") => {}
-                Err(why) => panic!("{why}"),
+                Err(why) => anyhow::bail!("{why}"),
             }
         }
     }
 
     /// Starts `serve --listen 127.0.0.1:port` without waiting.
     pub fn spawn(edge: &Edge, port: u16, extra: &[&str]) -> Daemon {
+        Daemon::try_spawn(edge, port, extra, &[]).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    fn try_spawn(
+        edge: &Edge,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Daemon> {
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["serve", "--listen", &listen];
         args.extend_from_slice(extra);
         let log = edge.path(&format!("serve-{port}.log"));
-        let out = File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = edge
-            .command(&args)
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn hapctl serve");
+        let out = File::create(&log)?;
+        let err = out.try_clone()?;
         let token = std::fs::read_to_string(edge.path("api-token"))
-            .expect("the API token file written by hapctl init")
+            .context("the API token file written by hapctl init")?
             .trim()
             .to_string();
-        Daemon {
+        let mut cmd = edge.command(&args);
+        cmd.envs(env.iter().copied())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        let spawned = Instant::now();
+        let child = cmd.spawn().context("spawn hapctl serve")?;
+        Ok(Daemon {
             child: Some(child),
             client: ApiClient { port, token },
             log,
-        }
+            startup: Duration::ZERO,
+            spawned,
+        })
     }
 
     /// Polls `GET /health` (no token) until it answers 200.
@@ -302,7 +348,10 @@ impl Daemon {
                 None,
                 Duration::from_secs(5),
             ) {
-                Ok(r) if r.status == 200 => return Ok(()),
+                Ok(r) if r.status == 200 => {
+                    self.startup = self.spawned.elapsed();
+                    return Ok(());
+                }
                 Ok(r) => format!("{} {}", r.status, r.text),
                 Err(e) => e,
             };
@@ -321,7 +370,12 @@ impl Daemon {
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("the daemon runs").id() as i32
+        self.running_pid().expect("the daemon runs")
+    }
+
+    /// The daemon's PID while it runs (not yet reaped).
+    pub fn running_pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
     }
 
     pub fn signal(&self, signal: i32) {

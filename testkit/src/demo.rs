@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
 
@@ -65,34 +65,48 @@ impl Stream {
     }
 }
 
-/// An edge with app `shop` (exec runner around demo-app, backend `applicatif`, server
-/// `courante`) routed from `host`, and `first` delivered. Versions containing `never` never
-/// become ready. Unlike [`Edge`] alone, dropping it also stops every generation it started.
-pub fn demo_app_edge(host: &str, first: &str) -> DemoEdge {
-    use std::os::unix::fs::PermissionsExt;
-    let edge = DemoEdge { edge: Edge::new() };
-    let script = edge.path("run-app.sh");
-    std::fs::write(
-        &script,
+/// The app `shop` an edge delivers: demo-app behind an exec runner, backend `applicatif`,
+/// server `courante`, routed from `host`. Versions containing `never` never become ready.
+#[derive(Debug, Clone)]
+pub struct DemoApp<'a> {
+    /// The demo-app binary.
+    pub bin: PathBuf,
+    pub host: &'a str,
+    /// The version delivered first.
+    pub first: &'a str,
+    /// `readiness_timeout`, as the settings write it ("2s").
+    pub readiness_timeout: &'a str,
+    /// How many ports `port_range` spans past its first.
+    pub ports: u16,
+}
+
+impl<'a> DemoApp<'a> {
+    /// The tests' app: the workspace's demo-app, ready within 2 s, 30 ports.
+    pub fn for_tests(host: &'a str, first: &'a str) -> DemoApp<'a> {
+        DemoApp {
+            bin: demo_app_bin(),
+            host,
+            first,
+            readiness_timeout: "2s",
+            ports: 30,
+        }
+    }
+
+    /// The `[[app]]` table, on ports from `first_port`.
+    fn settings(&self, first_port: u16) -> String {
         format!(
-            "#!/bin/sh\ncase \"$1\" in *never*) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
-            demo_app_bin().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let first_port = free_port().min(65000);
-    let settings = format!(
-        "{}\n[[app]]\nname = \"shop\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"2s\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
-        edge.settings_text(),
-        first_port + 30
-    );
-    edge.write_settings(&settings);
-    edge.ok(&["haproxy", "start"]);
-    edge.ok(&["domain", "add", host, "--app", "shop"]);
-    edge.ok(&["deliver", first]);
-    edge.wait_for_body(host, &format!("{first}\n"));
-    edge
+            "\n[[app]]\nname = \"shop\"\nbackend = \"applicatif\"\nserver = \"courante\"\nreadiness_path = \"/ready\"\nreadiness_timeout = \"{}\"\nversion_path = \"/version\"\nport_range = \"{first_port}-{}\"\nstop_grace = \"2s\"\n[app.runner]\nkind = \"exec\"\ncommand = \"./run-app.sh {{version}} {{port}}\"\n",
+            self.readiness_timeout,
+            first_port + self.ports
+        )
+    }
+}
+
+/// An edge with [`DemoApp::for_tests`] routed from `host` and `first` delivered. Unlike
+/// [`Edge`] alone, dropping it also stops every generation it started.
+pub fn demo_app_edge(host: &str, first: &str) -> DemoEdge {
+    DemoEdge::try_start(Edge::new(), &DemoApp::for_tests(host, first))
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// An [`Edge`] whose exec generations (`generations/<app>/<version>.pid`) are killed on drop,
@@ -115,6 +129,31 @@ impl std::ops::DerefMut for DemoEdge {
 }
 
 impl DemoEdge {
+    /// `edge` (HAProxy not started) with `app`'s settings, then `haproxy start`, `domain add
+    /// HOST --app shop`, `deliver FIRST`, and a wait until the edge serves it.
+    pub fn try_start(edge: Edge, app: &DemoApp) -> anyhow::Result<DemoEdge> {
+        use std::os::unix::fs::PermissionsExt;
+        // From here on, drop stops the generations (then the edge stops HAProxy).
+        let edge = DemoEdge { edge };
+        let script = edge.path("run-app.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncase \"$1\" in *never*) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
+                app.bin.display()
+            ),
+        )?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+        // A range free now; ports are reused once their generation is removed.
+        let first_port = free_port().clamp(20_000, 60_000);
+        edge.write_settings(&(edge.settings_text() + &app.settings(first_port)));
+        edge.start()?;
+        edge.try_ok(&["domain", "add", app.host, "--app", "shop"])?;
+        edge.try_ok(&["deliver", app.first])?;
+        edge.try_wait_for_body(app.host, &format!("{}\n", app.first))?;
+        Ok(edge)
+    }
+
     /// PIDs of the running generations ([`generation_pids`]).
     pub fn generation_pids(&self) -> Vec<i32> {
         generation_pids(self.state_dir())

@@ -7,10 +7,42 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context};
 use hapctl::haproxy::{CliSocket, Master, ProcList};
-use hapctl::process::pid_alive;
+use hapctl::process::{pid_alive, run_with_timeout};
+use hapctl::settings::{Settings, HAPROXY_BIN_ENV};
 
-use crate::{describe, free_port, hapctl_bin, haproxy_bin, http_get, run_bounded, Response};
+use crate::{
+    check_runs, counting_haproxy, describe, free_port, hapctl_bin, haproxy_bin, http_get,
+    try_http_get, Response,
+};
+
+/// How an [`Edge`] is made: the tests' defaults ([`EdgeSetup::for_tests`]) or a benchmark's.
+#[derive(Debug, Clone)]
+pub struct EdgeSetup {
+    /// The hapctl binary every command runs.
+    pub hapctl: PathBuf,
+    /// hapctl runs haproxy through a wrapper that logs its calls ([`Edge::check_runs`]).
+    pub counting: bool,
+    /// `[haproxy] user = ""`: workers stay root, as the suites ran them before the setting;
+    /// false keeps the user `hapctl init` picked.
+    pub root_workers: bool,
+    /// Bound on each hapctl command.
+    pub command_timeout: Duration,
+}
+
+impl EdgeSetup {
+    /// The binary cargo built beside the test, the real haproxy, root workers, 120 s per
+    /// command.
+    pub fn for_tests() -> EdgeSetup {
+        EdgeSetup {
+            hapctl: hapctl_bin(),
+            counting: false,
+            root_workers: true,
+            command_timeout: Duration::from_secs(120),
+        }
+    }
+}
 
 /// One edge under test: a state dir, settings on a free port, and the HAProxy it starts.
 pub struct Edge {
@@ -19,6 +51,10 @@ pub struct Edge {
     /// The `[edge] https_bind` port (127.0.0.1), free when the edge was made.
     pub https_port: u16,
     env: Vec<(String, String)>,
+    hapctl: PathBuf,
+    command_timeout: Duration,
+    /// The counting wrapper's log, when the edge was made with one.
+    calls_log: Option<PathBuf>,
 }
 
 impl Edge {
@@ -26,7 +62,13 @@ impl Edge {
     // Not `Default`: making one runs `hapctl init` in a new temp dir.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Edge {
-        let dir = tempfile::tempdir().unwrap();
+        Edge::try_new(&EdgeSetup::for_tests()).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// A fresh state dir made by `setup.hapctl init` on free loopback ports (never the
+    /// built-in ones), HAProxy not started.
+    pub fn try_new(setup: &EdgeSetup) -> anyhow::Result<Edge> {
+        let dir = tempfile::tempdir()?;
         let port = free_port();
         let https_port = loop {
             let p = free_port();
@@ -34,18 +76,24 @@ impl Edge {
                 break p;
             }
         };
+        let (haproxy, calls_log) = if setup.counting {
+            let (wrapper, log) = counting_haproxy(dir.path());
+            (wrapper, Some(log))
+        } else {
+            (haproxy_bin(), None)
+        };
         let edge = Edge {
             port,
             https_port,
             dir,
-            env: vec![(
-                "HAPCTL_HAPROXY_BIN".into(),
-                haproxy_bin().display().to_string(),
-            )],
+            env: vec![(HAPROXY_BIN_ENV.into(), haproxy.display().to_string())],
+            hapctl: setup.hapctl.clone(),
+            command_timeout: setup.command_timeout,
+            calls_log,
         };
         let bind = format!("127.0.0.1:{}", edge.port);
-        edge.ok(&["init", "--http-bind", &bind]);
-        // Never the built-in 127.0.0.1:8443 and :601: suites run in parallel.
+        edge.try_ok(&["init", "--http-bind", &bind])?;
+        // Never the built-in 127.0.0.1:8443 and :601: suites and benches run in parallel.
         edge.set_setting_keys(
             "edge",
             &[("https_bind", format!("127.0.0.1:{}", edge.https_port))],
@@ -57,17 +105,24 @@ impl Edge {
             }
         };
         edge.set_setting_keys("logs", &[("listen", format!("127.0.0.1:{log_port}"))]);
-        // `init` picks user = "haproxy" where that user exists; the suites keep root workers
-        // (as before the setting) unless they opt in, as tests/edge/privileges.rs does.
-        edge.set_setting_keys("haproxy", &[("user", String::new())]);
-        edge
+        if setup.root_workers {
+            // `init` picks user = "haproxy" where that user exists; the suites keep root
+            // workers unless they opt in, as tests/edge/privileges.rs does.
+            edge.set_setting_keys("haproxy", &[("user", String::new())]);
+        }
+        Ok(edge)
     }
 
     /// A fresh edge with HAProxy running.
     pub fn started() -> Edge {
         let edge = Edge::new();
-        edge.ok(&["haproxy", "start"]);
+        edge.start().unwrap_or_else(|e| panic!("{e:#}"));
         edge
+    }
+
+    /// `hapctl haproxy start`; from here on, drop stops the master.
+    pub fn start(&self) -> anyhow::Result<()> {
+        self.try_ok(&["haproxy", "start"]).map(drop)
     }
 
     pub fn state_dir(&self) -> &Path {
@@ -85,9 +140,10 @@ impl Edge {
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(hapctl_bin());
+        let mut cmd = Command::new(&self.hapctl);
         cmd.arg("--state-dir").arg(self.dir.path()).args(args);
-        cmd.env_remove("HAPCTL_FAULT");
+        // The run's own fault injection and log level never leak into an edge's commands.
+        cmd.env_remove("HAPCTL_FAULT").env_remove("HAPCTL_LOG");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
@@ -95,20 +151,30 @@ impl Edge {
         cmd
     }
 
-    /// Runs hapctl (bounded to 120 s) and returns its output.
+    /// Runs hapctl (bounded) and returns its output.
     pub fn run(&self, args: &[&str]) -> Output {
-        run_bounded(self.command(args), Duration::from_secs(120))
+        self.try_run(args).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// [`Edge::run`], an error when the command cannot run or outlives its bound.
+    pub fn try_run(&self, args: &[&str]) -> anyhow::Result<Output> {
+        run_with_timeout(&mut self.command(args), self.command_timeout)
+            .with_context(|| format!("hapctl {}", args.join(" ")))
     }
 
     /// Runs hapctl and asserts exit 0; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "hapctl {args:?} failed: {}",
-            describe(&out)
-        );
+        let out = self.try_ok(args).unwrap_or_else(|e| panic!("{e:#}"));
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// [`Edge::ok`], an error unless hapctl exits 0.
+    pub fn try_ok(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let out = self.try_run(args)?;
+        if !out.status.success() {
+            bail!("hapctl {args:?} failed: {}", describe(&out));
+        }
+        Ok(out)
     }
 
     /// Runs hapctl and asserts the exit code; returns stdout + stderr.
@@ -211,9 +277,21 @@ impl Edge {
     }
 
     pub fn show_proc(&self) -> ProcList {
-        self.master()
-            .show_proc()
-            .expect("show proc on the master socket")
+        self.try_show_proc().unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// `show proc`, retried while the master re-executes (bounded to 10 s).
+    pub fn try_show_proc(&self) -> anyhow::Result<ProcList> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.master().show_proc() {
+                Ok(p) => return Ok(p),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e).context("show proc on the master socket")
+                }
+                Err(_) => thread::sleep(Duration::from_millis(10)),
+            }
+        }
     }
 
     pub fn master_pid(&self) -> i32 {
@@ -254,6 +332,11 @@ impl Edge {
         http_get(None, self.port, host, path, &[])
     }
 
+    /// [`Edge::get`], saying why there is no answer instead of panicking.
+    pub fn try_get(&self, host: &str, path: &str) -> Result<Response, String> {
+        try_http_get(None, self.port, host, path, &[])
+    }
+
     pub fn get_from(&self, source: Ipv4Addr, host: &str, path: &str) -> Response {
         http_get(Some(source), self.port, host, path, &[])
     }
@@ -264,17 +347,94 @@ impl Edge {
 
     /// Polls until `host` answers 200 with `body` (a reload takes effect for new connections).
     pub fn wait_for_body(&self, host: &str, body: &str) {
+        self.try_wait_for_body(host, body)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    /// [`Edge::wait_for_body`], an error after 10 s.
+    pub fn try_wait_for_body(&self, host: &str, body: &str) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let r = self.get(host, "/");
-            if r.status == 200 && r.body == body {
-                return;
+            let r = self.try_get(host, "/");
+            if r.as_ref().is_ok_and(|r| r.status == 200 && r.body == body) {
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "{host} never served {body:?}; last: {r:?}"
-            );
+            if Instant::now() >= deadline {
+                bail!("{host} never served {body:?}; last: {r:?}");
+            }
             thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `hapctl.toml` as hapctl reads it now.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        Settings::load(self.dir.path()).context("load hapctl.toml")
+    }
+
+    /// How many `haproxy -c` runs the counting wrapper has seen so far.
+    ///
+    /// # Panics
+    /// When the edge was not made with [`EdgeSetup::counting`].
+    pub fn check_runs(&self) -> usize {
+        check_runs(
+            self.calls_log
+                .as_ref()
+                .expect("an edge made with a counting haproxy"),
+        )
+    }
+
+    /// Waits (bounded) until no old worker is left, so each measurement starts from the same
+    /// state. Returns false if some were still there at the bound.
+    pub fn wait_old_workers_gone(&self, bound: Duration) -> anyhow::Result<bool> {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.try_show_proc()?.old_workers.is_empty() {
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                return Ok(false);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (bounded) until no old worker is left and a runtime-changed set is checked (the
+    /// CLI checks before it exits; the daemon when idle). `run/unchecked` is the marker
+    /// `apply/pending.rs` keeps while such a set waits for its check.
+    pub fn settle(&self, bound: Duration) -> anyhow::Result<()> {
+        if !self.wait_old_workers_gone(bound)? {
+            eprintln!("  (old workers still draining after {bound:?}; measuring anyway)");
+        }
+        let marker = self.path("run/unchecked");
+        let deadline = Instant::now() + bound;
+        while marker.exists() {
+            if Instant::now() > deadline {
+                bail!("the runtime-changed set was not checked within {bound:?}");
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    /// Stops the master the pidfile names, if it is a running haproxy (a stale pidfile may
+    /// name a reused PID): SIGTERM, then SIGKILL after 10 s.
+    pub fn stop_haproxy(&self) {
+        let Ok(text) = std::fs::read_to_string(self.path("run/haproxy.pid")) else {
+            return;
+        };
+        let Ok(pid) = text.trim().parse::<i32>() else {
+            return;
+        };
+        if !is_haproxy(pid) {
+            return;
+        }
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && pid_alive(pid) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if pid_alive(pid) && is_haproxy(pid) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }
@@ -296,22 +456,13 @@ impl Drop for Edge {
         if thread::panicking() {
             print_tail("HAProxy's log", &self.path("haproxy.log"), 40);
         }
-        // Stop the master even if the test failed half-way: SIGTERM, then SIGKILL.
-        let Ok(pid) = std::fs::read_to_string(self.path("run/haproxy.pid")) else {
-            return;
-        };
-        let Ok(pid) = pid.trim().parse::<i32>() else {
-            return;
-        };
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && pid_alive(pid) {
-            thread::sleep(Duration::from_millis(10));
-        }
-        if unsafe { libc::kill(pid, 0) } == 0 {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+        // Stop the master even if the test failed half-way.
+        self.stop_haproxy();
     }
+}
+
+fn is_haproxy(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "haproxy")
 }
 
 pub(crate) fn collect_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {

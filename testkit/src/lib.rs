@@ -2,8 +2,10 @@
 //! haproxy) in a temp dir on free loopback ports, real backends, and a plain HTTP client.
 //! Everything started here is stopped on drop, also when a test panics.
 //!
-//! The hapctl binary is the one cargo built beside the test binary ([`hapctl_bin`]), so only
-//! the test targets of the `hapctl` package (which cargo builds the binary for) use [`Edge`].
+//! The tests' hapctl binary is the one cargo built beside the test binary ([`hapctl_bin`]),
+//! so their [`Edge`]s run from the test targets of the `hapctl` package (which cargo builds
+//! the binary for); bench names its release build in an [`EdgeSetup`]. The helpers panic, as
+//! tests want; each has a `try_` twin returning the error, for bench.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -28,9 +30,9 @@ pub mod seed;
 pub mod tls_corpus;
 
 pub use backend::Backend;
-pub use client::{connect_source, http_get, http_send, Response};
-pub use demo::{demo_app_edge, generation_pids, DemoEdge, Stream};
-pub use edge::{print_tail, Edge};
+pub use client::{connect_source, http_get, http_send, try_http_get, Response};
+pub use demo::{demo_app_edge, generation_pids, DemoApp, DemoEdge, Stream};
+pub use edge::{print_tail, Edge, EdgeSetup};
 pub use haproxy::{check_runs, counting_haproxy, haproxy_bin, haproxy_version, refusing_haproxy};
 pub use ports::free_port;
 

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use hapctl::tls::probe;
 use hapctl::tls::x509::{serial_matches, CertInfo};
+use testkit::Edge;
 
-use crate::harness::Edge;
+use crate::harness::new_edge;
 
 /// Bound on one handshake (connect, each read and write).
 pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,10 +34,10 @@ pub(super) fn served_serial(addr: SocketAddr, sni: &str) -> Result<String, Strin
 
 impl TlsEdge {
     /// `hapctl init` in a temp dir, its `[edge] https_bind` on a free loopback port (never
-    /// the built-in 8443; see `Edge::init`). HAProxy not started.
-    pub(super) fn init(hapctl: &Path, label: &str) -> anyhow::Result<TlsEdge> {
-        let edge = Edge::init(hapctl, label)?;
-        let https = edge.https;
+    /// the built-in 8443; see `new_edge`). HAProxy not started.
+    pub(super) fn init(hapctl: &Path) -> anyhow::Result<TlsEdge> {
+        let edge = new_edge(hapctl)?;
+        let https = edge.https_addr();
         Ok(TlsEdge {
             edge,
             https,
@@ -45,7 +46,18 @@ impl TlsEdge {
     }
 
     pub(super) fn reloads(&self) -> anyhow::Result<u32> {
-        Ok(self.edge.show_proc()?.master.reloads)
+        Ok(self.edge.try_show_proc()?.master.reloads)
+    }
+
+    /// The PIDs of the current workers.
+    pub(super) fn worker_pids(&self) -> anyhow::Result<Vec<i32>> {
+        Ok(self
+            .edge
+            .try_show_proc()?
+            .workers
+            .iter()
+            .map(|w| w.pid)
+            .collect())
     }
 
     /// Waits (bounded) until a handshake with `sni` presents `serial` (any serial if `None`).

@@ -8,12 +8,12 @@ use anyhow::{bail, Context};
 use hapctl::haproxy::{CliSocket, RuntimeCerts};
 use hapctl::tls::x509::serial_matches;
 use serde_json::{json, Value};
+use testkit::Edge;
 
 use super::edge::{served_serial, TlsEdge};
 use super::pki::{Leaf, TestCa};
 use super::{elapsed_ms, pct, site, PROBE_EVERY};
 use crate::api::Api;
-use crate::harness::Edge;
 use crate::stats::ms;
 use crate::sys;
 use crate::Table;
@@ -87,7 +87,7 @@ impl TlsEdge {
     pub(super) fn import(&mut self, leaf: &Leaf, running: bool) -> anyhow::Result<Install> {
         self.install_by(leaf, running, |edge| {
             let pem = leaf.pem.display().to_string();
-            let out = edge.ok(&["cert", "import", &leaf.name, "--pem", &pem, "--json"])?;
+            let out = edge.try_ok(&["cert", "import", &leaf.name, "--pem", &pem, "--json"])?;
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         })
     }
@@ -204,7 +204,7 @@ impl TlsEdge {
     pub(super) fn runtime_replace(&self, leaf: &Leaf) -> anyhow::Result<Install> {
         let before = self.reloads()?;
         let checks = self.edge.check_runs();
-        let paths = &self.edge.settings.paths;
+        let paths = &self.edge.settings()?.paths;
         let name: hapctl::model::CertName = leaf.name.parse()?;
         let file = hapctl::tls::crtlist::pem_path(&paths.certs_dir, &name);
         let list = hapctl::render::FileId::CrtList.path(paths);
@@ -240,7 +240,7 @@ impl TlsEdge {
     /// `hapctl cert rm NAME --json` (bounded): hapctl's duration and the exit time, ms.
     pub(super) fn remove(&mut self, name: &str) -> anyhow::Result<(f64, f64)> {
         let t = Instant::now();
-        let out = self.edge.ok(&["cert", "rm", name, "--json"])?;
+        let out = self.edge.try_ok(&["cert", "rm", name, "--json"])?;
         let exit_ms = elapsed_ms(t);
         let (_, duration_ms, _, _, _) = parse_report(&String::from_utf8_lossy(&out.stdout))?;
         self.serials.remove(name);
@@ -287,7 +287,7 @@ pub(super) struct Stretch {
 
 impl Stretch {
     pub(super) fn begin(a: &TlsEdge, what: &str) -> anyhow::Result<Stretch> {
-        let p = a.edge.show_proc()?;
+        let p = a.edge.try_show_proc()?;
         Ok(Stretch {
             what: what.to_string(),
             pid: p.master.pid,
@@ -298,7 +298,7 @@ impl Stretch {
     }
 
     pub(super) fn end(mut self, a: &TlsEdge) -> anyhow::Result<Stretch> {
-        let p = a.edge.show_proc()?;
+        let p = a.edge.try_show_proc()?;
         self.reloads_to = p.master.reloads;
         self.same_pid = p.master.pid == self.pid;
         Ok(self)

@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::fixture::{self, Servers};
+use crate::harness::BenchEdge;
 use crate::harness::HttpBackend;
 use crate::stats::ms;
 use crate::{Ctx, Report};
@@ -117,14 +118,14 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let ca = TestCa::new()?;
 
     // Edge A: the certificate sizes, then the renewals under load, then check/reload/start.
-    let mut a = served_edge(&hapctl, "certs-a", &addr)?;
+    let mut a = served_edge(&hapctl, &addr)?;
     let (mut sized, open) = install_sizes(&mut a, &ca, &sizes)?;
     let renewed = renew(&mut a, &ca, largest, ctx.handshake_rate)?;
     sized.stretches.push(open.end(&a)?);
 
     // 2. `haproxy -c`, reload, start: 0 vs `largest` certificates (edge Z: 0).
     eprintln!("certs: haproxy -c, reload and start with 0 and {largest} certificates…");
-    let z = served_edge(&hapctl, "certs-z", &addr)?;
+    let z = served_edge(&hapctl, &addr)?;
     let startup = check_reload_start(&z, &a, "site-0.bench.test")?;
     drop(z);
 
@@ -158,8 +159,8 @@ struct Measured {
 }
 
 /// An edge with its HTTPS bind and the fixture domains, started and serving.
-fn served_edge(hapctl: &Path, label: &str, backend: &str) -> anyhow::Result<TlsEdge> {
-    let mut e = TlsEdge::init(hapctl, label)?;
+fn served_edge(hapctl: &Path, backend: &str) -> anyhow::Result<TlsEdge> {
+    let e = TlsEdge::init(hapctl)?;
     e.edge
         .load(&fixture::state(DOMAINS, Servers::At(backend)))?;
     e.edge.start()?;
@@ -247,10 +248,10 @@ fn bulk_stopped(
     from: usize,
     to: usize,
 ) -> anyhow::Result<(Bulk, String)> {
-    a.edge.ok(&["haproxy", "stop"])?;
+    a.edge.try_ok(&["haproxy", "stop"])?;
     let bulk = a.bulk(ca, from, to, false)?;
     let t = Instant::now();
-    a.edge.ok(&["haproxy", "start"])?;
+    a.edge.try_ok(&["haproxy", "start"])?;
     let start_ms = elapsed_ms(t);
     let serial = a.serials.get(&site(0)).cloned();
     a.wait_served(&site(0), serial.as_deref(), Duration::from_secs(10))?;
@@ -266,7 +267,7 @@ fn time_checks(a: &TlsEdge, certificates: usize) -> anyhow::Result<CheckRun> {
     let runs: Vec<f64> = (0..3)
         .map(|_| a.edge.time_haproxy_check())
         .collect::<anyhow::Result<_>>()?;
-    let paths = &a.edge.settings.paths;
+    let paths = &a.edge.settings()?.paths;
     let crt_list =
         std::fs::metadata(hapctl::render::FileId::CrtList.path(paths)).map_or(0, |m| m.len());
     Ok(CheckRun {

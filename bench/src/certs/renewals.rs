@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 
 use super::edge::TlsEdge;
 use super::install::{modes, Install};
 use super::load::{self, Handshake, Load};
 use super::pki::{Leaf, TestCa};
 use super::{elapsed_ms, pct, site, MEDIAN_SHARE, MIN_BUCKET_SHARE, RENEWALS};
-use crate::daemon::Daemon;
+use crate::api::Api;
 use crate::stats::ms;
 use crate::{Table, Target};
 
@@ -218,6 +219,26 @@ impl RenewStats {
     }
 }
 
+/// One renewal of `leaf` the way `how` says.
+fn renew_one(
+    a: &mut TlsEdge,
+    how: Renewer,
+    api: Option<&Api>,
+    leaf: &Leaf,
+) -> anyhow::Result<Install> {
+    Ok(match how {
+        Renewer::Cli => a.import(leaf, true)?,
+        Renewer::Daemon => a.import_api(api.context("started for Renewer::Daemon")?, leaf)?,
+        Renewer::RuntimeApi => {
+            let t = Instant::now();
+            let op = a.runtime_replace(leaf)?;
+            // Paced, so that the rounds last long enough to be counted in buckets.
+            thread::sleep(CONTROL_EVERY.saturating_sub(t.elapsed()));
+            op
+        }
+    })
+}
+
 pub(super) fn renewals_under_load(
     a: &mut TlsEdge,
     ca: &TestCa,
@@ -231,10 +252,14 @@ pub(super) fn renewals_under_load(
         .map(|k| ca.leaf(&names[k % names.len()]))
         .collect::<anyhow::Result<_>>()?;
     let daemon = match how {
-        Renewer::Daemon => Some(Daemon::start(&a.edge, Duration::from_secs(60))?),
+        Renewer::Daemon => Some(Daemon::try_start(
+            &a.edge,
+            &Serve::within(Duration::from_secs(60)),
+        )?),
         Renewer::Cli | Renewer::RuntimeApi => None,
     };
-    let workers: Vec<i32> = a.edge.show_proc()?.workers.iter().map(|w| w.pid).collect();
+    let api = daemon.as_ref().map(Api::of);
+    let workers = a.worker_pids()?;
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let hard_bound =
@@ -261,20 +286,7 @@ pub(super) fn renewals_under_load(
         let started = Instant::now();
         for (round, chunk) in leaves.chunks(RENEWALS.div_ceil(ROUNDS)).enumerate() {
             for leaf in chunk {
-                ops.push(match how {
-                    Renewer::Cli => a.import(leaf, true)?,
-                    Renewer::Daemon => {
-                        let daemon = daemon.as_ref().context("started for Renewer::Daemon")?;
-                        a.import_api(&daemon.api, leaf)?
-                    }
-                    Renewer::RuntimeApi => {
-                        let t = Instant::now();
-                        let op = a.runtime_replace(leaf)?;
-                        // Paced, so that the rounds last long enough to be counted in buckets.
-                        thread::sleep(CONTROL_EVERY.saturating_sub(t.elapsed()));
-                        op
-                    }
-                });
+                ops.push(renew_one(a, how, api.as_ref(), leaf)?);
                 if started.elapsed() > RENEWALS_BOUND {
                     bail!("renewals: only {} within {RENEWALS_BOUND:?}", ops.len());
                 }

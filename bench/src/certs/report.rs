@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
-use crate::daemon::mib;
 use crate::fixture;
+use crate::memory::mib;
 use crate::stats::ms;
 use crate::{Report, Table, Target};
 

@@ -9,13 +9,16 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use hapctl::model::{Block, Note};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 
 use super::edge::TlsEdge;
 use super::install::Bulk;
 use super::pki::TestCa;
 use super::{elapsed_ms, site, RSS_BLOCKS, RSS_BRIEF_LAST_STEP, RSS_DOMAINS};
-use crate::daemon::{Daemon, Memory};
+use crate::api::Api;
 use crate::fixture::{self, Servers};
+use crate::harness::BenchEdge;
+use crate::memory::{DaemonProcess, Memory};
 
 pub(super) struct RssRun {
     pub(super) certs: usize,
@@ -66,13 +69,53 @@ pub(super) struct Served {
     pub(super) _edge: TlsEdge,
 }
 
+/// The API calls made one after the other, the daemon's memory read after each: label,
+/// method, path, body.
+fn api_steps(backend: &str) -> Vec<(&'static str, &'static str, &'static str, Option<Value>)> {
+    vec![
+        ("GET /v1/domains", "GET", "/v1/domains", None),
+        (
+            "PUT /v1/domains/rss-new.example.com",
+            "PUT",
+            "/v1/domains/rss-new.example.com",
+            Some(json!({"servers": [{"address": backend}]})),
+        ),
+        (
+            RSS_BRIEF_LAST_STEP,
+            "POST",
+            "/v1/blocked-ips",
+            Some(json!({"ip": "192.0.2.77", "reason": "hapctl-bench certs"})),
+        ),
+        ("GET /v1/status", "GET", "/v1/status", None),
+        ("GET /metrics", "GET", "/metrics", None),
+    ]
+}
+
+/// The PUT's request time, its apply's duration and the apply's steps (name, ms).
+fn put_breakdown(answer: &Value, request_ms: f64) -> (f64, f64, Vec<(String, f64)>) {
+    let steps = answer["apply"]["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter_map(|s| Some((s["name"].as_str()?.to_string(), s["duration"].as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        request_ms,
+        answer["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
+        steps,
+    )
+}
+
 pub(super) fn rss_run(
     hapctl: &Path,
     ca: &TestCa,
     backend: &str,
     certs: usize,
 ) -> anyhow::Result<RssRun> {
-    let mut edge = TlsEdge::init(hapctl, "certs-rss")?;
+    let mut edge = TlsEdge::init(hapctl)?;
     edge.edge
         .load(&fixture::state(RSS_DOMAINS, Servers::At(backend)))?;
     let extra: Vec<Block> = (0..RSS_BLOCKS).map(block).collect();
@@ -90,37 +133,20 @@ pub(super) fn rss_run(
         let serial = edge.serials.get(&site(0)).cloned();
         edge.wait_served(&site(0), serial.as_deref(), Duration::from_secs(10))?;
     }
-    let daemon = Daemon::start(&edge.edge, Duration::from_secs(300))?;
+    let daemon = Daemon::try_start(&edge.edge, &Serve::within(Duration::from_secs(300)))?;
     let daemon_startup_ms = daemon.startup.as_secs_f64() * 1000.0;
     let s = Served {
         daemon,
         _edge: edge,
     };
-    let api = &s.daemon.api;
+    let api = &Api::of(&s.daemon);
     let mut readings = vec![Reading {
         step: "started (/health 200)".into(),
         ms: 0.0,
         memory: s.daemon.memory()?,
     }];
-    let steps: Vec<(&str, &str, &str, Option<Value>)> = vec![
-        ("GET /v1/domains", "GET", "/v1/domains", None),
-        (
-            "PUT /v1/domains/rss-new.example.com",
-            "PUT",
-            "/v1/domains/rss-new.example.com",
-            Some(json!({"servers": [{"address": backend}]})),
-        ),
-        (
-            RSS_BRIEF_LAST_STEP,
-            "POST",
-            "/v1/blocked-ips",
-            Some(json!({"ip": "192.0.2.77", "reason": "hapctl-bench certs"})),
-        ),
-        ("GET /v1/status", "GET", "/v1/status", None),
-        ("GET /metrics", "GET", "/metrics", None),
-    ];
     let mut put = (0.0, f64::NAN, Vec::new());
-    for (label, method, path, body) in steps {
+    for (label, method, path, body) in api_steps(backend) {
         let t = Instant::now();
         let answer = api.call(method, path, body.as_ref())?;
         let request_ms = elapsed_ms(t);
@@ -128,23 +154,7 @@ pub(super) fn rss_run(
             bail!("{method} {path}: {}", answer.describe());
         }
         if method == "PUT" {
-            let j = answer.json();
-            let steps = j["apply"]["steps"]
-                .as_array()
-                .map(|steps| {
-                    steps
-                        .iter()
-                        .filter_map(|s| {
-                            Some((s["name"].as_str()?.to_string(), s["duration"].as_f64()?))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            put = (
-                request_ms,
-                j["apply"]["duration"].as_f64().unwrap_or(f64::NAN),
-                steps,
-            );
+            put = put_breakdown(&answer.json(), request_ms);
         }
         readings.push(Reading {
             step: label.into(),

@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 
 use super::edge::{served_serial, TlsEdge};
 use super::{pct, DOMAINS, PROBE_EVERY};
-use crate::daemon::{mib, Memory};
+use crate::harness::BenchEdge;
+use crate::memory::{mib, Memory};
 use crate::stats::{ms, Summary};
 use crate::sys;
 use crate::Table;
@@ -37,7 +38,7 @@ pub(super) struct Startup {
 pub(super) fn worker_rss(edge: &TlsEdge) -> anyhow::Result<u64> {
     let pid = edge
         .edge
-        .show_proc()?
+        .try_show_proc()?
         .workers
         .first()
         .map(|w| w.pid)
@@ -65,7 +66,7 @@ pub(super) fn restart(
     sni: &str,
     serial: Option<&str>,
 ) -> anyhow::Result<(f64, f64)> {
-    edge.edge.ok(&["haproxy", "stop"])?;
+    edge.edge.try_ok(&["haproxy", "stop"])?;
     let addr = edge.https;
     let obs = sys::spawn_and_observe(
         edge.edge.command(&["haproxy", "start"]),
@@ -126,7 +127,7 @@ pub(super) fn check_reload_start(z: &TlsEdge, a: &TlsEdge, sni: &str) -> anyhow:
     }
     for (k, e) in edges.iter().enumerate() {
         s.worker_rss_kb[k] = worker_rss(e)?;
-        let paths = &e.edge.settings.paths;
+        let paths = &e.edge.settings()?.paths;
         s.certs_dir_bytes[k] = dir_bytes(&paths.certs_dir);
         s.crt_list_bytes[k] = std::fs::metadata(hapctl::render::FileId::CrtList.path(paths))
             .map(|m| m.len())

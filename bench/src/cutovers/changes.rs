@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use testkit::DemoEdge;
 
-use crate::app_edge::AppEdge;
 use crate::harness::HttpBackend;
 use crate::stats::{ms, percentile};
 use crate::sys;
@@ -48,9 +48,9 @@ pub struct Log {
 impl Setup {
     /// The domain, with its first weight (a new domain: one check and one reload, before the
     /// series starts).
-    pub fn new(app: &AppEdge) -> anyhow::Result<Setup> {
+    pub fn new(app: &DemoEdge) -> anyhow::Result<Setup> {
         let backend = HttpBackend::start("changes\n");
-        app.ok(&[
+        app.try_ok(&[
             "domain",
             "add",
             DOMAIN,
@@ -68,7 +68,7 @@ impl Setup {
         self.landed.load(Ordering::SeqCst)
     }
 
-    pub fn run(&self, app: &AppEdge, stop: &AtomicBool) -> Log {
+    pub fn run(&self, app: &DemoEdge, stop: &AtomicBool) -> Log {
         let mut log = Log {
             durations: Default::default(),
             failed: [0; 3],

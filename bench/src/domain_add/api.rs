@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
+use testkit::Edge;
 
 use crate::api::Api;
 use crate::api_domains::{watch_put, watch_request, Watched};
-use crate::daemon::Daemon;
-use crate::harness::Edge;
 
 use super::{unix_ms, Applied, Op, BODY};
 
@@ -35,14 +35,15 @@ pub(super) struct Series {
 /// Starts the daemon, makes `k` adds through `/v1`, `k` through the old route and `k` through
 /// the CLI beside it, stops it.
 pub(super) fn series(edge: &Edge, k: usize, backend: &str) -> anyhow::Result<Series> {
-    let daemon = Daemon::start(edge, DAEMON_START)?;
+    let daemon = Daemon::try_start(edge, &Serve::within(DAEMON_START))?;
     let daemon_ms = daemon.startup.as_secs_f64() * 1000.0;
+    let daemon_api = Api::of(&daemon);
     // The servers of the CLI series: one, health-checked (the default of both).
     let body = json!({ "servers": [{ "address": backend }] });
     let mut api = Vec::with_capacity(k);
     for i in 0..k {
         let host = format!("new-api-{i}.example.com");
-        let put = |host: &str| watch_put(edge, &daemon.api, host, &body, BODY);
+        let put = |host: &str| watch_put(edge, &daemon_api, host, &body, BODY);
         let op = watched(edge, &host, put, |w, sent_unix_ms| {
             let report = &w.answer.json()["apply"];
             if report["outcome"] != "applied" {
@@ -56,7 +57,7 @@ pub(super) fn series(edge: &Edge, k: usize, backend: &str) -> anyhow::Result<Ser
         op.log("API");
         api.push(op);
     }
-    let compat = compat_series(edge, &daemon.api, k, backend)?;
+    let compat = compat_series(edge, &daemon_api, k, backend)?;
     let mut forwarded = Vec::with_capacity(k);
     for i in 0..k {
         edge.settle(SETTLE)?;
@@ -122,7 +123,7 @@ fn watched(
 ) -> anyhow::Result<Op> {
     edge.settle(SETTLE)?;
     let checks_before = edge.check_runs();
-    let reloads_before = edge.show_proc()?.master.reloads;
+    let reloads_before = edge.try_show_proc()?.master.reloads;
     let sent_unix_ms = unix_ms();
     let w = add(host)?;
     let applied = applied(&w, sent_unix_ms)?;
@@ -132,7 +133,7 @@ fn watched(
         first_ok_ms: w.routed.as_secs_f64() * 1000.0,
         ended_ms: w.answered.as_secs_f64() * 1000.0,
         checks: edge.check_runs() - checks_before,
-        reloads: edge.show_proc()?.master.reloads as i64 - reloads_before as i64,
+        reloads: edge.try_show_proc()?.master.reloads as i64 - reloads_before as i64,
         probes: w.probes,
         applied,
     })

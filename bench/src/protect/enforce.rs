@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use testkit::Edge;
 
 use crate::api::Api;
-use crate::harness::Edge;
 use crate::stats::Summary;
 use crate::traffic::Client;
 
@@ -118,7 +118,7 @@ pub fn series(edge: &Edge, api: &Api, host: &str, ops: usize) -> anyhow::Result<
             bail!("under the standard preset the client got {s}, not 200");
         }
     }
-    let reloads0 = edge.show_proc()?.master.reloads;
+    let reloads0 = edge.try_show_proc()?.master.reloads;
     let checks0 = edge.check_runs();
     let mut changes = Vec::new();
     for i in 0..ops {
@@ -167,7 +167,7 @@ pub fn series(edge: &Edge, api: &Api, host: &str, ops: usize) -> anyhow::Result<
     }
     Ok(Series {
         changes,
-        master_reloads: edge.show_proc()?.master.reloads as i64 - reloads0 as i64,
+        master_reloads: edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64,
         checks: edge.check_runs() - checks0,
     })
 }

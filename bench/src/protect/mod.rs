@@ -22,11 +22,14 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use hapctl::model::ProxyNet;
 use serde_json::{json, Value};
+use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
+use testkit::Edge;
 
-use crate::daemon::{mib, Daemon, Memory};
+use crate::api::Api;
 use crate::fixture::{self, Servers};
-use crate::harness::Edge;
+use crate::harness::{new_edge, BenchEdge};
+use crate::memory::{mib, DaemonProcess, Memory};
 use crate::stats::{ms, Summary};
 use crate::traffic::{self, Round, Watched};
 use crate::{Ctx, Report, Table, Target};
@@ -63,6 +66,7 @@ impl Mode {
 
 /// The edge and its daemon; the daemon is dropped first, then HAProxy, then the backend.
 struct Setup {
+    api: Api,
     daemon: Daemon,
     edge: Edge,
     _backend: Backend,
@@ -71,15 +75,16 @@ struct Setup {
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
     let backend = Backend::keep_alive(BODY)?;
-    let mut edge = Edge::init(&hapctl, "protect")?;
+    let edge = new_edge(&hapctl)?;
     let mut state = fixture::state(10, Servers::At(&backend.addr()));
     state
         .trusted_proxies
         .insert("127.0.0.0/8".parse::<ProxyNet>()?);
     edge.load(&state)?;
     edge.start()?;
-    let daemon = Daemon::start(&edge, Duration::from_secs(60))?;
+    let daemon = Daemon::try_start(&edge, &Serve::within(Duration::from_secs(60)))?;
     let s = Setup {
+        api: Api::of(&daemon),
         daemon,
         edge,
         _backend: backend,
@@ -94,7 +99,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     load_report(&mut report, &rounds, &switches);
 
     eprintln!("protect: {CHANGES} threshold changes timed to enforced…");
-    let series = enforce::series(&s.edge, &s.daemon.api, &host, CHANGES)?;
+    let series = enforce::series(&s.edge, &s.api, &host, CHANGES)?;
     enforce_report(&mut report, &series);
 
     eprintln!("protect: filling the client table with {TABLE_ENTRIES} entries…");
@@ -145,7 +150,7 @@ fn switch(s: &Setup, host: &str, mode: Mode) -> anyhow::Result<()> {
         ),
         Mode::Off => (json!({"preset": "off"}), json!({"profiles": []})),
     };
-    let api = &s.daemon.api;
+    let api = &s.api;
     for (path, body) in [
         ("/v1/limits".to_string(), limits),
         (format!("/v1/domains/{host}/profiles"), profiles),
@@ -170,10 +175,16 @@ fn switch(s: &Setup, host: &str, mode: Mode) -> anyhow::Result<()> {
 
 fn load_rounds(s: &Setup, host: &str) -> anyhow::Result<(Vec<(Mode, Round)>, Switches)> {
     let watched = Watched {
-        haproxy: s.edge.show_proc()?.workers.iter().map(|w| w.pid).collect(),
-        daemon: s.daemon.pid().unwrap_or(0),
+        haproxy: s
+            .edge
+            .try_show_proc()?
+            .workers
+            .iter()
+            .map(|w| w.pid)
+            .collect(),
+        daemon: s.daemon.running_pid().unwrap_or(0),
     };
-    let reloads0 = s.edge.show_proc()?.master.reloads;
+    let reloads0 = s.edge.try_show_proc()?.master.reloads;
     let mut rounds = Vec::new();
     for r in 0..ROUNDS {
         let order = if r.is_multiple_of(2) {
@@ -208,17 +219,14 @@ fn load_rounds(s: &Setup, host: &str) -> anyhow::Result<(Vec<(Mode, Round)>, Swi
     }
     let switches = Switches {
         count: rounds.len(),
-        reloads: s.edge.show_proc()?.master.reloads as i64 - reloads0 as i64,
+        reloads: s.edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64,
     };
     Ok((rounds, switches))
 }
 
 /// The ON clients are tracked by their real IPs (the header), not by 127.0.0.1.
 fn check_tracked(s: &Setup) -> anyhow::Result<()> {
-    let a = s
-        .daemon
-        .api
-        .call("GET", "/v1/security/stats?limit=100", None)?;
+    let a = s.api.call("GET", "/v1/security/stats?limit=100", None)?;
     let text = a.text();
     if a.status != 200 || !text.contains("\"198.51.100.1\"") {
         bail!(
@@ -277,6 +285,28 @@ fn load_report(report: &mut Report, rounds: &[(Mode, Round)], switches: &Switche
             format!("{:.2}", median(of().map(|r| r.bench_cpu / r.secs))),
         ]);
     }
+    let pairs = pair_ratios(rounds);
+    if let [(on, on_us), (off, off_us)] = medians[..] {
+        let ratio = on / off;
+        let not_ok: u64 = rounds.iter().map(|(_, r)| r.not_ok).sum();
+        report.targets.push(Target {
+            goal: format!("req/s with the standard protections ON ≥ {TARGET_RATIO} × OFF"),
+            met: Some(ratio >= TARGET_RATIO && not_ok == 0),
+            detail: format!(
+                "ratio of medians {ratio:.3} ({on:.0} / {off:.0} req/s); per round pair {}; HAProxy CPU per request {on_us:.1} vs {off_us:.1} µs ({:.2}×); {not_ok} answers not 200; {} switches, {} reloads",
+                pairs.iter().map(|p| format!("{p:.3}")).collect::<Vec<_>>().join(", "),
+                on_us / off_us,
+                switches.count,
+                switches.reloads
+            ),
+        });
+    }
+    report.tables.push(t);
+    report.tables.push(per_round_table(rounds));
+}
+
+/// Each round in the order run.
+fn per_round_table(rounds: &[(Mode, Round)]) -> Table {
     let mut per = Table::new(
         "Each round (in the order run)",
         &[
@@ -296,7 +326,12 @@ fn load_report(report: &mut Report, rounds: &[(Mode, Round)], switches: &Switche
             format!("{:.1}", r.haproxy_us_per_req()),
         ]);
     }
-    let pairs: Vec<f64> = rounds
+    per
+}
+
+/// req/s ON / OFF of each pair of rounds (NaN where a pair lacks one).
+fn pair_ratios(rounds: &[(Mode, Round)]) -> Vec<f64> {
+    rounds
         .chunks(2)
         .map(|p| {
             let on = p
@@ -309,24 +344,7 @@ fn load_report(report: &mut Report, rounds: &[(Mode, Round)], switches: &Switche
                 .map(|(_, r)| r.per_s());
             on.zip(off).map_or(f64::NAN, |(a, b)| a / b)
         })
-        .collect();
-    if let [(on, on_us), (off, off_us)] = medians[..] {
-        let ratio = on / off;
-        let not_ok: u64 = rounds.iter().map(|(_, r)| r.not_ok).sum();
-        report.targets.push(Target {
-            goal: format!("req/s with the standard protections ON ≥ {TARGET_RATIO} × OFF"),
-            met: Some(ratio >= TARGET_RATIO && not_ok == 0),
-            detail: format!(
-                "ratio of medians {ratio:.3} ({on:.0} / {off:.0} req/s); per round pair {}; HAProxy CPU per request {on_us:.1} vs {off_us:.1} µs ({:.2}×); {not_ok} answers not 200; {} switches, {} reloads",
-                pairs.iter().map(|p| format!("{p:.3}")).collect::<Vec<_>>().join(", "),
-                on_us / off_us,
-                switches.count,
-                switches.reloads
-            ),
-        });
-    }
-    report.tables.push(t);
-    report.tables.push(per);
+        .collect()
 }
 
 fn enforce_report(report: &mut Report, series: &enforce::Series) {
@@ -415,7 +433,7 @@ impl Top {
 }
 
 fn top_runs(s: &Setup) -> anyhow::Result<Top> {
-    let admin = &s.edge.settings.paths.admin_socket;
+    let admin = &s.edge.settings()?.paths.admin_socket.clone();
     let mut rss = vec![("before the fill", s.daemon.memory()?)];
     let fill_s = table::fill(admin, TABLE_ENTRIES)?;
     rss.push(("after the fill", s.daemon.memory()?));
@@ -427,13 +445,10 @@ fn top_runs(s: &Setup) -> anyhow::Result<Top> {
             refill_s.push(table::fill(admin, TABLE_ENTRIES)?);
         }
         let t = Instant::now();
-        s.edge.ok(&["security", "top", "--limit", "20"])?;
+        s.edge.try_ok(&["security", "top", "--limit", "20"])?;
         cli_ms.push(t.elapsed().as_secs_f64() * 1000.0);
         let t = Instant::now();
-        let a = s
-            .daemon
-            .api
-            .call("GET", "/v1/security/stats?limit=20", None)?;
+        let a = s.api.call("GET", "/v1/security/stats?limit=20", None)?;
         api_ms.push(t.elapsed().as_secs_f64() * 1000.0);
         if a.status != 200 {
             bail!("GET /v1/security/stats: {}", a.describe());
@@ -447,7 +462,9 @@ fn top_runs(s: &Setup) -> anyhow::Result<Top> {
         }
     }
     rss.push(("after the stats calls", s.daemon.memory()?));
-    let out = s.edge.ok(&["security", "top", "--limit", "20", "--json"])?;
+    let out = s
+        .edge
+        .try_ok(&["security", "top", "--limit", "20", "--json"])?;
     let j: Value = serde_json::from_slice(&out.stdout)?;
     if j["returned"].as_u64() != Some(20) {
         bail!(
@@ -463,7 +480,7 @@ fn top_runs(s: &Setup) -> anyhow::Result<Top> {
         api_bytes,
         used,
         returned,
-        pieces: table::pieces(&s.edge.settings)?,
+        pieces: table::pieces(&s.edge.settings()?)?,
         rss,
     })
 }

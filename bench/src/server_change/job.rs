@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use crate::api::Answer;
+use crate::api::{Answer, Api};
 use crate::sys;
 
 use super::{Served, Set, Via, OP_TIMEOUT};
@@ -46,7 +46,7 @@ impl Job {
                 }
             }
             Via::Api => {
-                let api = s.daemon.api.clone();
+                let api = Api::of(&s.daemon);
                 let path = format!("/v1/domains/{}", s.host);
                 let body = to.api_body(&s.a, &s.b);
                 Job::Api(thread::spawn(move || {
