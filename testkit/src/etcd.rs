@@ -152,6 +152,43 @@ impl EtcdCluster {
         self.wait_healthy();
     }
 
+    /// `etcdctl snapshot save` of the cluster into `path`.
+    pub fn snapshot(&self, path: &std::path::Path) {
+        let leader = self.members[self.leader()].client;
+        let out = self.etcdctl_at(leader, &["snapshot", "save", &path.display().to_string()]);
+        assert!(out.status.success(), "snapshot save: {}", describe(&out));
+    }
+
+    /// Every member stopped, its data replaced by `snapshot` (`etcdutl snapshot restore`, as
+    /// an operator restores a backup), and started again: the cluster's revision goes back to
+    /// the snapshot's.
+    pub fn restore(&mut self, snapshot: &std::path::Path) {
+        self.stop_all();
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect();
+        for m in &self.members {
+            let data = self.dir.path().join(&m.name);
+            std::fs::remove_dir_all(&data).unwrap();
+            let mut cmd = Command::new(bin("etcdutl", "ETCDUTL_BIN"));
+            cmd.args(["snapshot", "restore"])
+                .arg(snapshot)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["--name", &m.name, "--initial-cluster", &initial.join(",")])
+                .args(["--initial-cluster-token", "hapctl-test"])
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{}",
+                    m.peer
+                ));
+            let out = run_bounded(cmd, Duration::from_secs(30));
+            assert!(out.status.success(), "snapshot restore: {}", describe(&out));
+        }
+        self.start_all();
+    }
+
     /// The index of the member that leads now.
     pub fn leader(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -52,6 +52,21 @@ impl FleetLab {
         edge
     }
 
+    /// A new edge joins: its `[fleet]` section, then its daemon, which takes the fleet's
+    /// state. Its index.
+    pub fn join(&mut self, name: &str) -> usize {
+        let edge = self.new_edge(name);
+        let daemon = Daemon::start(&edge);
+        self.edges.push((edge, daemon));
+        self.edges.len() - 1
+    }
+
+    /// Starts edge `i`'s daemon again (after its `kill`).
+    pub fn restart_daemon(&mut self, i: usize) {
+        let daemon = Daemon::start(&self.edges[i].0);
+        self.edges[i].1 = daemon;
+    }
+
     pub fn edge(&self, i: usize) -> &Edge {
         &self.edges[i].0
     }

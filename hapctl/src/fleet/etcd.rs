@@ -18,6 +18,9 @@ use crate::settings::FleetSettings;
 /// largest values hapctl writes.
 const PAGE: i64 = 2_000;
 
+/// The pause after every endpoint failed once, before the next round.
+const ROUND_PAUSE: Duration = Duration::from_millis(100);
+
 /// A connection to each endpoint, the one in use first.
 #[derive(Clone)]
 pub struct Etcd {
@@ -59,29 +62,40 @@ impl Etcd {
     }
 
     /// Runs `call` on the endpoint in use, then on each other one while the failure is the
-    /// endpoint's (unreachable, no leader, too slow). Other errors are returned at once.
+    /// endpoint's (unreachable, no leader, too slow), round after round until the timeout:
+    /// an election after a leader died takes a moment. Other errors are returned at once.
     pub async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T, FleetError>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        let deadline = tokio::time::Instant::now() + self.timeout;
         let n = self.clients.len();
-        let start = self.current.load(Ordering::Relaxed);
+        let mut at = self.current.load(Ordering::Relaxed);
         let mut last = String::new();
-        for i in 0..n {
-            let at = (start + i) % n;
-            let (endpoint, client) = &self.clients[at];
-            match tokio::time::timeout(self.timeout, call(client.clone())).await {
+        for attempt in 0.. {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if attempt > 0 && attempt % n == 0 {
+                tokio::time::sleep(ROUND_PAUSE.min(left)).await;
+            }
+            let (endpoint, client) = &self.clients[at % n];
+            // A member that hangs gets a share of the time, not all of it.
+            let share = left.min((self.timeout / 3).max(Duration::from_millis(300)));
+            match tokio::time::timeout(share, call(client.clone())).await {
                 Ok(Ok(value)) => {
-                    self.current.store(at, Ordering::Relaxed);
+                    self.current.store(at % n, Ordering::Relaxed);
                     return Ok(value);
                 }
                 Ok(Err(e)) if !is_endpoint_failure(&e) => {
                     return Err(FleetError::Etcd(format!("{what}: {e}")))
                 }
                 Ok(Err(e)) => last = format!("{endpoint}: {e}"),
-                Err(_) => last = format!("{endpoint}: no answer within {:?}", self.timeout),
+                Err(_) => last = format!("{endpoint}: no answer within {share:?}"),
             }
+            at += 1;
         }
         Err(FleetError::Unreachable(format!("{what}: {last}")))
     }

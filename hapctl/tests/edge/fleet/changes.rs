@@ -1,0 +1,220 @@
+//! What a change made on one edge does on every edge.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde_json::json;
+use testkit::fleet::FleetLab;
+use testkit::Backend;
+
+use super::{put_domain, serves, settled_reloads, WITHIN};
+
+#[test]
+fn a_domain_put_on_one_edge_serves_through_every_edge() {
+    let lab = FleetLab::start(3, 3);
+    let backend = Backend::start("shop-v1");
+    let answer = put_domain(&lab, 1, "shop.example.com", &backend);
+    assert!(
+        answer["apply"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("published at fleet revision")),
+        "{answer}"
+    );
+    lab.wait_all(WITHIN, serves("shop.example.com", "shop-v1"));
+    // A server change on another edge replaces it everywhere.
+    let other = Backend::start("shop-v2");
+    put_domain(&lab, 2, "shop.example.com", &other);
+    lab.wait_all(WITHIN, serves("shop.example.com", "shop-v2"));
+    // Every edge reports the same revision, none lagging.
+    lab.wait_all(WITHIN, |i, _| {
+        let view = lab.status(i);
+        let edges = view["edges"].as_array().cloned().unwrap_or_default();
+        let fine = edges.len() == 3
+            && edges
+                .iter()
+                .all(|e| e["lagging"] == false && e["haproxy"] == "ok");
+        fine.then_some(()).ok_or_else(|| view.to_string())
+    });
+}
+
+#[test]
+fn a_block_made_on_one_edge_is_enforced_by_every_edge_without_a_reload() {
+    let lab = FleetLab::start(3, 3);
+    let backend = Backend::start("site");
+    put_domain(&lab, 0, "site.example.com", &backend);
+    lab.wait_all(WITHIN, serves("site.example.com", "site"));
+    let reloads: Vec<u32> = (0..3).map(|i| settled_reloads(lab.edge(i))).collect();
+    let r = lab.daemon(2).call(
+        "POST",
+        "/v1/blocked-ips",
+        Some(&json!({ "ip": "127.0.0.2", "reason": "fleet test", "ttl": "1h" })),
+    );
+    assert!(r.status == 200 || r.status == 201, "{r:?}");
+    let client = Ipv4Addr::new(127, 0, 0, 2);
+    lab.wait_all(WITHIN, |_, edge| {
+        let r = edge.get_from(client, "site.example.com", "/");
+        (r.status == 403)
+            .then_some(())
+            .ok_or_else(|| format!("{} {}", r.status, r.body))
+    });
+    // The other clients still pass, and no edge reloaded for the block.
+    for (i, before) in reloads.iter().enumerate() {
+        assert_eq!(lab.edge(i).get("site.example.com", "/").status, 200);
+        assert_eq!(settled_reloads(lab.edge(i)), *before, "edge e{i} reloaded");
+    }
+    // The block carries its expiry on every edge.
+    for i in 0..3 {
+        let page = lab.daemon(i).get("/v1/blocked-ips");
+        let block = &page.json["blocks"][0];
+        assert_eq!(block["key"], "127.0.0.2", "{page:?}");
+        assert!(block["expires_at"].is_number(), "{page:?}");
+    }
+}
+
+#[test]
+fn a_change_computed_from_a_stale_state_is_refused_with_a_conflict() {
+    let mut lab = FleetLab::start(1, 2);
+    let backend = Backend::start("a");
+    put_domain(&lab, 0, "race.example.com", &backend);
+    lab.wait_all(WITHIN, serves("race.example.com", "a"));
+    // Edge 1 stops following; another writer changes the domain meanwhile.
+    lab.edges[1].1.kill();
+    let newer = Backend::start("b");
+    put_domain(&lab, 0, "race.example.com", &newer);
+    // Edge 1 (its state one revision behind) changes the same domain: refused, nothing written.
+    let third = Backend::start("c");
+    let refused = |server: &str, says: &str| {
+        let out = lab
+            .edge(1)
+            .run(&["domain", "add", "race.example.com", "--server", server]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(text.contains(says), "{text}");
+        let now = lab
+            .etcd
+            .get("/hapctl/state/domain/race.example.com")
+            .unwrap();
+        assert!(now.contains(&newer.addr()), "{now}");
+    };
+    refused(
+        &third.addr(),
+        "domain/race.example.com changed on another edge",
+    );
+    // Wanting back what it still has is no change from its old view: refused all the same.
+    refused(&backend.addr(), "the change was judged on an old state");
+}
+
+#[test]
+fn a_hand_edited_key_that_does_not_parse_is_refused_and_reported_while_the_rest_applies() {
+    let lab = FleetLab::start(1, 2);
+    lab.etcd
+        .put("/hapctl/state/domain/bad.example.com", "{\"servers\": 7}");
+    let backend = Backend::start("good");
+    put_domain(&lab, 0, "good.example.com", &backend);
+    lab.wait_all(WITHIN, serves("good.example.com", "good"));
+    lab.wait_all(WITHIN, |i, _| {
+        let view = lab.status(i);
+        let refused = view["edges"]
+            .as_array()
+            .map(|edges| {
+                edges.iter().all(|e| {
+                    e["refused"][1]
+                        .as_str()
+                        .is_some_and(|m| m.contains("domain/bad.example.com"))
+                })
+            })
+            .unwrap_or(false);
+        refused.then_some(()).ok_or_else(|| view.to_string())
+    });
+    assert_eq!(lab.edge(1).get("bad.example.com", "/").status, 404);
+}
+
+#[test]
+fn a_change_haproxy_refuses_on_the_writing_edge_never_enters_the_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (refusing, _) = testkit::refusing_haproxy(
+        dir.path(),
+        "timeout tarpit 23s",
+        "s/timeout tarpit 23s/timeout tarpit nonsense/",
+    );
+    let lab = FleetLab::start_with(1, 2, |i, edge| {
+        if i == 0 {
+            edge.set_env("HAPCTL_HAPROXY_BIN", &refusing.display().to_string());
+        }
+    });
+    let before = lab.etcd.get("/hapctl/state/limits");
+    let r = lab
+        .daemon(0)
+        .call("PUT", "/v1/limits", Some(&json!({ "tarpit_secs": 23 })));
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not published"),
+        "{r:?}"
+    );
+    assert_eq!(lab.etcd.get("/hapctl/state/limits"), before);
+}
+
+#[test]
+fn an_edge_that_refuses_a_revision_reports_it_once_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (refusing, calls) = testkit::refusing_haproxy(
+        dir.path(),
+        "timeout tarpit 23s",
+        "s/timeout tarpit 23s/timeout tarpit nonsense/",
+    );
+    let lab = FleetLab::start_with(1, 3, |i, edge| {
+        if i == 2 {
+            edge.set_env("HAPCTL_HAPROXY_BIN", &refusing.display().to_string());
+        }
+    });
+    let r = lab
+        .daemon(0)
+        .call("PUT", "/v1/limits", Some(&json!({ "tarpit_secs": 23 })));
+    assert_eq!(r.status, 200, "{r:?}");
+    lab.wait_all(WITHIN, |i, _| {
+        let view = lab.status(0);
+        let e = &view["edges"][i];
+        let fine = match i {
+            2 => e["refused"][1]
+                .as_str()
+                .is_some_and(|m| m.contains("timeout tarpit")),
+            _ => e["lagging"] == false,
+        };
+        fine.then_some(()).ok_or_else(|| view.to_string())
+    });
+    assert!(lab.edge(1).settings_text().contains("[fleet]"));
+    assert!(
+        std::fs::read_to_string(lab.edge(1).path("live/haproxy.cfg"))
+            .unwrap()
+            .contains("timeout tarpit 23s")
+    );
+    // e2 keeps serving what it had and does not try the refused revision again by itself.
+    assert!(
+        !std::fs::read_to_string(lab.edge(2).path("live/haproxy.cfg"))
+            .unwrap()
+            .contains("23s")
+    );
+    let checks = testkit::check_runs(&calls);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        testkit::check_runs(&calls),
+        checks,
+        "the refused revision was tried again"
+    );
+    // A later change that does not need the refused one still waits behind it on e2, which
+    // says so; the others apply it.
+    let backend = Backend::start("later");
+    put_domain(&lab, 1, "later.example.com", &backend);
+    for i in 0..2 {
+        lab.wait_all(WITHIN, |j, edge| {
+            if j == i {
+                serves("later.example.com", "later")(j, edge)
+            } else {
+                Ok(())
+            }
+        });
+    }
+}

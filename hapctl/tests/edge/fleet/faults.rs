@@ -1,0 +1,132 @@
+//! Faults: etcd down, its leader killed during writes, a restore from an older snapshot.
+
+use std::time::Duration;
+
+use serde_json::json;
+use testkit::fleet::FleetLab;
+use testkit::Backend;
+
+use super::{put_domain, serves, WITHIN};
+
+#[test]
+fn with_etcd_down_every_edge_serves_writes_answer_503_and_all_catch_up_when_it_returns() {
+    let mut lab = FleetLab::start(3, 3);
+    let backend = Backend::start("steady");
+    put_domain(&lab, 0, "steady.example.com", &backend);
+    lab.wait_all(WITHIN, serves("steady.example.com", "steady"));
+    lab.etcd.stop_all();
+    // Traffic goes on, reads of local state answer, writes are refused with the reason.
+    for i in 0..3 {
+        assert_eq!(lab.edge(i).get("steady.example.com", "/").status, 200);
+        assert!(lab.daemon(i).domain_names().contains("steady.example.com"));
+        let body = json!({ "servers": [{ "address": backend.addr() }] });
+        let r = lab
+            .daemon(i)
+            .call("PUT", "/v1/domains/new.example.com", Some(&body));
+        assert_eq!(r.status, 503, "{r:?}");
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("etcd is unreachable") && message.contains("nothing was changed"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(lab.edge(1).get("new.example.com", "/").status, 404);
+    lab.etcd.start_all();
+    // Back: a write on one edge reaches every edge again.
+    let next = Backend::start("after");
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let body = json!({ "servers": [{ "address": next.addr() }] });
+        let r = lab
+            .daemon(2)
+            .call("PUT", "/v1/domains/after.example.com", Some(&body));
+        if r.status == 200 || r.status == 201 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab.wait_all(WITHIN, serves("after.example.com", "after"));
+}
+
+#[test]
+fn the_etcd_leader_killed_during_writes_loses_no_acknowledged_write() {
+    let mut lab = FleetLab::start(3, 3);
+    let clients: Vec<_> = (0..3).map(|i| lab.daemon(i).client()).collect();
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..6)
+        .map(|t| {
+            let client = clients[t % 3].clone();
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for n in 0..20 {
+                    let ip = format!("10.{t}.{n}.1");
+                    let body = json!({ "ip": ip, "reason": "leader test" });
+                    if let Ok(r) = client.try_call("POST", "/v1/blocked-ips", Some(&body)) {
+                        if r.status == 200 || r.status == 201 {
+                            acked.lock().unwrap().push(ip);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    while acked.lock().unwrap().len() < 20 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let leader = lab.etcd.leader();
+    lab.etcd.kill(leader);
+    for w in writers {
+        w.join().unwrap();
+    }
+    lab.etcd.restart(leader);
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 60,
+        "only {} of 120 writes acknowledged",
+        acked.len()
+    );
+    for ip in &acked {
+        assert!(
+            lab.etcd.get(&format!("/hapctl/state/block/{ip}")).is_some(),
+            "{ip} lost in etcd"
+        );
+    }
+    lab.wait_all(WITHIN, |i, _| {
+        let keys = lab.daemon(i).blocked_keys();
+        match acked.iter().find(|ip| !keys.contains(*ip)) {
+            None => Ok(()),
+            Some(ip) => Err(format!("{ip} not blocked")),
+        }
+    });
+    lab.wait_all(WITHIN, |_, _| {
+        let view = lab.status(0);
+        let revisions: Vec<&serde_json::Value> = view["edges"]
+            .as_array()
+            .map(|e| e.iter().map(|x| &x["applied_revision"]).collect())
+            .unwrap_or_default();
+        let same = revisions.len() == 3 && revisions.windows(2).all(|w| w[0] == w[1]);
+        same.then_some(()).ok_or_else(|| view.to_string())
+    });
+}
+
+#[test]
+fn etcd_restored_from_an_older_snapshot_is_detected_and_its_state_wins() {
+    let mut lab = FleetLab::start(1, 2);
+    let backend = Backend::start("old");
+    put_domain(&lab, 0, "before.example.com", &backend);
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("etcd.db");
+    lab.etcd.snapshot(&snapshot);
+    put_domain(&lab, 1, "after.example.com", &backend);
+    lab.wait_all(WITHIN, serves("after.example.com", "old"));
+    lab.etcd.restore(&snapshot);
+    lab.wait_all(WITHIN, |_, edge| {
+        let r = edge.get("after.example.com", "/");
+        (r.status == 404)
+            .then_some(())
+            .ok_or_else(|| format!("after.example.com: {}", r.status))
+    });
+    lab.wait_all(WITHIN, serves("before.example.com", "old"));
+    assert!(lab.daemon(0).log_text().contains("revision went back"));
+}
