@@ -71,9 +71,10 @@ impl Etcd {
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let n = self.clients.len();
-        let mut at = self.current.load(Ordering::Relaxed);
+        let first = self.current.load(Ordering::Relaxed);
         let mut last = String::new();
         for attempt in 0.. {
+            let at = first + attempt;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 break;
@@ -95,7 +96,6 @@ impl Etcd {
                 Ok(Err(e)) => last = format!("{endpoint}: {e}"),
                 Err(_) => last = format!("{endpoint}: no answer within {share:?}"),
             }
-            at += 1;
         }
         Err(FleetError::Unreachable(format!("{what}: {last}")))
     }
