@@ -88,7 +88,21 @@ impl Services {
         f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,
     ) -> Result<T, JobError> {
         let dir = self.0.state_dir.clone();
-        blocking(move || Edge::open(&dir).and_then(|mut edge| f(&mut edge))).await
+        // The daemon's connection to the fleet's etcd, shared rather than made per request.
+        let fleet = self
+            .0
+            .reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shared_fleet();
+        blocking(move || {
+            let mut edge = Edge::open(&dir)?;
+            if let Some(link) = fleet {
+                edge.join_fleet(link);
+            }
+            f(&mut edge)
+        })
+        .await
     }
 
     /// [`Services::with_new_edge`] for work that talks to the ACME CA: it waits for a slot of

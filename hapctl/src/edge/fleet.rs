@@ -35,16 +35,25 @@ impl Edge {
         self.fleet = Some(link);
     }
 
+    /// The connection to etcd this one shares, if any.
+    pub fn shared_fleet(&self) -> Option<Arc<FleetLink>> {
+        self.fleet.clone()
+    }
+
+    /// The connection to etcd: the shared one, else one made now and kept.
     pub fn fleet_link(&mut self) -> Result<Arc<FleetLink>, EdgeError> {
+        let link = self.link()?;
+        self.fleet = Some(link.clone());
+        Ok(link)
+    }
+
+    /// The connection to etcd: the shared one, else one made for this call.
+    pub fn link(&self) -> Result<Arc<FleetLink>, EdgeError> {
         if let Some(link) = &self.fleet {
             return Ok(link.clone());
         }
-        let settings = self.settings.fleet.as_ref().ok_or_else(|| {
-            FleetError::Setup("this edge has no [fleet] section in hapctl.toml".into())
-        })?;
-        let link = FleetLink::connect(settings)?;
-        self.fleet = Some(link.clone());
-        Ok(link)
+        let settings = self.settings.fleet.as_ref().ok_or(FleetError::NoFleet)?;
+        Ok(FleetLink::connect(settings)?)
     }
 
     pub fn fleet_record(&self) -> Result<FleetRecord, EdgeError> {

@@ -59,8 +59,8 @@ impl Edge {
     }
 
     /// Every edge of the fleet as its status key says, and the fleet's revision.
-    pub fn fleet_view(&mut self) -> Result<FleetView, EdgeError> {
-        let link = self.fleet_link()?;
+    pub fn fleet_view(&self) -> Result<FleetView, EdgeError> {
+        let link = self.link()?;
         Ok(link.block_on(status::read_view(link.etcd(), link.layout()))?)
     }
 

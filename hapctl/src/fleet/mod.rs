@@ -33,6 +33,8 @@ pub enum FleetError {
     Behind { at: i64, fleet: i64 },
     #[error("the change needs a reload and could not be checked with haproxy -c ({0}); it was not published to the fleet")]
     Unchecked(String),
+    #[error("this edge is in no fleet: hapctl.toml has no [fleet] section (docs/fleet.md)")]
+    NoFleet,
     #[error("the fleet's settings cannot be used: {0}")]
     Setup(String),
     /// The fleet's state was never published (no marker key).

@@ -156,6 +156,7 @@ impl ApiError {
             F::Unreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "etcd_unreachable"),
             F::Conflict(..) | F::Behind { .. } => (StatusCode::CONFLICT, "conflict"),
             F::NotPublished(_) | F::AlreadyPublished(_) => (StatusCode::CONFLICT, "fleet_state"),
+            F::NoFleet => (StatusCode::CONFLICT, "no_fleet"),
             F::NotApplied { .. } => (StatusCode::GATEWAY_TIMEOUT, "not_applied"),
             F::Unchecked(_) => (StatusCode::SERVICE_UNAVAILABLE, "validator_unavailable"),
             F::Etcd(_) | F::Setup(_) => (StatusCode::BAD_GATEWAY, "etcd"),

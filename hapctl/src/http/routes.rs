@@ -81,6 +81,7 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
     vec![
         (doc(Get, "/health", "(edge manager) 200 {status: healthy, haproxy_status: running|stopped, database: connected} while the database answers, 500 unhealthy otherwise (no token needed)", None), get(compat::health)),
         (doc(Get, "/v1/health", "200 when the master runs, a worker exists and the live config is the known-good one, else 503 (no token needed)", None), get(v1::health)),
+        (doc(Get, "/v1/fleet", "The fleet (docs/fleet.md): {revision, published, edges: [{name, applied_revision, lagging, outcome, message, refused: [revision, reason] | null, haproxy, version, addresses, at}]} from etcd; 409 no_fleet without [fleet], 503 when etcd is unreachable", None), get(v1::fleet)),
         (doc(Get, "/v1/status", "HAProxy master and workers, supervision (whether hapctl serve restarts it, whether a stop keeps it down), last applies, generations, counts; resolution: {unresolved_servers: [{domain, server, host, seen}], runtime_resolvers, warning} as HAProxy holds them (null when it does not answer)", None), get(v1::status)),
         (doc(Get, "/v1/domains", "List domains: every one (a bare array), or with limit, after or q one page in name order, {domains, next, total}, each with suspended, protections, https, own_limits and waf", None)
             .with_query::<DomainQuery>(), get(v1::list_domains)),

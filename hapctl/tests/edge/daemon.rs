@@ -1016,6 +1016,20 @@ fn expired_blocks_are_lifted_on_time_by_the_daemon_itself() {
 }
 
 #[test]
+fn an_edge_in_no_fleet_says_so() {
+    let (_edge, _app, api) = edge_with_api();
+    let r = api.get("/v1/fleet");
+    assert_eq!((r.status, r.error_code()), (409, "no_fleet"), "{r:?}");
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("[fleet]"),
+        "{r:?}"
+    );
+}
+
+#[test]
 fn without_waf_the_agent_routes_say_what_to_set() {
     let (_edge, _app, api) = edge_with_api();
     let r = api.get("/v1/waf");

@@ -17,6 +17,7 @@ mod webdriver;
 // More scenarios; `session` is the serving and sign-in over plain HTTP, no browser.
 mod acme;
 mod deliveries;
+mod fleet;
 mod logs;
 mod protections;
 mod proxies;

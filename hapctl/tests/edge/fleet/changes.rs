@@ -25,6 +25,14 @@ fn a_domain_put_on_one_edge_serves_through_every_edge() {
     let other = Backend::start("shop-v2");
     put_domain(&lab, 2, "shop.example.com", &other);
     lab.wait_all(WITHIN, serves("shop.example.com", "shop-v2"));
+    // The API shows the same fleet; an edge in no fleet says it is in none.
+    let fleet = lab.daemon(1).get("/v1/fleet");
+    assert_eq!(fleet.status, 200, "{fleet:?}");
+    assert_eq!(
+        fleet.json["edges"].as_array().map(Vec::len),
+        Some(3),
+        "{fleet:?}"
+    );
     // Every edge reports the same revision, none lagging.
     lab.wait_all(WITHIN, |i, _| {
         let view = lab.status(i);

@@ -86,6 +86,20 @@ function names(el, r) {
     h('p', null, until));
 }
 
+// The fleet this edge is one of (GET /v1/fleet): every edge's applied revision beside the
+// fleet's, whether it lags, what it refused, its HAProxy. Hidden on an edge in no fleet.
+function fleet(el, tbody, columns, f) {
+  el.hidden = false;
+  fill(el.querySelector('.summary'), `Fleet revision ${f.revision}${f.published ? '' : ' — not published yet (hapctl fleet publish)'} · ${f.edges.length} edge(s)`);
+  rows(tbody, f.edges, (e) => e.name, (e) => h('tr', null,
+    h('td', null, e.name),
+    h('td', null, String(e.applied_revision)),
+    h('td', null, h('span', { class: e.lagging ? 'bad' : 'ok' }, e.lagging ? 'lagging' : 'current')),
+    h('td', null, h('span', { class: e.haproxy === 'ok' ? 'ok' : 'bad' }, e.haproxy)),
+    h('td', null, e.refused ? `revision ${e.refused[0]}: ${e.refused[1]}` : '–'),
+    h('td', null, e.message || '–')), { columns, text: 'No edge reports to the fleet.' });
+}
+
 /** The recovery actions, each answered below them; `done` re-reads the status. */
 function recovery(done) {
   const outcome = h('p', { id: 'ov-outcome', class: 'summary', role: 'status' });
@@ -132,8 +146,17 @@ export default {
     const grid = h('div', { class: 'cards' });
     const applies = table('Last applies', ['When', 'Trigger', 'Outcome', 'Duration', 'Checks', 'Reloads', 'Reload reasons']);
     const gens = table('Generations', ['App', 'Version', 'Role', 'Port', 'Running', 'Ready']);
+    const edges = table('Fleet', ['Edge', 'Applied revision', 'State', 'HAProxy', 'Refused', 'Last apply']);
+    const fleetEl = h('section', { id: 'ov-fleet', 'aria-label': 'Fleet', hidden: true },
+      h('p', { class: 'summary' }), edges.el);
     const actions = recovery(() => p.now());
-    fill(main, h('h1', null, 'Overview'), status, unresolved, grid, actions, applies.el, gens.el);
+    fill(main, h('h1', null, 'Overview'), status, unresolved, grid, fleetEl, actions, applies.el, gens.el);
+    const fleetPoll = poll('/v1/fleet', 3000, (f) => fleet(fleetEl, edges.tbody, edges.columns, f),
+      (e) => {
+        // No [fleet] on this edge: nothing to show. Anything else (etcd down) is said.
+        fleetEl.hidden = e.body && e.body.error && e.body.error.code === 'no_fleet';
+        fill(fleetEl.querySelector('.summary'), h('span', { class: 'bad' }, `Cannot read the fleet: ${e.message}`));
+      });
     // Its own poll; the card element stays in the grid when the status redraws the others.
     const wafBody = h('div', null, h('p', { class: 'state loading' }, 'Loading…'));
     const wafCard = card('WAF agent', wafBody);
@@ -166,6 +189,6 @@ export default {
         h('td', null, g.running ? 'yes' : 'no'), h('td', null, g.ready ? 'yes' : 'no')),
       { columns: gens.columns, text: 'No delivered application.' });
     }, (e) => { status.hidden = false; state(status, 'error', `Cannot read the status: ${e.message}`); });
-    return () => { p.stop(); agent.stop(); };
+    return () => { p.stop(); agent.stop(); fleetPoll.stop(); };
   },
 };
