@@ -20,6 +20,12 @@ command -v dpkg-shlibdeps >/dev/null 2>&1 || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y dpkg-dev
 }
 
+# Building hapctl compiles the etcd client's gRPC definitions, which needs protoc.
+command -v protoc >/dev/null 2>&1 || {
+  apt-cache show protobuf-compiler >/dev/null 2>&1 || apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y protobuf-compiler
+}
+
 # cargo-deb builds the release binary itself (-j2: the machine's two cores are shared) and
 # packages a stripped copy (106 MB with the release profile's line tables, 18 MB without).
 if [ "${1:-}" = "--dev" ]; then

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Fetches etcd 3.5 (Debian 13's etcd-server and etcd-client: Go binaries that run on Debian 12;
 # Debian 12's own etcd is 3.4, out of upstream support) once, cached outside the checkout;
-# exports ETCD_BIN and ETCDCTL_BIN. Sourced by test.sh and fleet.sh after ensure-haproxy.sh.
+# exports ETCD_BIN, ETCDCTL_BIN and ETCDUTL_BIN (what testkit::etcd runs). Sourced by test.sh and fleet.sh after ensure-haproxy.sh.
 set -euo pipefail
 
 ETCD_CACHE=${HAPCTL_TEST_CACHE:-/var/cache/hapctl-tests}/etcd-3.5
 export ETCD_BIN=$ETCD_CACHE/usr/bin/etcd
 export ETCDCTL_BIN=$ETCD_CACHE/usr/bin/etcdctl
+export ETCDUTL_BIN=$ETCD_CACHE/usr/bin/etcdutl
 
 # A subshell, so its temp folder is removed on any exit.
 fetch_etcd() (

@@ -6,6 +6,8 @@ source scripts/ensure-haproxy.sh
 source scripts/ensure-test-tools.sh
 source scripts/ensure-systemd-image.sh
 source scripts/ensure-haproxy30.sh
+# The fleet's suites run a real etcd cluster (tests/edge/fleet/).
+source scripts/ensure-etcd.sh
 cargo fmt --all -- --check
 cargo clippy -j2 --workspace --all-targets -- -D warnings
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest

@@ -317,6 +317,17 @@ buffer = "16MiB"
 # hold_valid = "10s"
 
 # [waf]: the web application firewall agent (listen, crs, workers, timeout; docs/waf.md).
+
+# [fleet]: several edges share one desired state in etcd (docs/fleet.md). Without it this edge
+# is alone and its database is the desired state.
+# endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"]
+# name = "edge-a"                  # unique in the fleet
+# prefix = "/hapctl"
+# ca = "etcd-ca.pem"               # https endpoints; cert/key when etcd asks for a client one
+# user = "hapctl"                  # etcd auth; the password in a 0600 file
+# password_file = "etcd-password"
+# timeout = "3s"                   # every etcd call
+# full_read_every = "5m"           # the whole state read again, in case a watch missed an event
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
 # templates_dir = "templates"

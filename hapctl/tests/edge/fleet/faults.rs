@@ -130,3 +130,31 @@ fn etcd_restored_from_an_older_snapshot_is_detected_and_its_state_wins() {
     lab.wait_all(WITHIN, serves("before.example.com", "old"));
     assert!(lab.daemon(0).log_text().contains("revision went back"));
 }
+
+#[test]
+fn an_edge_boots_and_serves_with_etcd_down_and_catches_up_when_it_returns() {
+    let mut lab = FleetLab::start(3, 2);
+    let backend = Backend::start("booted");
+    put_domain(&lab, 0, "booted.example.com", &backend);
+    lab.wait_all(WITHIN, serves("booted.example.com", "booted"));
+    lab.etcd.stop_all();
+    lab.edges[1].1.kill();
+    lab.restart_daemon(1);
+    assert_eq!(lab.edge(1).get("booted.example.com", "/").status, 200);
+    // Back: what was written meanwhile elsewhere reaches the edge that booted alone.
+    lab.etcd.start_all();
+    let later = Backend::start("later");
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let body = json!({ "servers": [{ "address": later.addr() }] });
+        let r = lab
+            .daemon(0)
+            .call("PUT", "/v1/domains/later.example.com", Some(&body));
+        if r.status == 200 || r.status == 201 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab.wait_all(WITHIN, serves("later.example.com", "later"));
+}
