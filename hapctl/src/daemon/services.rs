@@ -82,6 +82,18 @@ impl Services {
         blocking(move || f(&reads.lock().unwrap_or_else(|e| e.into_inner()))).await
     }
 
+    /// Every edge of the fleet (`GET /v1/fleet`), read on the fleet's runtime: the read
+    /// connection is not held while etcd answers.
+    pub async fn fleet_view(&self) -> Result<crate::fleet::status::FleetView, JobError> {
+        let link = self.read(|edge| edge.link()).await?;
+        let on = link.clone();
+        on.handle()
+            .spawn(async move { crate::fleet::status::read_view(link.etcd(), link.layout()).await })
+            .await
+            .map_err(|e| JobError::Gone(e.to_string()))?
+            .map_err(|e| JobError::from(EdgeError::from(e)))
+    }
+
     /// Runs `f` on a fresh connection (deliveries: long, and they take their own locks).
     pub async fn with_new_edge<T: Send + 'static>(
         &self,

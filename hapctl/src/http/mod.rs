@@ -99,6 +99,10 @@ impl ApiState {
         Ok(self.0.services.read(f).await?)
     }
 
+    async fn fleet_view(&self) -> Result<crate::fleet::status::FleetView, ApiError> {
+        Ok(self.0.services.fleet_view().await?)
+    }
+
     async fn with_new_edge<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Edge) -> Result<T, EdgeError> + Send + 'static,

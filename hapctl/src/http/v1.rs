@@ -55,16 +55,8 @@ pub async fn status(State(app): State<ApiState>) -> Result<Json<Value>, ApiError
     })))
 }
 
-/// Read on the fleet's runtime: the handlers' read connection is not held while etcd answers.
 pub async fn fleet(State(app): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    let link = app.read(|edge| edge.link()).await?;
-    let on = link.clone();
-    let view = on
-        .handle()
-        .spawn(async move { crate::fleet::status::read_view(link.etcd(), link.layout()).await })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::from(crate::edge::EdgeError::from(e)))?;
+    let view = app.fleet_view().await?;
     Ok(Json(serde_json::to_value(view).unwrap_or_default()))
 }
 
