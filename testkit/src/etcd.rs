@@ -14,6 +14,20 @@ const CACHED: &str = "/var/cache/hapctl-tests/etcd-3.5/usr/bin";
 pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    /// Clients speak TLS and must show a certificate of the test CA.
+    tls: Option<TlsFiles>,
+}
+
+/// The files of a TLS cluster, in its temp dir.
+#[derive(Clone)]
+pub struct TlsFiles {
+    /// The root clients trust.
+    pub ca: PathBuf,
+    /// A client certificate (clientAuth) and its key.
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
 }
 
 struct Member {
@@ -38,6 +52,15 @@ fn bin(name: &str, env: &str) -> PathBuf {
 impl EtcdCluster {
     /// `n` members, healthy with a leader.
     pub fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_with(n, None)
+    }
+
+    /// `n` members whose clients speak TLS with certificates of `ca` on both sides.
+    pub fn start_tls(n: usize, ca: &crate::pki::TestCa) -> EtcdCluster {
+        EtcdCluster::start_with(n, Some(ca))
+    }
+
+    fn start_with(n: usize, ca: Option<&crate::pki::TestCa>) -> EtcdCluster {
         let mut ports = Vec::new();
         while ports.len() < 2 * n {
             let p = free_port();
@@ -53,10 +76,9 @@ impl EtcdCluster {
                 child: None,
             })
             .collect();
-        let mut cluster = EtcdCluster {
-            dir: tempfile::tempdir().unwrap(),
-            members,
-        };
+        let dir = tempfile::tempdir().unwrap();
+        let tls = ca.map(|ca| write_tls(dir.path(), ca));
+        let mut cluster = EtcdCluster { dir, members, tls };
         for i in 0..n {
             cluster.spawn(i);
         }
@@ -73,9 +95,16 @@ impl EtcdCluster {
         let m = &self.members[i];
         let data = self.dir.path().join(&m.name);
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
-        let client = format!("http://127.0.0.1:{}", m.client);
+        let client = format!("{}://127.0.0.1:{}", self.scheme(), m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
-        let child = Command::new(bin("etcd", "ETCD_BIN"))
+        let mut cmd = Command::new(bin("etcd", "ETCD_BIN"));
+        if let Some(t) = &self.tls {
+            cmd.arg("--cert-file").arg(&t.server_cert);
+            cmd.arg("--key-file").arg(&t.server_key);
+            cmd.arg("--trusted-ca-file").arg(&t.ca);
+            cmd.arg("--client-cert-auth");
+        }
+        let child = cmd
             .args(["--name", &m.name, "--data-dir"])
             .arg(&data)
             .args([
@@ -107,12 +136,25 @@ impl EtcdCluster {
         self.members[i].child = Some(child);
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client))
             .collect()
+    }
+
+    /// The TLS files of a [`EtcdCluster::start_tls`] cluster.
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
     }
 
     /// `[fleet] endpoints = …` for hapctl.toml.
@@ -236,25 +278,35 @@ impl EtcdCluster {
 
     /// `etcdctl` against the running members.
     pub fn etcdctl(&self, args: &[&str]) -> std::process::Output {
-        let endpoints: Vec<String> = self
+        let ports: Vec<u16> = self
             .members
             .iter()
             .filter(|m| m.child.is_some())
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| m.client)
             .collect();
-        let mut cmd = Command::new(bin("etcdctl", "ETCDCTL_BIN"));
-        cmd.arg(format!("--endpoints={}", endpoints.join(",")))
-            .args(["--command-timeout=5s", "--dial-timeout=2s"])
-            .args(args);
-        run_bounded(cmd, Duration::from_secs(15))
+        self.etcdctl_on(&ports, "5s", args)
     }
 
     fn etcdctl_at(&self, port: u16, args: &[&str]) -> std::process::Output {
+        self.etcdctl_on(&[port], "2s", args)
+    }
+
+    fn etcdctl_on(&self, ports: &[u16], timeout: &str, args: &[&str]) -> std::process::Output {
+        let endpoints: Vec<String> = ports
+            .iter()
+            .map(|p| format!("{}://127.0.0.1:{p}", self.scheme()))
+            .collect();
         let mut cmd = Command::new(bin("etcdctl", "ETCDCTL_BIN"));
-        cmd.arg(format!("--endpoints=http://127.0.0.1:{port}"))
-            .args(["--command-timeout=2s", "--dial-timeout=1s"])
-            .args(args);
-        run_bounded(cmd, Duration::from_secs(10))
+        cmd.arg(format!("--endpoints={}", endpoints.join(",")))
+            .arg(format!("--command-timeout={timeout}"))
+            .arg("--dial-timeout=2s");
+        if let Some(t) = &self.tls {
+            cmd.arg("--cacert").arg(&t.ca);
+            cmd.arg("--cert").arg(&t.client_cert);
+            cmd.arg("--key").arg(&t.client_key);
+        }
+        cmd.args(args);
+        run_bounded(cmd, Duration::from_secs(15))
     }
 
     /// `etcdctl put KEY VALUE`, which must succeed.
@@ -287,6 +339,30 @@ impl EtcdCluster {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// A server certificate for 127.0.0.1 (with its chain), a client certificate, and the root.
+fn write_tls(dir: &std::path::Path, ca: &crate::pki::TestCa) -> TlsFiles {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let server = ca.leaf(&["127.0.0.1"]);
+    let client = ca.client_leaf("hapctl");
+    TlsFiles {
+        ca: write("ca.pem", &ca.root_pem()),
+        client_cert: write(
+            "client.pem",
+            &format!("{}{}", client.cert_pem, ca.intermediate_pem),
+        ),
+        client_key: write("client-key.pem", &client.key_pem),
+        server_cert: write(
+            "server.pem",
+            &format!("{}{}", server.cert_pem, ca.intermediate_pem),
+        ),
+        server_key: write("server-key.pem", &server.key_pem),
     }
 }
 

@@ -70,9 +70,18 @@ impl TestCa {
 
     /// A leaf for `names` (ECDSA P-256, valid from yesterday for 90 days, serverAuth).
     pub fn leaf(&self, names: &[&str]) -> Leaf {
+        self.issue(names, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// A client certificate for `name` (clientAuth), e.g. for etcd's client-cert-auth.
+    pub fn client_leaf(&self, name: &str) -> Leaf {
+        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
         let mut params: CertificateParams = params(names[0], names, self.now, LEAF_SPAN);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = vec![usage];
         let (serial, hex) = random_serial();
         params.serial_number = Some(serial);
         let key = new_key();
@@ -82,6 +91,11 @@ impl TestCa {
             key_pem: key.serialize_pem(),
             serial: hex,
         }
+    }
+
+    /// The root, PEM: what a client trusts.
+    pub fn root_pem(&self) -> String {
+        self.root.pem()
     }
 
     /// The upload: leaf, its chain (the intermediate), then the key.

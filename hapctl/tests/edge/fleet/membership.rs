@@ -102,3 +102,41 @@ fn an_edge_on_an_unpublished_fleet_serves_its_own_state_and_refuses_changes_unti
     assert_eq!(edge.get("own.example.com", "/").status, 200);
     assert!(etcd.get("/hapctl/state/domain/own.example.com").is_some());
 }
+
+#[test]
+fn an_edge_reaches_etcd_over_tls_with_a_client_certificate() {
+    let ca = testkit::pki::TestCa::new("etcd");
+    let etcd = EtcdCluster::start_tls(1, &ca);
+    let tls = etcd.tls().unwrap().clone();
+    let edge = Edge::new();
+    let fleet = |identity: bool| {
+        let mut text = format!(
+            "\n[fleet]\nendpoints = {}\nname = \"secure\"\nca = \"{}\"\ntimeout = \"1s\"\n",
+            etcd.endpoints_toml(),
+            tls.ca.display()
+        );
+        if identity {
+            text += &format!(
+                "cert = \"{}\"\nkey = \"{}\"\n",
+                tls.client_cert.display(),
+                tls.client_key.display()
+            );
+        }
+        text
+    };
+    let alone = edge.settings_text();
+    // Without a client certificate etcd refuses the connection: said, nothing published.
+    edge.write_settings(&(alone.clone() + &fleet(false)));
+    let said = edge.expect_code(1, &["fleet", "publish"]);
+    assert!(said.contains("etcd"), "{said}");
+    assert!(etcd.get("/hapctl/published").is_none());
+    edge.write_settings(&(alone + &fleet(true)));
+    edge.ok(&["fleet", "publish"]);
+    let daemon = Daemon::start(&edge);
+    let backend = Backend::start("over tls");
+    let body = json!({ "servers": [{ "address": backend.addr() }] });
+    let r = daemon.call("PUT", "/v1/domains/tls.example.com", Some(&body));
+    assert!(r.status == 200 || r.status == 201, "{r:?}");
+    assert_eq!(edge.get("tls.example.com", "/").status, 200);
+    assert!(etcd.get("/hapctl/state/domain/tls.example.com").is_some());
+}
