@@ -747,3 +747,25 @@ fn inputs_that_are_not_an_old_edge_are_refused_clearly_and_change_nothing() {
         .unwrap();
     assert_eq!(rows, 10);
 }
+
+/// On an edge of a fleet, the import is published: every edge serves the imported domains,
+/// suspensions and blocks (certificates stay with the edge that imported them).
+#[test]
+fn an_import_on_an_edge_of_a_fleet_reaches_every_edge() {
+    let lab = testkit::fleet::FleetLab::start(1, 2);
+    let (shop1, shop2) = (Backend::start("shop"), Backend::start("shop"));
+    let (wild, sus) = (Backend::start("wild"), Backend::start("sus"));
+    let ca = TestCa::new("legacy-fleet");
+    let old = old_edge(&ca, [shop1.port, shop2.port], wild.port, sus.port);
+    lab.edge(0).ok(&old.args(&[]));
+    lab.wait_all(Duration::from_secs(15), |_, edge| {
+        let (shop, suspended) = (edge.get("shop.test", "/"), edge.get("sus.test", "/"));
+        (shop.status == 200 && shop.body.contains("shop") && suspended.status == 503)
+            .then_some(())
+            .ok_or_else(|| format!("shop.test {}, sus.test {}", shop.status, suspended.status))
+    });
+    for i in 0..2 {
+        assert!(lab.daemon(i).blocked_keys().contains("192.0.2.7"));
+    }
+    assert!(lab.etcd.get("/hapctl/state/domain/shop.test").is_some());
+}

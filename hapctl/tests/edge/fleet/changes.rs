@@ -226,3 +226,35 @@ fn an_edge_that_refuses_a_revision_reports_it_once_and_the_others_go_on() {
         });
     }
 }
+
+#[test]
+fn the_old_managers_routes_write_to_the_fleet_too() {
+    let lab = FleetLab::start(1, 2);
+    let backend = Backend::start("legacy");
+    let r = lab.daemon(1).call(
+        "POST",
+        "/api/domain",
+        Some(
+            &json!({"domain": "old.example.com", "backend_name": "old_backend",
+            "servers": [{"name": "web1", "address": "127.0.0.1", "port": backend.port}]}),
+        ),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    lab.wait_all(WITHIN, serves("old.example.com", "legacy"));
+    let r = lab.daemon(1).call(
+        "POST",
+        "/api/blocked-ips",
+        Some(&json!({"ip_address": "127.0.0.2", "reason": "old route"})),
+    );
+    assert_eq!(
+        (r.status, &r.json["status"]),
+        (200, &json!("success")),
+        "{r:?}"
+    );
+    lab.wait_all(WITHIN, |_, edge| {
+        let r = edge.get_from(Ipv4Addr::new(127, 0, 0, 2), "old.example.com", "/");
+        (r.status == 403)
+            .then_some(())
+            .ok_or_else(|| format!("{} {}", r.status, r.body))
+    });
+}
