@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Fetches etcd 3.5 (Debian 13's etcd-server and etcd-client: Go binaries that run on Debian 12;
 # Debian 12's own etcd is 3.4, out of upstream support) once, cached outside the checkout;
-# exports ETCD_BIN, ETCDCTL_BIN and ETCDUTL_BIN (what testkit::etcd runs). Sourced by test.sh and fleet.sh after ensure-haproxy.sh.
+# exports HAPCTL_ETCD_BIN, HAPCTL_ETCDCTL_BIN and HAPCTL_ETCDUTL_BIN (what testkit::etcd runs). Sourced by test.sh and fleet.sh after ensure-haproxy.sh.
 set -euo pipefail
 
 ETCD_CACHE=${HAPCTL_TEST_CACHE:-/var/cache/hapctl-tests}/etcd-3.5
-export ETCD_BIN=$ETCD_CACHE/usr/bin/etcd
-export ETCDCTL_BIN=$ETCD_CACHE/usr/bin/etcdctl
-export ETCDUTL_BIN=$ETCD_CACHE/usr/bin/etcdutl
+export HAPCTL_ETCD_BIN=$ETCD_CACHE/usr/bin/etcd
+export HAPCTL_ETCDCTL_BIN=$ETCD_CACHE/usr/bin/etcdctl
+export HAPCTL_ETCDUTL_BIN=$ETCD_CACHE/usr/bin/etcdutl
 
 # A subshell, so its temp folder is removed on any exit.
 fetch_etcd() (
@@ -33,7 +33,7 @@ fetch_etcd() (
   mv "$ETCD_CACHE.tmp" "$ETCD_CACHE"
 )
 
-case "$("$ETCD_BIN" --version 2>/dev/null || true)" in
+case "$("$HAPCTL_ETCD_BIN" --version 2>/dev/null || true)" in
   *"etcd Version: 3.5."*) ;;
   *)
     echo "fetching etcd 3.5 from Debian 13 (cached in $ETCD_CACHE)" >&2

@@ -19,6 +19,11 @@ stop() {
     [ -f "$root/etcd$m.pid" ] && kill "$(cat "$root/etcd$m.pid")" 2>/dev/null || true
   done
   [ -f "$root/demo-app.pid" ] && kill "$(cat "$root/demo-app.pid")" 2>/dev/null || true
+  # etcd writes its last state before it exits.
+  for m in 1 2 3; do
+    [ -f "$root/etcd$m.pid" ] || continue
+    for _ in $(seq 100); do kill -0 "$(cat "$root/etcd$m.pid")" 2>/dev/null || break; sleep 0.1; done
+  done
   echo "fleet stopped (state kept in $root; remove it to start afresh)"
 }
 
@@ -44,14 +49,14 @@ endpoints='"http://127.0.0.1:23791", "http://127.0.0.1:23792", "http://127.0.0.1
 for m in 1 2 3; do
   state=new
   [ -d "$root/etcd$m/member" ] && state=existing
-  setsid "$ETCD_BIN" --name "m$m" --data-dir "$root/etcd$m" \
+  setsid "$HAPCTL_ETCD_BIN" --name "m$m" --data-dir "$root/etcd$m" \
     --listen-client-urls "http://127.0.0.1:2379$m" --advertise-client-urls "http://127.0.0.1:2379$m" \
     --listen-peer-urls "http://127.0.0.1:2380$m" --initial-advertise-peer-urls "http://127.0.0.1:2380$m" \
     --initial-cluster "$cluster" --initial-cluster-state "$state" \
     >"$root/etcd$m.log" 2>&1 </dev/null &
   echo $! >"$root/etcd$m.pid"
 done
-wait_for "$ETCDCTL_BIN" --endpoints=http://127.0.0.1:23791,http://127.0.0.1:23792,http://127.0.0.1:23793 endpoint health --cluster
+wait_for "$HAPCTL_ETCDCTL_BIN" --endpoints=http://127.0.0.1:23791,http://127.0.0.1:23792,http://127.0.0.1:23793 endpoint health --cluster
 
 # A demo application the fleet's first domain is routed to.
 if ! curl -sf http://127.0.0.1:18090/ready >/dev/null 2>&1; then
@@ -70,7 +75,7 @@ for n in 0 1 2; do
     printf '\n[fleet]\nendpoints = [%s]\nname = "e%s"\n' "$endpoints" "$n" >>"$dir/hapctl.toml"
   fi
   # The first edge publishes its state once; the others take the fleet's when they start.
-  if [ "$n" = 0 ] && ! "$ETCDCTL_BIN" --endpoints=http://127.0.0.1:23791 get /hapctl/published | grep -q .; then
+  if [ "$n" = 0 ] && ! "$HAPCTL_ETCDCTL_BIN" --endpoints=http://127.0.0.1:23791 get /hapctl/published | grep -q .; then
     "$bin/hapctl" --state-dir "$dir" fleet publish
   fi
   setsid "$bin/hapctl" --state-dir "$dir" serve >"$dir/serve.log" 2>&1 </dev/null &

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::{describe, free_port, run_bounded};
 
-/// Where `scripts/ensure-etcd.sh` puts etcd when `ETCD_BIN` is not set.
+/// Where `scripts/ensure-etcd.sh` puts etcd when `HAPCTL_ETCD_BIN` is not set.
 const CACHED: &str = "/var/cache/hapctl-tests/etcd-3.5/usr/bin";
 
 pub struct EtcdCluster {
@@ -97,7 +97,7 @@ impl EtcdCluster {
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
         let client = format!("{}://127.0.0.1:{}", self.scheme(), m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
-        let mut cmd = Command::new(bin("etcd", "ETCD_BIN"));
+        let mut cmd = Command::new(bin("etcd", "HAPCTL_ETCD_BIN"));
         if let Some(t) = &self.tls {
             cmd.arg("--cert-file").arg(&t.server_cert);
             cmd.arg("--key-file").arg(&t.server_key);
@@ -214,7 +214,7 @@ impl EtcdCluster {
         for m in &self.members {
             let data = self.dir.path().join(&m.name);
             std::fs::remove_dir_all(&data).unwrap();
-            let mut cmd = Command::new(bin("etcdutl", "ETCDUTL_BIN"));
+            let mut cmd = Command::new(bin("etcdutl", "HAPCTL_ETCDUTL_BIN"));
             cmd.args(["snapshot", "restore"])
                 .arg(snapshot)
                 .arg("--data-dir")
@@ -296,7 +296,7 @@ impl EtcdCluster {
             .iter()
             .map(|p| format!("{}://127.0.0.1:{p}", self.scheme()))
             .collect();
-        let mut cmd = Command::new(bin("etcdctl", "ETCDCTL_BIN"));
+        let mut cmd = Command::new(bin("etcdctl", "HAPCTL_ETCDCTL_BIN"));
         cmd.arg(format!("--endpoints={}", endpoints.join(",")))
             .arg(format!("--command-timeout={timeout}"))
             .arg("--dial-timeout=2s");

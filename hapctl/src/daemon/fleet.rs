@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::clock::unix_now;
 use crate::edge::{Edge, EdgeError, FleetApplyOutcome};
 use crate::fleet::follow::{Batch, Follower};
@@ -33,23 +35,27 @@ pub fn start(link: Arc<FleetLink>, mut edge: Edge, status_edge: Edge) {
     edge.follow_fleet();
     let health = Arc::new(Mutex::new(Health::default()));
     let edge = Arc::new(Mutex::new(edge));
+    let applied = Arc::new(Notify::new());
     link.handle()
-        .spawn(follow(link.clone(), edge, health.clone()));
-    link.handle().spawn(keep_status(
-        link.clone(),
-        Arc::new(Mutex::new(status_edge)),
-        health,
-    ));
+        .spawn(follow(link.clone(), edge, health.clone(), applied.clone()));
+    let status_edge = Arc::new(Mutex::new(status_edge));
+    link.handle()
+        .spawn(keep_status(link.clone(), status_edge, health, applied));
 }
 
-async fn follow(link: Arc<FleetLink>, edge: Arc<Mutex<Edge>>, health: Arc<Mutex<Health>>) {
-    let applied = lock(&edge).fleet_record().map(|r| r.revision).unwrap_or(0);
+async fn follow(
+    link: Arc<FleetLink>,
+    edge: Arc<Mutex<Edge>>,
+    health: Arc<Mutex<Health>>,
+    applied: Arc<Notify>,
+) {
+    let at = lock(&edge).fleet_record().map(|r| r.revision).unwrap_or(0);
     let settings = link.settings().clone();
     let mut follower = Follower::new(
         link.etcd().clone(),
         link.layout().clone(),
         settings.full_read_every,
-        applied,
+        at,
     );
     // Changes of watch batches this edge refused: tried again with the next one.
     let mut pending: BTreeMap<ObjectKey, Option<Object>> = BTreeMap::new();
@@ -96,6 +102,8 @@ async fn follow(link: Arc<FleetLink>, edge: Arc<Mutex<Edge>>, health: Arc<Mutex<
             }
             Err(e) => tracing::error!("applying fleet revision {revision} failed: {e}"),
         }
+        // The status key says it now, not at its next turn.
+        applied.notify_one();
     }
 }
 
@@ -111,9 +119,14 @@ fn note_read(health: &Mutex<Health>, batch: &Batch) {
     }
 }
 
-/// Keeps this edge's status key under a lease: written every few seconds, gone when the edge
-/// is.
-async fn keep_status(link: Arc<FleetLink>, edge: Arc<Mutex<Edge>>, health: Arc<Mutex<Health>>) {
+/// Keeps this edge's status key under a lease: written after each apply and every few
+/// seconds, gone when the edge is.
+async fn keep_status(
+    link: Arc<FleetLink>,
+    edge: Arc<Mutex<Edge>>,
+    health: Arc<Mutex<Health>>,
+    applied: Arc<Notify>,
+) {
     let key = link.layout().edge(&link.settings().name);
     let mut lease = None;
     loop {
@@ -126,7 +139,7 @@ async fn keep_status(link: Arc<FleetLink>, edge: Arc<Mutex<Edge>>, health: Arc<M
         if let Ok(report) = report {
             lease = write_status(&link, &key, &report, lease).await;
         }
-        tokio::time::sleep(STATUS_EVERY).await;
+        let _ = tokio::time::timeout(STATUS_EVERY, applied.notified()).await;
     }
 }
 
