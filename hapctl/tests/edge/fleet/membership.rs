@@ -48,7 +48,11 @@ fn an_edge_that_leaves_keeps_serving_its_last_state_alone() {
     lab.edges[1].1.kill();
     let said = lab.edge(1).ok(&["fleet", "leave"]);
     assert!(said.contains("left the fleet"), "{said}");
-    assert!(!lab.edge(1).settings_text().lines().any(|l| l.trim() == "[fleet]"));
+    assert!(!lab
+        .edge(1)
+        .settings_text()
+        .lines()
+        .any(|l| l.trim() == "[fleet]"));
     lab.restart_daemon(1);
     assert_eq!(lab.edge(1).get("kept.example.com", "/").status, 200);
     // The fleet goes on without it, and it changes alone.
