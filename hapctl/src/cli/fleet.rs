@@ -77,6 +77,16 @@ fn print_view(view: &FleetView) {
         " (not published: `hapctl fleet publish`)"
     };
     println!("fleet revision {}{state}", view.revision);
+    if let Some(r) = &view.rollout {
+        let at = r.revision.map(|v| format!(" at revision {v}")).unwrap_or_default();
+        let state = serde_json::to_value(r.state).unwrap_or_default();
+        println!(
+            "last reload rollout: {} on canary {}{at}: {}",
+            state.as_str().unwrap_or_default(),
+            r.canary,
+            r.message.lines().next().unwrap_or_default()
+        );
+    }
     println!(
         "{:<16} {:>9} {:<8} {:<10} message",
         "edge", "applied", "lagging", "haproxy"

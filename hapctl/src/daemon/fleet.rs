@@ -139,7 +139,28 @@ async fn keep_status(
         if let Ok(report) = report {
             lease = write_status(&link, &key, &report, lease).await;
         }
+        follow_peers(&link, &edge).await;
         let _ = tokio::time::timeout(STATUS_EVERY, applied.notified()).await;
+    }
+}
+
+/// With `[fleet] peer`: the `peers` section follows the fleet's edges (their status keys);
+/// a change reloads, with the edges named in the history.
+async fn follow_peers(link: &Arc<FleetLink>, edge: &Arc<Mutex<Edge>>) {
+    let settings = link.settings();
+    let Some(bind) = settings.peer else { return };
+    let view = match crate::fleet::status::read_view(link.etcd(), link.layout()).await {
+        Ok(view) => view,
+        Err(e) => return tracing::debug!("the fleet's edges cannot be read now: {e}"),
+    };
+    let wanted = view.peers(&settings.name, bind);
+    let edge = edge.clone();
+    let changed = tokio::task::spawn_blocking(move || lock(&edge).follow_peers(wanted)).await;
+    match changed {
+        Ok(Ok(Some(report))) => tracing::info!("fleet peers changed: {}", report.message),
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => tracing::error!("applying the fleet's peers failed: {e}"),
+        Err(e) => tracing::error!("applying the fleet's peers failed: {e}"),
     }
 }
 
@@ -175,6 +196,7 @@ fn report(edge: &Edge, health: &Health, name: String) -> EdgeReport {
     let mut addresses = vec![format!("http {}", s.edge.http_bind)];
     addresses.extend(s.edge.https_bind.map(|a| format!("https {a}")));
     addresses.push(format!("api {}", s.api.listen));
+    let peer = s.fleet.as_ref().and_then(|f| f.peer).map(|a| a.to_string());
     EdgeReport {
         name,
         applied_revision: record.revision,
@@ -188,6 +210,7 @@ fn report(edge: &Edge, health: &Health, name: String) -> EdgeReport {
         haproxy,
         version: env!("CARGO_PKG_VERSION").to_string(),
         addresses,
+        peer,
         at: unix_now(),
     }
 }

@@ -11,6 +11,9 @@ use crate::blocks::{BlockChange, BlockReport, ChangeResult, Enforcement};
 use crate::clock::unix_now;
 use crate::fleet::object::{diff, objects_of, Change, Object, ObjectKey, Objects};
 use crate::fleet::{FleetError, FleetLink};
+use crate::settings::Rollout;
+
+use super::fleet_canary::Canary;
 use crate::haproxy::ConfigVerdict;
 use crate::model::{EdgeState, ProxyNet, ProxyPreset};
 use crate::store::{FleetRecord, StoreError, Tx, APPLYING};
@@ -74,10 +77,11 @@ impl Edge {
     /// edge's state that is thrown away, and what differs is published.
     pub(super) fn publish_run<T>(
         &mut self,
+        trigger: &str,
         change: impl FnOnce(&Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), EdgeError> {
         let link = self.fleet_link()?;
-        let (basis, before, after, value, changes) = {
+        let (basis, before, after, value, (old, changes)) = {
             let tx = self.store.begin()?;
             let basis = tx.fleet_revision()?;
             let before = tx.load_state()?;
@@ -86,7 +90,8 @@ impl Edge {
             let after = tx.load_state()?;
             let new = objects_of(&after, &presets(tx.trusted_proxies()?)?, &[]);
             // Dropped, not committed: the change reaches this edge through the fleet.
-            (basis, before, after, value, diff(&old, &new))
+            let changes = diff(&old, &new);
+            (basis, before, after, value, (old, changes))
         };
         if changes.is_empty() {
             // Nothing to change is only true of a state that is the fleet's: an edge behind it
@@ -104,39 +109,31 @@ impl Edge {
             );
             return Ok((report, Some(value)));
         }
-        if let Some(refused) = self.check_for_fleet(&before, &after, &changes)? {
-            return Ok((refused, None));
-        }
-        let revision = link.publish(basis, &changes, unix_now())?;
+        let revision = match (needs_reload(&before, &after, &changes), link.settings().rollout) {
+            (false, _) => link.publish(basis, &changes, unix_now())?,
+            (true, Rollout::All) => {
+                if let Some(refused) = self.check_for_fleet(&after)? {
+                    return Ok((refused, None));
+                }
+                link.publish(basis, &changes, unix_now())?
+            }
+            (true, Rollout::Canary) => {
+                let canary = Canary { link: &link, basis, old: &old, changes: &changes };
+                match self.canary(trigger, canary)? {
+                    Ok(revision) => revision,
+                    Err(refused) => return Ok((refused, None)),
+                }
+            }
+        };
         let record = self.wait_for_revision(revision)?;
         let report = relayed(&record, revision);
         let value = report.outcome.is_success().then_some(value);
         Ok((report, value))
     }
 
-    /// A change that needs a reload is checked here, before any edge sees it: a set every
-    /// edge would refuse never enters the fleet. Runtime changes (servers and domains the
-    /// runtime API takes, map changes) need no check.
-    fn check_for_fleet(
-        &self,
-        before: &EdgeState,
-        after: &EdgeState,
-        changes: &[Change],
-    ) -> Result<Option<ApplyReport>, EdgeError> {
-        let maps_only = changes.iter().all(|(k, _)| {
-            matches!(
-                k,
-                ObjectKey::Https(_)
-                    | ObjectKey::Suspended(_)
-                    | ObjectKey::Waf(_)
-                    | ObjectKey::Protections(_)
-                    | ObjectKey::DomainLimits(_)
-                    | ObjectKey::Exempt(_)
-            )
-        });
-        if maps_only || crate::apply::runtime_can_take(before, after) {
-            return Ok(None);
-        }
+    /// `rollout = "all"`: a change that needs a reload is checked here, before any edge sees
+    /// it, so a set every edge would refuse never enters the fleet.
+    fn check_for_fleet(&self, after: &EdgeState) -> Result<Option<ApplyReport>, EdgeError> {
         match self.check_scratch(after)?.verdict {
             ConfigVerdict::Valid => Ok(None),
             ConfigVerdict::Invalid { messages } => {
@@ -237,6 +234,23 @@ impl Edge {
         }
         Ok((results, fleet))
     }
+}
+
+/// Whether a change needs a reload somewhere: runtime changes (servers and domains the runtime
+/// API takes, map changes) do not.
+fn needs_reload(before: &EdgeState, after: &EdgeState, changes: &[Change]) -> bool {
+    let maps_only = changes.iter().all(|(k, _)| {
+        matches!(
+            k,
+            ObjectKey::Https(_)
+                | ObjectKey::Suspended(_)
+                | ObjectKey::Waf(_)
+                | ObjectKey::Protections(_)
+                | ObjectKey::DomainLimits(_)
+                | ObjectKey::Exempt(_)
+        )
+    });
+    !maps_only && !crate::apply::runtime_can_take(before, after)
 }
 
 /// The follower's account of the apply that reached `revision`, for the writer's answer.

@@ -103,7 +103,7 @@ fn describe(revision: i64, changes: &[&Change]) -> String {
     format!("fleet revision {revision}: {}", names.join(", "))
 }
 
-fn refusal(report: &ApplyReport) -> String {
+pub(super) fn refusal(report: &ApplyReport) -> String {
     let mut message = format!("{}: {}", report.outcome.as_str(), report.message);
     for line in &report.haproxy_messages {
         message.push('\n');
@@ -122,7 +122,7 @@ fn block_change((key, object): &Change) -> Option<BlockChange> {
 
 /// Writes `changes` in an order the database's references allow: domains put first, then
 /// the objects that hang on them, removed domains last.
-fn write_objects(tx: &Tx, changes: &[&Change], now: i64) -> Result<(), ApplyError> {
+pub(super) fn write_objects(tx: &Tx, changes: &[&Change], now: i64) -> Result<(), ApplyError> {
     let rank = |(k, v): &&Change| match (k, v) {
         (ObjectKey::Domain(_), Some(_)) => 0,
         (ObjectKey::Domain(_), None) => 2,

@@ -76,6 +76,26 @@ impl Edge {
     }
 }
 
+impl Edge {
+    /// Makes `wanted` the edges this one shares its client tables with: an apply (a reload)
+    /// when they differ from the ones it has, nothing otherwise.
+    pub fn follow_peers(
+        &mut self,
+        wanted: Option<crate::model::FleetPeers>,
+    ) -> Result<Option<crate::apply::ApplyReport>, EdgeError> {
+        if self.with_state(|s| s.peers == wanted)? {
+            return Ok(None);
+        }
+        let names: Vec<&str> = wanted
+            .iter()
+            .flat_map(|p| p.peers.iter().map(|(n, _)| n.as_str()))
+            .collect();
+        let trigger = format!("fleet peers: {}", names.join(", "));
+        let (report, _) = self.apply_locally(&trigger, |tx| Ok(tx.set_fleet_peers(wanted.as_ref())?))?;
+        Ok(Some(report))
+    }
+}
+
 /// The objects already under the state prefix (those that parse).
 fn leftovers(layout: &Layout, there: &Snapshot) -> Objects {
     there

@@ -84,6 +84,7 @@ mod certs;
 mod domain_change;
 mod fleet;
 mod fleet_apply;
+mod fleet_canary;
 mod fleet_join;
 mod ids;
 mod init;
@@ -468,7 +469,7 @@ impl Edge {
         change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), EdgeError> {
         if self.publishes() {
-            return self.publish_run(change);
+            return self.publish_run(trigger, change);
         }
         self.apply_locally(trigger, change)
     }

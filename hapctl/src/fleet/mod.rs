@@ -93,6 +93,11 @@ impl Layout {
         format!("{}/changed", self.prefix)
     }
 
+    /// The last rollout of a change that needs a reload.
+    pub fn rollout(&self) -> String {
+        format!("{}/rollout", self.prefix)
+    }
+
     /// The edges' status keys.
     pub fn edges(&self) -> String {
         format!("{}/edges/", self.prefix)

@@ -20,17 +20,48 @@ pub struct EdgeReport {
     pub version: String,
     /// Where it serves and listens: HTTP, HTTPS, API.
     pub addresses: Vec<String>,
+    /// Where its HAProxy meets the other edges' to share the client tables (`[fleet] peer`).
+    #[serde(default)]
+    pub peer: Option<String>,
     /// Unix seconds of this report.
     pub at: i64,
+}
+
+/// The last rollout of a change that needs a reload (`rollout = "canary"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutReport {
+    /// The edge that applied it first.
+    pub canary: String,
+    /// The fleet revision the change was computed at.
+    pub basis: i64,
+    pub state: RolloutState,
+    /// The revision it was published at (`published` only).
+    pub revision: Option<i64>,
+    /// What the change is; for a refusal, HAProxy's reason.
+    pub message: String,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutState {
+    /// Being applied on the canary; no other edge has it.
+    Canary,
+    /// The canary took it; every edge applies it.
+    Published,
+    /// The canary refused it (or the fleet did not take it): no edge has it.
+    Refused,
 }
 
 /// The fleet as `hapctl fleet status` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetView {
-    /// The fleet's current revision.
+    /// The revision of the fleet's last change of its desired state.
     pub revision: i64,
     pub published: bool,
     pub edges: Vec<EdgeView>,
+    /// The last rollout of a change that needs a reload, if any.
+    pub rollout: Option<RolloutReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,6 +97,24 @@ pub async fn require_current(
     Ok(())
 }
 
+impl FleetView {
+    /// The peers `local` shares its client tables with: every edge that says where it meets
+    /// them (`local` with `bind`, whatever its key says).
+    pub fn peers(&self, local: &crate::model::EdgeName, bind: std::net::SocketAddr) -> Option<crate::model::FleetPeers> {
+        let mut peers = vec![(local.clone(), bind)];
+        for e in &self.edges {
+            let r = &e.report;
+            let parsed = crate::model::EdgeName::parse(&r.name)
+                .ok()
+                .zip(r.peer.as_deref().and_then(|a| a.parse().ok()));
+            if let Some((name, addr)) = parsed.filter(|(n, _)| n != local) {
+                peers.push((name, addr));
+            }
+        }
+        crate::model::FleetPeers::new(local.clone(), peers)
+    }
+}
+
 /// Every edge's status key, beside the fleet's revision of its last change.
 pub async fn read_view(
     etcd: &super::etcd::Etcd,
@@ -73,6 +122,10 @@ pub async fn read_view(
 ) -> Result<FleetView, super::FleetError> {
     let revision = last_change(etcd, layout).await?;
     let published = etcd.get(&layout.marker()).await?.is_some();
+    let rollout = etcd
+        .get(&layout.rollout())
+        .await?
+        .and_then(|v| serde_json::from_slice(&v).ok());
     let edges = etcd.read_prefix(&layout.edges()).await?;
     let mut views = Vec::new();
     for kv in edges.kvs {
@@ -91,5 +144,6 @@ pub async fn read_view(
         revision,
         published,
         edges: views,
+        rollout,
     })
 }

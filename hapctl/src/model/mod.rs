@@ -8,6 +8,7 @@ mod error;
 mod label;
 mod limits;
 mod name;
+mod peers;
 mod placement;
 mod presets;
 mod profile;
@@ -29,6 +30,7 @@ pub use limits::{
 };
 pub use name::{Domain, DomainBackend, DomainName};
 pub use placement::{BackendSlot, DomainBackendOf, Placement, SlotKind, MAX_SPARES};
+pub use peers::{EdgeName, FleetPeers};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};
 pub use protections::{

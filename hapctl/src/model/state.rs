@@ -122,4 +122,6 @@ pub struct EdgeState {
     pub protections: BTreeMap<Domain, DomainProtections>,
     /// Which domains sit in pre-allocated slot backends, and how many each kind has.
     pub placement: Placement,
+    /// On an edge of a fleet with `[fleet] peer`: the edges its client tables are shared with.
+    pub peers: Option<super::FleetPeers>,
 }

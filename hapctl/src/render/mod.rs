@@ -94,6 +94,27 @@ pub fn render_with(
     Ok(set)
 }
 
+/// The name of the fleet's `peers` section.
+pub const PEERS_SECTION: &str = "hapctl_fleet";
+
+/// The `peers` section: this edge binds its own address; the others are dialled.
+fn peers_view(p: &crate::model::FleetPeers) -> minijinja::Value {
+    let servers: Vec<minijinja::Value> = p
+        .peers
+        .iter()
+        .map(|(name, addr)| {
+            let addr = (*name != p.local).then(|| addr.to_string());
+            minijinja::context! { name => name.as_str(), addr => addr }
+        })
+        .collect();
+    minijinja::context! {
+        name => PEERS_SECTION,
+        local => p.local.as_str(),
+        bind => p.bind().to_string(),
+        servers => servers,
+    }
+}
+
 /// What the templates see: the settings, the files' paths, the protections' views, the
 /// backend sections and the apps.
 fn template_context(state: &EdgeState, settings: &Settings, backends: String) -> minijinja::Value {
@@ -145,6 +166,7 @@ fn template_context(state: &EdgeState, settings: &Settings, backends: String) ->
         profile_tables => crate::protect::profiles::tables(),
         normalize_uri => settings.edge.normalize_uri,
         limits => crate::protect::maps::view(&state.limits),
+        peers => state.peers.as_ref().map(peers_view),
         log_target => logging::log_line(&settings.logs),
         log_ring => logging::ring(&settings.logs),
         resolvers => settings.resolvers.as_ref().map(|r| minijinja::context! {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::Refused;
-use crate::model::bounded;
+use crate::model::{bounded, EdgeName};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetSettings {
@@ -16,6 +16,9 @@ pub struct FleetSettings {
     pub endpoints: Vec<String>,
     /// This edge's name, unique in the fleet (its status key).
     pub name: EdgeName,
+    /// Where this edge's HAProxy meets the others' to share the client tables (`peers`):
+    /// its address on the fleet's network. Absent, the tables stay per edge.
+    pub peer: Option<std::net::SocketAddr>,
     /// Every key of the fleet starts with it (`/hapctl` by default): several fleets can share
     /// one etcd.
     pub prefix: FleetPrefix,
@@ -26,6 +29,20 @@ pub struct FleetSettings {
     pub timeout: Duration,
     /// How often the whole desired state is read again, in case a watch missed an event.
     pub full_read_every: Duration,
+    /// How a change that needs a reload reaches the edges.
+    pub rollout: Rollout,
+}
+
+/// `[fleet] rollout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rollout {
+    /// The edge that takes the change applies it first (check, reload, confirmation); the
+    /// fleet gets it only once that succeeded.
+    Canary,
+    /// Checked with `haproxy -c` on the edge that takes it, then published to every edge at
+    /// once.
+    All,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,37 +51,6 @@ pub struct FleetTls {
     pub ca: PathBuf,
     /// A client certificate and its key, when etcd asks for one.
     pub identity: Option<(PathBuf, PathBuf)>,
-}
-
-/// An edge's name in the fleet: 1–63 of `a-z 0-9 - _ .`, so it is safe in a key and a log.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct EdgeName(String);
-
-impl EdgeName {
-    pub fn parse(text: &str) -> Result<EdgeName, String> {
-        let ok = (1..=63).contains(&text.len())
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
-        if ok {
-            Ok(EdgeName(text.to_string()))
-        } else {
-            Err(format!(
-                "{:?} is not an edge name: 1 to 63 of a-z, 0-9, '-', '_', '.'",
-                bounded(text)
-            ))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for EdgeName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// The fleet's key prefix: starts with `/`, no trailing `/`, `A-Z a-z 0-9 / - _ .` only.
@@ -128,6 +114,8 @@ pub(super) struct RawFleet {
     password_file: Option<PathBuf>,
     timeout: Option<String>,
     full_read_every: Option<String>,
+    rollout: Option<Rollout>,
+    peer: Option<String>,
 }
 
 /// `None` when the section is absent. `path` resolves a relative path against the state
@@ -202,6 +190,13 @@ pub(super) fn resolve_fleet(
             secs(300),
             secs(5)..=secs(86_400),
         )?,
+        rollout: raw.rollout.unwrap_or(Rollout::Canary),
+        peer: match raw.peer.as_deref() {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                err("peer", format!("{:?} is not an IP:PORT", bounded(text)))
+            })?),
+        },
     }))
 }
 
@@ -249,6 +244,7 @@ mod tests {
         assert_eq!(f.prefix.as_str(), "/hapctl");
         assert_eq!(f.name.as_str(), "edge-a");
         assert_eq!(f.timeout, Duration::from_secs(3));
+        assert_eq!(f.rollout, Rollout::Canary);
         assert!(f.tls.is_none() && f.auth.is_none());
     }
 

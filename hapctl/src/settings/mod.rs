@@ -24,7 +24,8 @@ mod unknown_host;
 pub mod waf;
 
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
-pub use fleet::{without_fleet, EdgeName, FleetPrefix, FleetSettings, FleetTls};
+pub use crate::model::EdgeName;
+pub use fleet::{without_fleet, FleetPrefix, FleetSettings, FleetTls, Rollout};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use paths::Paths;
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
@@ -328,6 +329,8 @@ buffer = "16MiB"
 # password_file = "etcd-password"
 # timeout = "3s"                   # every etcd call
 # full_read_every = "5m"           # the whole state read again, in case a watch missed an event
+# rollout = "canary"               # a reload change: here first, then the fleet ("all": at once)
+# peer = "10.0.0.1:10000"          # HAProxy's peers address: client tables shared by the fleet
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
 # templates_dir = "templates"

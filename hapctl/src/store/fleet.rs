@@ -4,6 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::{Store, StoreError, Tx};
+use crate::model::{EdgeName, FleetPeers};
 
 pub(super) const MIGRATION: &str = r#"
 CREATE TABLE fleet_state (
@@ -15,6 +16,15 @@ CREATE TABLE fleet_state (
     reloads INTEGER NOT NULL,
     refused_revision INTEGER,
     refused_message TEXT
+);
+"#;
+
+/// The edges whose HAProxy shares its client tables with this one's (`peers`).
+pub(super) const PEERS_MIGRATION: &str = r#"
+CREATE TABLE fleet_peers (
+    name TEXT PRIMARY KEY,
+    addr TEXT NOT NULL,
+    local INTEGER NOT NULL
 );
 "#;
 
@@ -95,6 +105,8 @@ impl Store {
     /// Forgets the fleet (`hapctl fleet leave`, or a fleet restored from an older snapshot).
     pub fn clear_fleet_record(&self) -> Result<(), StoreError> {
         self.conn.execute("DELETE FROM fleet_state", [])?;
+        // The next apply renders no peers section.
+        self.conn.execute("DELETE FROM fleet_peers", [])?;
         Ok(())
     }
 }
@@ -134,6 +146,53 @@ impl Tx<'_> {
     ) -> Result<Vec<(crate::model::ProxyNet, Option<String>)>, StoreError> {
         super::policies::trusted_proxies(&self.tx)
     }
+}
+
+impl Tx<'_> {
+    /// Replaces the edges this one shares its client tables with (`None`: none).
+    pub fn set_fleet_peers(&self, peers: Option<&FleetPeers>) -> Result<(), StoreError> {
+        let write = || {
+            self.tx.execute("DELETE FROM fleet_peers", [])?;
+            for (name, addr) in peers.iter().flat_map(|p| &p.peers) {
+                let local = peers.is_some_and(|p| p.local == *name);
+                self.tx.execute(
+                    "INSERT INTO fleet_peers (name, addr, local) VALUES (?1, ?2, ?3)",
+                    params![name.as_str(), addr.to_string(), local],
+                )?;
+            }
+            Ok(())
+        };
+        self.mirror
+            .follow(&self.tx, write, |state| state.peers = peers.cloned())
+    }
+}
+
+/// The peers as stored, parsed again.
+pub(super) fn load_peers(
+    conn: &rusqlite::Connection,
+    state: &mut crate::model::EdgeState,
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare("SELECT name, addr, local FROM fleet_peers ORDER BY name")?;
+    let rows: Vec<(String, String, bool)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut local = None;
+    let mut peers = Vec::new();
+    for (name, addr, is_local) in rows {
+        let bad = |rule: &str| StoreError::Corrupt {
+            table: "fleet_peers",
+            key: name.clone(),
+            source: crate::model::Invalid::new("peer", &name, rule),
+        };
+        let edge = EdgeName::parse(&name).map_err(|e| bad(&e))?;
+        let addr = addr.parse().map_err(|_| bad("its address is not IP:PORT"))?;
+        if is_local {
+            local = Some(edge.clone());
+        }
+        peers.push((edge, addr));
+    }
+    state.peers = local.and_then(|l| FleetPeers::new(l, peers));
+    Ok(())
 }
 
 fn upsert(conn: &rusqlite::Connection, a: &FleetApplied) -> Result<(), StoreError> {

@@ -108,6 +108,7 @@ CREATE TABLE suspended_domains (
     super::history::MIGRATION,
     super::labels::MIGRATION,
     super::fleet::MIGRATION,
+    super::fleet::PEERS_MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main

@@ -19,6 +19,7 @@ pub(super) fn load_state(conn: &Connection) -> Result<EdgeState, StoreError> {
     super::waf::load(conn, &mut state)?;
     placement::load(conn, &mut state)?;
     load_trusted_proxies(conn, &mut state)?;
+    super::fleet::load_peers(conn, &mut state)?;
     Ok(state)
 }
 

@@ -137,32 +137,86 @@ fn a_hand_edited_key_that_does_not_parse_is_refused_and_reported_while_the_rest_
     assert_eq!(lab.edge(1).get("bad.example.com", "/").status, 404);
 }
 
+/// A reload change HAProxy refuses on the edge that takes it: with either rollout, no edge
+/// gets it. `canary` (the default) finds out by applying it there (restored at once);
+/// `all` by `haproxy -c` on a scratch copy.
 #[test]
 fn a_change_haproxy_refuses_on_the_writing_edge_never_enters_the_fleet() {
-    let dir = tempfile::tempdir().unwrap();
-    let (refusing, _) = testkit::refusing_haproxy(
-        dir.path(),
-        "timeout tarpit 23s",
-        "s/timeout tarpit 23s/timeout tarpit nonsense/",
-    );
-    let lab = FleetLab::start_with(1, 2, |i, edge| {
-        if i == 0 {
-            edge.set_env("HAPCTL_HAPROXY_BIN", &refusing.display().to_string());
+    for rollout in ["canary", "all"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (refusing, _) = testkit::refusing_haproxy(
+            dir.path(),
+            "timeout tarpit 23s",
+            "s/timeout tarpit 23s/timeout tarpit nonsense/",
+        );
+        let lab = FleetLab::start_with(1, 2, |i, edge| {
+            edge.write_settings(&format!("{}rollout = \"{rollout}\"\n", edge.settings_text()));
+            if i == 0 {
+                edge.set_env("HAPCTL_HAPROXY_BIN", &refusing.display().to_string());
+            }
+        });
+        let before = lab.etcd.get("/hapctl/state/limits");
+        let reloads = settled_reloads(lab.edge(1));
+        let r = lab
+            .daemon(0)
+            .call("PUT", "/v1/limits", Some(&json!({ "tarpit_secs": 23 })));
+        assert_eq!(r.status, 422, "{rollout}: {r:?}");
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("not published"), "{rollout}: {r:?}");
+        assert_eq!(lab.etcd.get("/hapctl/state/limits"), before, "{rollout}");
+        assert_eq!(settled_reloads(lab.edge(1)), reloads, "{rollout}: e1 reloaded");
+        assert_eq!(lab.edge(0).get("none.example.com", "/").status, 404, "{rollout}: e0 serves");
+        if rollout == "canary" {
+            let view = lab.status(1);
+            assert_eq!(view["rollout"]["state"], "refused", "{view}");
+            assert_eq!(view["rollout"]["canary"], "e0", "{view}");
+            let why = view["rollout"]["message"].as_str().unwrap_or_default();
+            assert!(why.contains("timeout tarpit"), "{view}");
         }
-    });
-    let before = lab.etcd.get("/hapctl/state/limits");
+    }
+}
+
+/// `rollout = "canary"`: the edge that takes a reload change applies it first; the others
+/// start theirs only after its reload was confirmed.
+#[test]
+fn a_reload_change_reaches_the_other_edges_only_after_the_canary_reloaded() {
+    let lab = FleetLab::start(1, 3);
     let r = lab
         .daemon(0)
         .call("PUT", "/v1/limits", Some(&json!({ "tarpit_secs": 23 })));
-    assert_eq!(r.status, 422, "{r:?}");
-    assert!(
-        r.json["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("not published"),
-        "{r:?}"
-    );
-    assert_eq!(lab.etcd.get("/hapctl/state/limits"), before);
+    assert_eq!(r.status, 200, "{r:?}");
+    let canary = last_apply(&lab, 0, "canary");
+    assert!(canary["reloads"].as_u64() >= Some(1), "{canary}");
+    let done = canary["started_at_ms"].as_f64().unwrap() + canary["duration_ms"].as_f64().unwrap();
+    lab.wait_all(WITHIN, |i, edge| {
+        let cfg = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap_or_default();
+        match (i, cfg.contains("timeout tarpit 23s")) {
+            (_, false) => Err("no tarpit 23s yet".into()),
+            (0, true) => Ok(()),
+            (_, true) => {
+                let applied = last_apply(&lab, i, "fleet revision");
+                let started = applied["started_at_ms"].as_f64().unwrap();
+                (started >= done)
+                    .then_some(())
+                    .ok_or_else(|| format!("e{i} started at {started}, before the canary's end {done}"))
+            }
+        }
+    });
+    let view = lab.status(2);
+    assert_eq!(view["rollout"]["state"], "published", "{view}");
+}
+
+/// The newest apply of edge `i` whose trigger contains `what`.
+fn last_apply(lab: &FleetLab, i: usize, what: &str) -> serde_json::Value {
+    let applies = lab.daemon(i).get("/v1/applies").json;
+    applies
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|x| x["trigger"].as_str().is_some_and(|t| t.contains(what)))
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("e{i} has no apply with {what:?}: {applies}"))
 }
 
 #[test]
@@ -256,4 +310,49 @@ fn the_old_managers_routes_write_to_the_fleet_too() {
             .then_some(())
             .ok_or_else(|| format!("{} {}", r.status, r.body))
     });
+}
+
+/// `[fleet] peer`: the edges share the client table through HAProxy's peers, so a client over
+/// a limit on one edge is over it on the others; each edge's history names the peers change.
+#[test]
+fn a_client_over_a_limit_on_one_edge_is_denied_on_the_others() {
+    let lab = FleetLab::start_with(1, 3, |_, edge| {
+        let peer = format!("127.0.0.1:{}", testkit::free_port());
+        edge.write_settings(&format!("{}peer = \"{peer}\"\n", edge.settings_text()));
+    });
+    let backend = Backend::start("limited");
+    put_domain(&lab, 0, "limited.example.com", &backend);
+    let r = lab.daemon(0).call(
+        "PUT",
+        "/v1/limits",
+        Some(&json!({"preset": "custom", "rules": {"req_rate": "5:deny"}, "local_exempt": false})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    // Every edge's section lists the three edges.
+    lab.wait_all(WITHIN, |_, edge| {
+        let cfg = std::fs::read_to_string(edge.path("live/haproxy.cfg")).unwrap_or_default();
+        let servers = cfg.lines().filter(|l| l.trim_start().starts_with("server e")).count();
+        (servers == 3 && cfg.contains("peers hapctl_fleet"))
+            .then_some(())
+            .ok_or_else(|| format!("{servers} peers in its section"))
+    });
+    lab.wait_all(WITHIN, serves("limited.example.com", "limited"));
+    let client = Ipv4Addr::new(127, 0, 0, 3);
+    let statuses: Vec<u16> = (0..8)
+        .map(|_| lab.edge(0).get_from(client, "limited.example.com", "/").status)
+        .collect();
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let started = std::time::Instant::now();
+    for i in 1..3 {
+        lab.wait_all(WITHIN, |j, edge| {
+            if j != i {
+                return Ok(());
+            }
+            let r = edge.get_from(client, "limited.example.com", "/");
+            (r.status == 429).then_some(()).ok_or_else(|| format!("{}", r.status))
+        });
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "denied elsewhere after {:?}", started.elapsed());
+    let history = lab.daemon(2).get("/v1/applies").json.to_string();
+    assert!(history.contains("fleet peers: e0, e1, e2"), "{history}");
 }

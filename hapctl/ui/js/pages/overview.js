@@ -90,7 +90,9 @@ function names(el, r) {
 // fleet's, whether it lags, what it refused, its HAProxy. Hidden on an edge in no fleet.
 function fleet(el, tbody, columns, f) {
   el.hidden = false;
-  fill(el.querySelector('.summary'), `Fleet revision ${f.revision}${f.published ? '' : ' — not published yet (hapctl fleet publish)'} · ${f.edges.length} edge(s)`);
+  const r = f.rollout;
+  const rollout = r ? ` · last reload rollout ${r.state} on ${r.canary}${r.state === 'refused' ? `: ${r.message.split('\n')[0]}` : ''}` : '';
+  fill(el.querySelector('.summary'), `Fleet revision ${f.revision}${f.published ? '' : ' — not published yet (hapctl fleet publish)'} · ${f.edges.length} edge(s)${rollout}`);
   rows(tbody, f.edges, (e) => e.name, (e) => h('tr', null,
     h('td', null, e.name),
     h('td', null, String(e.applied_revision)),
