@@ -41,6 +41,24 @@ impl FleetLab {
         lab
     }
 
+    /// Waits until every edge has applied the fleet's last change (its record committed, not
+    /// only its HAProxy serving it: a daemon killed before the commit loses the change, which
+    /// its follower reads again at the next start).
+    pub fn wait_current(&self, within: Duration) {
+        self.wait_all(within, |_, _| {
+            let view = self.status(0);
+            let edges = view["edges"].as_array().cloned().unwrap_or_default();
+            let current =
+                edges.len() == self.edges.len() && edges.iter().all(|e| e["lagging"] == false);
+            current.then_some(()).ok_or_else(|| view.to_string())
+        });
+    }
+
+    /// A port for `[fleet] peer`, from a range no other listener of the kit probes.
+    pub fn peer_port() -> u16 {
+        crate::free_port_in(32_000, 700)
+    }
+
     /// A fresh edge with this fleet's `[fleet]` section, its daemon not started.
     pub fn new_edge(&self, name: &str) -> Edge {
         let edge = Edge::new();

@@ -6,6 +6,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
+    free_port_in(20_000, 12_000)
+}
+
+/// A port nothing listens on right now, in `first..first + count`: a range of its own keeps a
+/// kind of listener (HAProxy's peers) off the ports other tests probe. HAProxy binds with
+/// SO_REUSEPORT, so two of them on one port would share its connections.
+pub fn free_port_in(first: u16, count: u16) -> u16 {
     // Below Linux's ephemeral range (32768-60999): a port the kernel hands out for bind(0) is
     // also what it gives outgoing connections, and one of those (a client, HAProxy to a backend)
     // took such a port between this probe and HAProxy's bind once in CI.
@@ -16,10 +23,10 @@ pub fn free_port() -> u16 {
             .map_or(0, |d| d.subsec_nanos());
     for _ in 0..200 {
         let n = seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
-        let port = 20_000 + (n % 12_000) as u16;
+        let port = first + (n % u32::from(count)) as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
-    panic!("no free port found in 20000-31999");
+    panic!("no free port found in {first}-{}", first + count - 1);
 }

@@ -354,8 +354,10 @@ fn others_equal(old: &EdgeState, new: &EdgeState) -> bool {
         waf,
         limits,
         protections,
+        peers,
     } = old;
     *app_domains == new.app_domains
+        && *peers == new.peers
         && *live_generations == new.live_generations
         && *trusted_proxies == new.trusted_proxies
         && *https == new.https

@@ -78,7 +78,10 @@ fn print_view(view: &FleetView) {
     };
     println!("fleet revision {}{state}", view.revision);
     if let Some(r) = &view.rollout {
-        let at = r.revision.map(|v| format!(" at revision {v}")).unwrap_or_default();
+        let at = r
+            .revision
+            .map(|v| format!(" at revision {v}"))
+            .unwrap_or_default();
         let state = serde_json::to_value(r.state).unwrap_or_default();
         println!(
             "last reload rollout: {} on canary {}{at}: {}",

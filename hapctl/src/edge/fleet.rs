@@ -109,7 +109,10 @@ impl Edge {
             );
             return Ok((report, Some(value)));
         }
-        let revision = match (needs_reload(&before, &after, &changes), link.settings().rollout) {
+        let revision = match (
+            needs_reload(&before, &after, &changes),
+            link.settings().rollout,
+        ) {
             (false, _) => link.publish(basis, &changes, unix_now())?,
             (true, Rollout::All) => {
                 if let Some(refused) = self.check_for_fleet(&after)? {
@@ -118,7 +121,12 @@ impl Edge {
                 link.publish(basis, &changes, unix_now())?
             }
             (true, Rollout::Canary) => {
-                let canary = Canary { link: &link, basis, old: &old, changes: &changes };
+                let canary = Canary {
+                    link: &link,
+                    basis,
+                    old: &old,
+                    changes: &changes,
+                };
                 match self.canary(trigger, canary)? {
                     Ok(revision) => revision,
                     Err(refused) => return Ok((refused, None)),

@@ -39,7 +39,9 @@ impl Edge {
             message: trigger.to_string(),
             at: unix_now(),
         };
-        // Said before anything changes: with etcd away, nothing does.
+        // Asked and said before anything changes here: with etcd away, or the change already
+        // outdated by another writer, nothing does.
+        c.link.precheck(c.basis, c.changes, unix_now())?;
         self.mark_rollout(c.link, &mark)?;
         let refs: Vec<&Change> = c.changes.iter().collect();
         let here = format!("{trigger} (canary: here first, then the fleet)");

@@ -91,7 +91,8 @@ impl Edge {
             .flat_map(|p| p.peers.iter().map(|(n, _)| n.as_str()))
             .collect();
         let trigger = format!("fleet peers: {}", names.join(", "));
-        let (report, _) = self.apply_locally(&trigger, |tx| Ok(tx.set_fleet_peers(wanted.as_ref())?))?;
+        let (report, _) =
+            self.apply_locally(&trigger, |tx| Ok(tx.set_fleet_peers(wanted.as_ref())?))?;
         Ok(Some(report))
     }
 }

@@ -46,6 +46,17 @@ impl FleetLink {
         ))
     }
 
+    /// Whether `changes` computed at `basis` would be taken now (nothing written).
+    pub fn precheck(&self, basis: i64, changes: &[Change], now: i64) -> Result<(), FleetError> {
+        self.block_on(publish::precheck(
+            &self.etcd,
+            &self.layout,
+            basis,
+            changes,
+            now,
+        ))
+    }
+
     /// Runs `f` on the fleet's runtime from a thread that is not async.
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.runtime.block_on(f)

@@ -60,6 +60,28 @@ pub async fn publish(
     Ok(revision)
 }
 
+/// Whether `changes`, computed at `basis`, would be taken now: the same compares as
+/// [`publish`], nothing written. The canary asks before it changes its own edge.
+pub async fn precheck(
+    etcd: &Etcd,
+    layout: &Layout,
+    basis: i64,
+    changes: &[Change],
+    now: i64,
+) -> Result<(), FleetError> {
+    let writes: Vec<Write> = changes
+        .iter()
+        .map(|(key, object)| write_of(layout, key, object.as_ref(), now))
+        .collect();
+    for chunk in writes.chunks(MAX_TXN_OPS - 1) {
+        let compares = compares_of(layout, basis, chunk, Guard::Published);
+        if etcd.txn(compares, Vec::new()).await?.is_none() {
+            why_refused(etcd, layout, basis, chunk, Guard::Published).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes the marker that makes the fleet's state exist: once, by the first publisher.
 pub async fn mark_published(
     etcd: &Etcd,
@@ -119,17 +141,7 @@ async fn publish_chunk(
     leases: &BTreeMap<i64, i64>,
     guard: Guard,
 ) -> Result<i64, FleetError> {
-    let marker = match guard {
-        Guard::Published => Compare::version(layout.marker(), CompareOp::Greater, 0),
-        Guard::Unpublished => Compare::version(layout.marker(), CompareOp::Equal, 0),
-    };
-    let mut compares = vec![marker];
-    compares.extend(
-        chunk
-            .iter()
-            .filter(|w| w.compare)
-            .map(|w| Compare::mod_revision(w.key.as_str(), CompareOp::Less, basis + 1)),
-    );
+    let compares = compares_of(layout, basis, chunk, guard);
     let ops = std::iter::once(TxnOp::put(layout.changed(), "{}", None))
         .chain(chunk.iter().map(|w| match &w.value {
             Some(v) => {
@@ -144,6 +156,23 @@ async fn publish_chunk(
         Some(revision) => Ok(revision),
         None => why_refused(etcd, layout, basis, chunk, guard).await,
     }
+}
+
+/// What a chunk's transaction requires: the marker as `guard` says, and no object it touches
+/// changed after `basis` (blocks are last-writer-wins).
+fn compares_of(layout: &Layout, basis: i64, chunk: &[Write], guard: Guard) -> Vec<Compare> {
+    let marker = match guard {
+        Guard::Published => Compare::version(layout.marker(), CompareOp::Greater, 0),
+        Guard::Unpublished => Compare::version(layout.marker(), CompareOp::Equal, 0),
+    };
+    let mut compares = vec![marker];
+    compares.extend(
+        chunk
+            .iter()
+            .filter(|w| w.compare)
+            .map(|w| Compare::mod_revision(w.key.as_str(), CompareOp::Less, basis + 1)),
+    );
+    compares
 }
 
 /// A transaction's compare failed: the fleet is not published, or another writer changed an

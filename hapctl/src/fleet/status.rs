@@ -100,7 +100,11 @@ pub async fn require_current(
 impl FleetView {
     /// The peers `local` shares its client tables with: every edge that says where it meets
     /// them (`local` with `bind`, whatever its key says).
-    pub fn peers(&self, local: &crate::model::EdgeName, bind: std::net::SocketAddr) -> Option<crate::model::FleetPeers> {
+    pub fn peers(
+        &self,
+        local: &crate::model::EdgeName,
+        bind: std::net::SocketAddr,
+    ) -> Option<crate::model::FleetPeers> {
         let mut peers = vec![(local.clone(), bind)];
         for e in &self.edges {
             let r = &e.report;

@@ -29,8 +29,8 @@ pub use limits::{
     Windows, LOCAL_NETS, MAX_TARPIT_SECS, MAX_THRESHOLD, MAX_WINDOW_SECS,
 };
 pub use name::{Domain, DomainBackend, DomainName};
-pub use placement::{BackendSlot, DomainBackendOf, Placement, SlotKind, MAX_SPARES};
 pub use peers::{EdgeName, FleetPeers};
+pub use placement::{BackendSlot, DomainBackendOf, Placement, SlotKind, MAX_SPARES};
 pub use presets::ProxyPreset;
 pub use profile::{HttpPath, Profile};
 pub use protections::{

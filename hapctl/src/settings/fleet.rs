@@ -193,9 +193,10 @@ pub(super) fn resolve_fleet(
         rollout: raw.rollout.unwrap_or(Rollout::Canary),
         peer: match raw.peer.as_deref() {
             None => None,
-            Some(text) => Some(text.parse().map_err(|_| {
-                err("peer", format!("{:?} is not an IP:PORT", bounded(text)))
-            })?),
+            Some(text) => Some(
+                text.parse()
+                    .map_err(|_| err("peer", format!("{:?} is not an IP:PORT", bounded(text))))?,
+            ),
         },
     }))
 }

@@ -23,8 +23,8 @@ mod tls;
 mod unknown_host;
 pub mod waf;
 
-pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use crate::model::EdgeName;
+pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use fleet::{without_fleet, FleetPrefix, FleetSettings, FleetTls, Rollout};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use paths::Paths;

@@ -185,7 +185,9 @@ pub(super) fn load_peers(
             source: crate::model::Invalid::new("peer", &name, rule),
         };
         let edge = EdgeName::parse(&name).map_err(|e| bad(&e))?;
-        let addr = addr.parse().map_err(|_| bad("its address is not IP:PORT"))?;
+        let addr = addr
+            .parse()
+            .map_err(|_| bad("its address is not IP:PORT"))?;
         if is_local {
             local = Some(edge.clone());
         }
