@@ -764,8 +764,12 @@ fn an_import_on_an_edge_of_a_fleet_reaches_every_edge() {
             .then_some(())
             .ok_or_else(|| format!("shop.test {}, sus.test {}", shop.status, suspended.status))
     });
-    for i in 0..2 {
-        assert!(lab.daemon(i).blocked_keys().contains("192.0.2.7"));
-    }
+    // The blocks follow the state in a publication of their own.
+    lab.wait_all(Duration::from_secs(15), |i, _| {
+        let keys = lab.daemon(i).blocked_keys();
+        keys.contains("192.0.2.7")
+            .then_some(())
+            .ok_or_else(|| format!("blocks: {keys:?}"))
+    });
     assert!(lab.etcd.get("/hapctl/state/domain/shop.test").is_some());
 }
