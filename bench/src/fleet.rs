@@ -4,6 +4,7 @@
 //! add, server change, block); a new edge joining; the etcd leader killed during concurrent
 //! writes; etcd entirely down under traffic.
 
+mod costs;
 mod join;
 mod lab;
 mod leader;
@@ -21,6 +22,18 @@ use lab::Fleet;
 const RUNS: usize = 100;
 /// New edges joined one after the other.
 const JOINS: usize = 2;
+/// Publications of one block timed on their own.
+const PUBLISHES: usize = 50;
+
+/// One series of writes and what it cost on the edges.
+pub struct Series {
+    pub kind: writes::Kind,
+    pub samples: Vec<writes::Sample>,
+    /// `haproxy -c` runs per write, per edge.
+    pub checks_per_write: Vec<f64>,
+    /// Each edge's apply durations (ms) of this series' changes (none for blocks).
+    pub apply_ms: Vec<Vec<f64>>,
+}
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let hapctl = ctx.hapctl_bin()?;
@@ -30,8 +43,23 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut series = Vec::new();
     for kind in writes::Kind::ALL {
         eprintln!("fleet: {runs} × {} → in effect on 3 edges…", kind.label());
-        series.push((kind, writes::series(&fleet, kind, runs)?));
+        let before = costs::check_runs(&fleet);
+        let samples = writes::series(&fleet, kind, runs)?;
+        let checks_per_write = costs::check_runs(&fleet)
+            .iter()
+            .zip(&before)
+            .map(|(after, before)| (after - before) as f64 / runs as f64)
+            .collect();
+        let apply_ms = costs::apply_ms(&fleet, kind)?;
+        series.push(Series {
+            kind,
+            samples,
+            checks_per_write,
+            apply_ms,
+        });
     }
+    eprintln!("fleet: {PUBLISHES} publications of a block through hapctl's etcd client…");
+    let publish_ms = costs::publish_ms(&fleet, PUBLISHES)?;
     let mut joins = Vec::new();
     for j in 0..JOINS {
         eprintln!("fleet: a new edge joins…");
@@ -44,5 +72,12 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let killed = leader::run(&mut fleet, ctx.fleet_writes)?;
     eprintln!("fleet: etcd down for {} s under traffic…", ctx.outage_secs);
     let outage = outage::run(&mut fleet, Duration::from_secs(ctx.outage_secs))?;
-    Ok(report::report(&fleet, &series, &joins, &killed, &outage))
+    Ok(report::report(
+        &fleet,
+        &series,
+        &publish_ms,
+        &joins,
+        &killed,
+        &outage,
+    ))
 }

@@ -103,7 +103,7 @@ impl BenchEdge for Edge {
     }
 }
 
-fn open_store(edge: &Edge) -> anyhow::Result<Store> {
+pub fn open_store(edge: &Edge) -> anyhow::Result<Store> {
     let paths = edge.settings()?.paths;
     Ok(Store::open(&paths.database, &paths.blocks_database)?)
 }

@@ -122,16 +122,19 @@ fn fill_addr(i: usize) -> Ipv4Addr {
 /// Writes the domains and blocks into `edge`'s database directly (what it publishes next).
 fn fill(edge: &Edge, domains: usize, blocks: usize, backend: &str) -> anyhow::Result<()> {
     edge.load(&fixture::state(domains, Servers::At(backend)))?;
-    let blocked: Vec<Block> = (0..blocks)
-        .map(|i| Block {
-            key: fill_addr(i).to_string().parse().expect("a valid address"),
-            reason: Note::parse("reason", "hapctl-bench fleet").expect("a valid note"),
-            author: Note::parse("author", "hapctl-bench").expect("a valid note"),
-            created_at: 1_700_000_000,
-            expires_at: None,
-        })
-        .collect();
+    let blocked: Vec<Block> = (0..blocks).map(|i| block_of(fill_addr(i))).collect();
     edge.add_blocks(&blocked).context("the fleet's blocks")
+}
+
+/// A block of `source` as the bench writes it (no expiry).
+pub fn block_of(source: Ipv4Addr) -> Block {
+    Block {
+        key: source.to_string().parse().expect("a valid address"),
+        reason: Note::parse("reason", "hapctl-bench fleet").expect("a valid note"),
+        author: Note::parse("author", "hapctl-bench").expect("a valid note"),
+        created_at: 1_700_000_000,
+        expires_at: None,
+    }
 }
 
 impl Fleet {

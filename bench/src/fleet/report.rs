@@ -8,7 +8,7 @@ use super::join::Join;
 use super::lab::Fleet;
 use super::leader::LeaderKill;
 use super::outage::Outage;
-use super::writes::{Kind, Sample};
+use super::Series;
 use crate::stats::{ms, percentile};
 use crate::{Report, Table, Target};
 
@@ -30,7 +30,8 @@ fn p50_p99(v: &[f64]) -> (f64, f64) {
 
 pub fn report(
     fleet: &Fleet,
-    series: &[(Kind, Vec<Sample>)],
+    series: &[Series],
+    publish_ms: &[f64],
     joins: &[Join],
     killed: &LeaderKill,
     outage: &Outage,
@@ -43,6 +44,7 @@ pub fn report(
         fleet.ready_in.as_secs_f64()
     ));
     writes_table(&mut r, series);
+    costs_table(&mut r, series, publish_ms);
     joins_table(&mut r, joins);
     leader_table(&mut r, killed);
     outage_table(&mut r, outage);
@@ -50,21 +52,24 @@ pub fn report(
         "domains": fleet.domains,
         "blocks": fleet.blocks,
         "ready_s": fleet.ready_in.as_secs_f64(),
-        "writes": series.iter().map(|(k, s)| json!({
-            "kind": k.label(),
-            "answer_ms": s.iter().map(|x| millis(x.answer)).collect::<Vec<_>>(),
-            "seen_ms": s.iter().map(|x| x.seen.iter().map(|d| d.map(millis)).collect::<Vec<_>>()).collect::<Vec<_>>(),
+        "writes": series.iter().map(|s| json!({
+            "kind": s.kind.label(),
+            "answer_ms": s.samples.iter().map(|x| millis(x.answer)).collect::<Vec<_>>(),
+            "seen_ms": s.samples.iter().map(|x| x.seen.iter().map(|d| d.map(millis)).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            "checks_per_write": s.checks_per_write,
+            "apply_ms": s.apply_ms,
         })).collect::<Vec<_>>(),
+        "publish_ms": publish_ms,
     });
     r
 }
 
-fn writes_table(r: &mut Report, series: &[(Kind, Vec<Sample>)]) {
+fn writes_table(r: &mut Report, series: &[Series]) {
     let mut t = Table::new(
         "a write on one edge (e0, e1, e2 in turn) → in effect through all 3 edges' HAProxy (ms from sending it)",
         &["write", "n", "answer p50", "first edge p50", "last edge p50", "last edge p99", "last edge max", "not seen"],
     );
-    for (kind, samples) in series {
+    for Series { kind, samples, .. } in series {
         let answer: Vec<f64> = samples.iter().map(|s| millis(s.answer)).collect();
         let first: Vec<f64> = samples
             .iter()
@@ -100,6 +105,56 @@ fn writes_table(r: &mut Report, series: &[(Kind, Vec<Sample>)]) {
         });
     }
     r.tables.push(t);
+}
+
+/// Per series: each edge's `haproxy -c` runs per write and the p50 of its own applies; and
+/// the etcd publication alone.
+fn costs_table(r: &mut Report, series: &[Series], publish_ms: &[f64]) {
+    let mut t = Table::new(
+        "where a write's time goes: each edge (e0 / e1 / e2) per write",
+        &[
+            "write",
+            "haproxy -c per write",
+            "its apply, p50 ms (apply records)",
+        ],
+    );
+    for s in series {
+        let checks: Vec<String> = s
+            .checks_per_write
+            .iter()
+            .map(|c| format!("{c:.2}"))
+            .collect();
+        let applies: Vec<String> = s
+            .apply_ms
+            .iter()
+            .map(|a| {
+                if a.is_empty() {
+                    "—".into()
+                } else {
+                    ms(p50_p99(a).0)
+                }
+            })
+            .collect();
+        t.row(vec![
+            s.kind.label().into(),
+            checks.join(" / "),
+            if applies.is_empty() {
+                "(block path: no record)".into()
+            } else {
+                applies.join(" / ")
+            },
+        ]);
+    }
+    r.tables.push(t);
+    if !publish_ms.is_empty() {
+        let (p50, p99) = p50_p99(publish_ms);
+        r.notes.push(format!(
+            "the etcd publication of one block through hapctl's FleetLink (one transaction on the 3 members), {} times: p50 {} ms, p99 {} ms",
+            publish_ms.len(),
+            ms(p50),
+            ms(p99)
+        ));
+    }
 }
 
 fn joins_table(r: &mut Report, joins: &[Join]) {
