@@ -23,12 +23,18 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 /// `hapctl init` with the `hapctl` binary in a fresh temp dir, every listener on a free
 /// loopback port; HAProxy not started.
 pub fn new_edge(hapctl: &Path) -> anyhow::Result<Edge> {
-    Edge::try_new(&EdgeSetup {
+    Edge::try_new(&edge_setup(hapctl))
+}
+
+/// How the bench's edges are made: the `hapctl` binary, the counting wrapper, the workers'
+/// user `hapctl init` picks, [`COMMAND_TIMEOUT`] per command.
+pub fn edge_setup(hapctl: &Path) -> EdgeSetup {
+    EdgeSetup {
         hapctl: hapctl.to_path_buf(),
         counting: true,
         root_workers: false,
         command_timeout: COMMAND_TIMEOUT,
-    })
+    }
 }
 
 /// What benchmarks do to an edge besides driving hapctl.
@@ -97,7 +103,7 @@ impl BenchEdge for Edge {
     }
 }
 
-fn open_store(edge: &Edge) -> anyhow::Result<Store> {
+pub fn open_store(edge: &Edge) -> anyhow::Result<Store> {
     let paths = edge.settings()?.paths;
     Ok(Store::open(&paths.database, &paths.blocks_database)?)
 }

@@ -22,6 +22,7 @@ mod cutovers;
 mod deliver;
 mod domain_add;
 mod fixture;
+mod fleet;
 mod harness;
 mod log_idle;
 mod logs;
@@ -141,6 +142,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "fleet",
+        about: "a fleet of 3 edges on a 3-member etcd at the largest of --sizes domains and 10× as many blocks: a write on one edge → in effect on all 3, a new edge joining, the etcd leader killed during --fleet-writes writes, etcd down for --outage-secs under traffic",
+        run: fleet::run,
+        long: true,
+    },
+    Section {
         name: "cutovers",
         about: "consecutive cutovers, each proven by hapctl's prove checks under 200 req/s and long streams (--count, --with-changes)",
         run: cutovers::run,
@@ -152,7 +159,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, log-idle, waf, and (long, only with --only or --all) certs, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, log-idle, waf, and (long, only with --only or --all) certs, fleet, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
@@ -170,7 +177,8 @@ struct Args {
     json: Option<PathBuf>,
     /// domain-add: operations per size and interface, CLI and API (default 15, and 7 from
     /// 10,000 domains up);
-    /// server-change: changes per series (default 20; reload series 10, 6 from 10,000 up).
+    /// server-change: changes per series (default 20; reload series 10, 6 from 10,000 up);
+    /// fleet: writes per kind (default 100).
     #[arg(long)]
     runs: Option<usize>,
     /// render: time budget per size in milliseconds (at least 15 iterations are always run).
@@ -193,6 +201,12 @@ struct Args {
     /// mixed-changes: changes sent per size (fewer for a quick test).
     #[arg(long, default_value_t = 1000)]
     changes: usize,
+    /// fleet: concurrent writes during which the etcd leader is killed.
+    #[arg(long, default_value_t = 1000)]
+    fleet_writes: usize,
+    /// fleet: seconds etcd stays entirely down under traffic.
+    #[arg(long, default_value_t = 60)]
+    outage_secs: u64,
     /// cutovers: change a domain's server weight (runtime path) and add / remove blocks the
     /// whole time.
     #[arg(long)]
@@ -217,6 +231,8 @@ pub struct Ctx {
     pub deliveries: usize,
     pub count: usize,
     pub changes: usize,
+    pub fleet_writes: usize,
+    pub outage_secs: u64,
     pub with_changes: bool,
     pub cert_sizes: Vec<usize>,
     pub handshake_rate: u32,
@@ -422,6 +438,8 @@ fn run(args: Args) -> anyhow::Result<bool> {
         deliveries: args.deliveries,
         count: args.count,
         changes: args.changes,
+        fleet_writes: args.fleet_writes,
+        outage_secs: args.outage_secs,
         with_changes: args.with_changes,
         cert_sizes: args.cert_sizes.clone(),
         handshake_rate: args.handshake_rate,
@@ -490,8 +508,11 @@ fn check_args(args: &Args) -> anyhow::Result<()> {
     if args.cert_sizes.is_empty() || args.cert_sizes.contains(&0) {
         bail!("--cert-sizes needs one or more positive numbers of certificates, e.g. 10,100,1000");
     }
-    if args.deliveries == 0 || args.count == 0 || args.changes == 0 || args.handshake_rate == 0 {
-        bail!("--deliveries, --count, --changes and --handshake-rate need a positive number");
+    if [args.deliveries, args.count, args.changes, args.fleet_writes].contains(&0)
+        || args.handshake_rate == 0
+        || args.outage_secs == 0
+    {
+        bail!("--deliveries, --count, --changes, --fleet-writes, --handshake-rate and --outage-secs need a positive number");
     }
     Ok(())
 }

@@ -3,15 +3,19 @@
 
 use std::time::{Duration, Instant};
 
-use crate::daemon::Daemon;
+use anyhow::Context;
+
+use crate::daemon::{Daemon, Serve};
 use crate::etcd::EtcdCluster;
-use crate::Edge;
+use crate::{Edge, EdgeSetup};
 
 pub struct FleetLab {
     pub etcd: EtcdCluster,
     /// Each edge and its daemon, in the order they joined (`e0` published the state).
     pub edges: Vec<(Edge, Daemon)>,
     pub prefix: String,
+    /// How every edge of the lab is made (the tests' binary, or a benchmark's).
+    setup: EdgeSetup,
 }
 
 impl FleetLab {
@@ -23,22 +27,39 @@ impl FleetLab {
     /// [`FleetLab::start`], with `setup` run on each edge (its index given) before its daemon
     /// starts.
     pub fn start_with(members: usize, edges: usize, setup: impl Fn(usize, &mut Edge)) -> FleetLab {
+        let prepare = |i: usize, edge: &mut Edge| {
+            setup(i, edge);
+            Ok(())
+        };
+        FleetLab::try_start(&EdgeSetup::for_tests(), members, edges, prepare)
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// [`FleetLab::start_with`] for a benchmark: every edge made with `setup` (its daemon
+    /// given `setup.command_timeout` to answer `/health`), `prepare` may fail.
+    pub fn try_start(
+        setup: &EdgeSetup,
+        members: usize,
+        edges: usize,
+        prepare: impl Fn(usize, &mut Edge) -> anyhow::Result<()>,
+    ) -> anyhow::Result<FleetLab> {
         let etcd = EtcdCluster::start(members);
         let mut lab = FleetLab {
             etcd,
             edges: Vec::new(),
             prefix: "/hapctl".to_string(),
+            setup: setup.clone(),
         };
         for i in 0..edges {
-            let mut edge = lab.new_edge(&format!("e{i}"));
-            setup(i, &mut edge);
+            let mut edge = lab.try_new_edge(&format!("e{i}"))?;
+            prepare(i, &mut edge)?;
             if i == 0 {
-                edge.ok(&["fleet", "publish"]);
+                edge.try_ok(&["fleet", "publish"])?;
             }
-            let daemon = Daemon::start(&edge);
+            let daemon = lab.try_serve(&edge)?;
             lab.edges.push((edge, daemon));
         }
-        lab
+        Ok(lab)
     }
 
     /// Waits until every edge has applied the fleet's last change (its record committed, not
@@ -61,13 +82,24 @@ impl FleetLab {
 
     /// A fresh edge with this fleet's `[fleet]` section, its daemon not started.
     pub fn new_edge(&self, name: &str) -> Edge {
-        let edge = Edge::new();
+        self.try_new_edge(name).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// [`FleetLab::new_edge`], an error when `hapctl init` fails.
+    pub fn try_new_edge(&self, name: &str) -> anyhow::Result<Edge> {
+        let edge = Edge::try_new(&self.setup)?;
         edge.write_settings(&format!(
             "{}\n[fleet]\nendpoints = {}\nname = \"{name}\"\ntimeout = \"1s\"\n",
             edge.settings_text(),
             self.etcd.endpoints_toml()
         ));
-        edge
+        Ok(edge)
+    }
+
+    /// `hapctl serve` on `edge`, answering `/health` within the lab's command bound.
+    pub fn try_serve(&self, edge: &Edge) -> anyhow::Result<Daemon> {
+        Daemon::try_start(edge, &Serve::within(self.setup.command_timeout))
+            .context("hapctl serve on an edge of the fleet")
     }
 
     /// A new edge joins: its `[fleet]` section, then its daemon, which takes the fleet's
