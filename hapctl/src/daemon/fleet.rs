@@ -3,15 +3,17 @@
 //! edge keeps serving what it applied last and tries again every half second.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::blocks::BlockCache;
 use crate::clock::unix_now;
 use crate::edge::{Edge, EdgeError, FleetApplyOutcome};
-use crate::fleet::follow::{Batch, Follower};
-use crate::fleet::object::{Object, ObjectKey};
+use crate::fleet::follow::{self, Batch};
+use crate::fleet::object::{Change, Object, ObjectKey};
 use crate::fleet::status::EdgeReport;
 use crate::fleet::FleetLink;
 
@@ -31,27 +33,49 @@ struct Health {
 
 /// Starts the follower and the status keeper on `link`'s runtime. `edge` is a connection of
 /// the follower's own.
-pub fn start(link: Arc<FleetLink>, mut edge: Edge, status_edge: Edge) {
+pub fn start(link: Arc<FleetLink>, mut edge: Edge, status_edge: Edge, waiting: Arc<AtomicBool>) {
     edge.follow_fleet();
+    // Checked in the background by the apply worker, as the daemon's own runtime changes are:
+    // an apply here waits for no `haproxy -c`.
+    edge.defer_checks();
     let health = Arc::new(Mutex::new(Health::default()));
     let edge = Arc::new(Mutex::new(edge));
     let applied = Arc::new(Notify::new());
-    link.handle()
-        .spawn(follow(link.clone(), edge, health.clone(), applied.clone()));
+    let follower = Follower {
+        link: link.clone(),
+        edge,
+        health: health.clone(),
+        applied: applied.clone(),
+        waiting,
+    };
+    link.handle().spawn(follow(follower));
     let status_edge = Arc::new(Mutex::new(status_edge));
     link.handle()
         .spawn(keep_status(link.clone(), status_edge, health, applied));
 }
 
-async fn follow(
+/// What the follower loop shares with the rest of the daemon.
+struct Follower {
     link: Arc<FleetLink>,
     edge: Arc<Mutex<Edge>>,
     health: Arc<Mutex<Health>>,
+    /// Told after each apply (the status key says it at once).
     applied: Arc<Notify>,
-) {
+    /// True while an apply of the fleet's changes waits or runs.
+    waiting: Arc<AtomicBool>,
+}
+
+async fn follow(f: Follower) {
+    let Follower {
+        link,
+        edge,
+        health,
+        applied,
+        waiting,
+    } = f;
     let at = lock(&edge).fleet_record().map(|r| r.revision).unwrap_or(0);
     let settings = link.settings().clone();
-    let mut follower = Follower::new(
+    let mut follower = follow::Follower::new(
         link.etcd().clone(),
         link.layout().clone(),
         settings.full_read_every,
@@ -59,6 +83,9 @@ async fn follow(
     );
     // Changes of watch batches this edge refused: tried again with the next one.
     let mut pending: BTreeMap<ObjectKey, Option<Object>> = BTreeMap::new();
+    // The block path's view, kept between batches (checked against the database and the
+    // files at each change, so the block worker's own changes are seen).
+    let blocks = Arc::new(Mutex::new(BlockCache::default()));
     loop {
         let current = || {
             lock(&edge).fleet_objects().unwrap_or_else(|e| {
@@ -89,12 +116,7 @@ async fn follow(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let revision = batch.revision;
-        let applier = edge.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || lock(&applier).apply_fleet(revision, &changes))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r: Result<FleetApplyOutcome, EdgeError>| r.map_err(|e| e.to_string()));
+        let outcome = apply(&edge, &blocks, &waiting, revision, changes).await;
         match outcome {
             Ok(FleetApplyOutcome::Applied { .. }) => pending.clear(),
             Ok(FleetApplyOutcome::Refused { message }) => {
@@ -105,6 +127,27 @@ async fn follow(
         // The status key says it now, not at its next turn.
         applied.notify_one();
     }
+}
+
+/// Applies `changes` on the follower's connection, off the async threads. `waiting` tells the
+/// apply worker's background check of runtime changes to give way meanwhile.
+async fn apply(
+    edge: &Arc<Mutex<Edge>>,
+    blocks: &Arc<Mutex<BlockCache>>,
+    waiting: &Arc<AtomicBool>,
+    revision: i64,
+    changes: Vec<Change>,
+) -> Result<FleetApplyOutcome, String> {
+    let (edge, blocks) = (edge.clone(), blocks.clone());
+    waiting.store(true, Ordering::Relaxed);
+    let outcome = tokio::task::spawn_blocking(move || {
+        lock(&edge).apply_fleet(revision, &changes, &mut lock(&blocks))
+    })
+    .await;
+    waiting.store(false, Ordering::Relaxed);
+    outcome
+        .map_err(|e| e.to_string())?
+        .map_err(|e: EdgeError| e.to_string())
 }
 
 fn note_read(health: &Mutex<Health>, batch: &Batch) {

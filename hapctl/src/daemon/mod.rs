@@ -84,8 +84,10 @@ pub fn serve(
     let token = api_token(&edge.settings, listen, options.no_auth)?;
     let _companions = Companions::start(state_dir, &edge.settings)?;
     bring_up_haproxy(&mut edge)?;
-    let _fleet = join_fleet(&mut edge)?;
-    let (services, _supervision) = start_workers(state_dir, edge)?;
+    // The follower's applies make the apply worker's background check give way.
+    let fleet_applying = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _fleet = join_fleet(&mut edge, fleet_applying.clone())?;
+    let (services, _supervision) = start_workers(state_dir, edge, fleet_applying)?;
     let socket = services.settings().paths.api_socket();
     let router = router(services.clone(), token);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -208,13 +210,21 @@ fn bring_up_haproxy(edge: &mut Edge) -> Result<(), ServeError> {
 /// On an edge of a fleet (`[fleet]`): the connection to etcd every connection of the daemon
 /// shares, the follower and the status key. The edge already serves its last applied state;
 /// etcd being down is not an error here.
-fn join_fleet(edge: &mut Edge) -> Result<Option<Arc<crate::fleet::FleetLink>>, ServeError> {
+fn join_fleet(
+    edge: &mut Edge,
+    applying: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Option<Arc<crate::fleet::FleetLink>>, ServeError> {
     let Some(settings) = &edge.settings.fleet else {
         return Ok(None);
     };
     let link = crate::fleet::FleetLink::connect(settings)?;
     edge.join_fleet(link.clone());
-    fleet::start(link.clone(), edge.connection()?, edge.connection()?);
+    fleet::start(
+        link.clone(),
+        edge.connection()?,
+        edge.connection()?,
+        applying,
+    );
     Ok(Some(link))
 }
 
@@ -222,13 +232,17 @@ fn join_fleet(edge: &mut Edge) -> Result<Option<Arc<crate::fleet::FleetLink>>, S
 /// apply ran on: the apply worker keeps it, since what an apply leaves for the next one (the
 /// committed state, the rendered backend sections: 11 MiB at 10,000 domains) serves its next
 /// apply. The handlers read through a connection of their own, which never applies.
-fn start_workers(state_dir: &Path, edge: Edge) -> Result<(Services, SupervisionLoop), ServeError> {
+fn start_workers(
+    state_dir: &Path,
+    edge: Edge,
+    fleet_applying: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(Services, SupervisionLoop), ServeError> {
     let metrics = Arc::new(Metrics::default());
     let supervision = supervision::start(edge.connection()?, metrics.clone());
     let orders = Arc::new(renewals::OrderGate::default());
     renewals::start(edge.connection()?, metrics.clone(), orders.clone());
     let reads = Arc::new(Mutex::new(edge.connection()?));
-    let (domains, blocks) = workers::start(metrics.clone(), reads.clone(), edge)?;
+    let (domains, blocks) = workers::start(metrics.clone(), reads.clone(), edge, fleet_applying)?;
     let services = Services::new(Parts {
         state_dir: state_dir.to_path_buf(),
         reads,

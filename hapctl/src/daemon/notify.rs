@@ -371,7 +371,8 @@ mod tests {
         let metrics = Arc::new(super::super::metrics::Metrics::default());
         let edge = crate::edge::Edge::open(dir.path()).unwrap();
         let reads = Arc::new(std::sync::Mutex::new(edge.connection().unwrap()));
-        let senders = super::super::workers::start(metrics, reads, edge).unwrap();
+        let senders =
+            super::super::workers::start(metrics, reads, edge, Default::default()).unwrap();
         // A new thread takes its name a moment after `spawn` returns.
         assert_eq!(wait_for(|| workers_alive().is_ok()), Ok(()));
         // Without senders both workers return, as after a panic.

@@ -7,6 +7,7 @@
 //!   slow reload. It keeps the key set in memory between changes, and when idle (it wakes every
 //!   second) lifts expired blocks and folds the blocked delta map into the base map.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
@@ -61,6 +62,7 @@ pub fn start(
     metrics: Arc<Metrics>,
     reads: Arc<Mutex<Edge>>,
     apply_edge: Edge,
+    fleet_applying: Arc<AtomicBool>,
 ) -> Result<(mpsc::Sender<DomainJob>, mpsc::Sender<BlockJob>), crate::edge::EdgeError> {
     let (domain_tx, domain_rx) = mpsc::channel::<DomainJob>();
     let (block_tx, block_rx) = mpsc::channel::<BlockJob>();
@@ -68,7 +70,7 @@ pub fn start(
     let m = metrics.clone();
     std::thread::Builder::new()
         .name("apply-worker".into())
-        .spawn(move || apply_worker(apply_edge, domain_rx, m, reads))
+        .spawn(move || apply_worker(apply_edge, domain_rx, m, reads, fleet_applying))
         .expect("spawn the apply worker");
     std::thread::Builder::new()
         .name("block-worker".into())
@@ -85,6 +87,7 @@ fn apply_worker(
     rx: mpsc::Receiver<DomainJob>,
     metrics: Arc<Metrics>,
     reads: Arc<Mutex<Edge>>,
+    fleet_applying: Arc<AtomicBool>,
 ) {
     edge.defer_checks();
     loop {
@@ -98,7 +101,9 @@ fn apply_worker(
                     if arrived.borrow().is_none() {
                         *arrived.borrow_mut() = rx.try_recv().ok();
                     }
-                    arrived.borrow().is_some()
+                    // An apply of the fleet's changes goes first too (the next idle check
+                    // covers it).
+                    arrived.borrow().is_some() || fleet_applying.load(Ordering::Relaxed)
                 };
                 match edge.validate_pending(&give_way) {
                     Ok(crate::apply::PendingCheck::Refused(_)) => metrics.runtime_checked(true),
