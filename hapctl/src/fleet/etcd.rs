@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use etcd_client::{
@@ -24,7 +24,8 @@ const ROUND_PAUSE: Duration = Duration::from_millis(100);
 /// A connection to each endpoint, the one in use first.
 #[derive(Clone)]
 pub struct Etcd {
-    clients: Arc<Vec<(String, Client)>>,
+    clients: Arc<RwLock<Vec<(String, Client)>>>,
+    options: ConnectOptions,
     current: Arc<AtomicUsize>,
     timeout: Duration,
 }
@@ -47,18 +48,31 @@ impl Etcd {
     /// again when its turn comes.
     pub async fn connect(settings: &FleetSettings) -> Result<Etcd, FleetError> {
         let options = connect_options(settings)?;
-        let mut clients = Vec::new();
-        for endpoint in &settings.endpoints {
-            let client = Client::connect([endpoint.as_str()], Some(options.clone()))
-                .await
-                .map_err(|e| FleetError::unreachable(endpoint, e))?;
-            clients.push((endpoint.clone(), client));
-        }
+        let clients = clients(&settings.endpoints, &options).await?;
         Ok(Etcd {
-            clients: Arc::new(clients),
+            clients: Arc::new(RwLock::new(clients)),
+            options,
             current: Arc::new(AtomicUsize::new(0)),
             timeout: settings.timeout,
         })
+    }
+
+    /// Fresh connections after every endpoint failed: a connection to an endpoint that was
+    /// down waits out its own back-off before it tries again, which once etcd is back would
+    /// cost every edge seconds of refused writes.
+    async fn reconnect(&self) {
+        let endpoints: Vec<String> = self.snapshot().into_iter().map(|(e, _)| e).collect();
+        match clients(&endpoints, &self.options).await {
+            Ok(fresh) => *self.clients.write().unwrap_or_else(|e| e.into_inner()) = fresh,
+            Err(e) => tracing::debug!("cannot make fresh etcd connections: {e}"),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<(String, Client)> {
+        self.clients
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Runs `call` on the endpoint in use, then on each other one while the failure is the
@@ -70,7 +84,8 @@ impl Etcd {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let n = self.clients.len();
+        let mut clients = self.snapshot();
+        let n = clients.len();
         let first = self.current.load(Ordering::Relaxed);
         let mut last = String::new();
         for attempt in 0.. {
@@ -81,8 +96,10 @@ impl Etcd {
             }
             if attempt > 0 && attempt % n == 0 {
                 tokio::time::sleep(ROUND_PAUSE.min(left)).await;
+                self.reconnect().await;
+                clients = self.snapshot();
             }
-            let (endpoint, client) = &self.clients[at % n];
+            let (endpoint, client) = &clients[at % n];
             // A member that hangs gets a share of the time, not all of it.
             let share = left.min((self.timeout / 3).max(Duration::from_millis(300)));
             match tokio::time::timeout(share, call(client.clone())).await {
@@ -228,6 +245,21 @@ impl Etcd {
         })
         .await
     }
+}
+
+/// A lazy connection to each endpoint.
+async fn clients(
+    endpoints: &[String],
+    options: &ConnectOptions,
+) -> Result<Vec<(String, Client)>, FleetError> {
+    let mut out = Vec::new();
+    for endpoint in endpoints {
+        let client = Client::connect([endpoint.as_str()], Some(options.clone()))
+            .await
+            .map_err(|e| FleetError::unreachable(endpoint, e))?;
+        out.push((endpoint.clone(), client));
+    }
+    Ok(out)
 }
 
 /// The first key after every key that starts with `prefix`.
