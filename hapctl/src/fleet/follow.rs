@@ -118,7 +118,8 @@ pub struct Follower {
     etcd: Etcd,
     layout: Layout,
     full_read_every: Duration,
-    /// The last revision handed out.
+    /// The highest revision etcd has shown (events, the edges' status keys, progress
+    /// notices): a read below it means etcd went back.
     position: i64,
     stream: Option<WatchStream>,
     next_full: Instant,
@@ -179,6 +180,10 @@ impl Follower {
                 self.stream = None;
                 continue;
             }
+            let seen = responses
+                .iter()
+                .filter_map(|r| r.header().map(|h| h.revision()));
+            self.position = seen.fold(self.position, i64::max);
             let batch = batch_of_events(&self.layout, &responses, now(), self.published);
             if batch.published && !self.published {
                 // Just published: everything is read at once, never half of it.
@@ -189,7 +194,6 @@ impl Follower {
             if batch.changes.is_empty() && batch.refused.is_empty() {
                 continue;
             }
-            self.position = self.position.max(batch.revision);
             return Ok(batch);
         }
     }
