@@ -123,6 +123,10 @@ pub struct Follower {
     position: i64,
     stream: Option<WatchStream>,
     next_full: Instant,
+    /// The newest revision of the fleet's `changed` key seen: the last change of the desired
+    /// state. A read whose `changed` is older went back, however many status writes since
+    /// moved etcd's own revision on.
+    changed_seen: i64,
     /// Whether the fleet's marker key exists, as last read.
     published: bool,
 }
@@ -141,6 +145,7 @@ impl Follower {
             stream: None,
             next_full: Instant::now(),
             published: false,
+            changed_seen: 0,
         }
     }
 
@@ -205,14 +210,23 @@ impl Follower {
     ) -> Result<Batch, FleetError> {
         self.stream = None;
         let snapshot = self.etcd.read_prefix(&self.layout.root()).await?;
-        let went_back = snapshot.revision < self.position;
+        let changed = self.layout.changed();
+        let last_change = snapshot
+            .kvs
+            .iter()
+            .find(|kv| kv.key == changed)
+            .map_or(0, |kv| kv.mod_revision);
+        let went_back = snapshot.revision < self.position || last_change < self.changed_seen;
         if went_back {
             tracing::error!(
-                "etcd's revision went back from {} to {} (restored from an older snapshot?): the fleet's state as read now wins",
+                "etcd's revision went back (read at {}, its last change at {}; seen before: {} and {}; restored from an older snapshot?): the fleet's state as read now wins",
+                snapshot.revision,
+                last_change,
                 self.position,
-                snapshot.revision
+                self.changed_seen
             );
         }
+        self.changed_seen = last_change;
         let mut batch = batch_of_snapshot(&self.layout, &snapshot, &current(), now);
         batch.went_back = went_back;
         self.published = batch.published;
