@@ -45,20 +45,9 @@ impl ApplyOutcome {
         }
     }
 
-    /// The outcome [`ApplyOutcome::as_str`] names.
+    /// The outcome [`ApplyOutcome::as_str`] names (its serde name too).
     pub fn parse(text: &str) -> Option<ApplyOutcome> {
-        use ApplyOutcome::*;
-        [
-            Applied,
-            Unchanged,
-            Rejected,
-            ValidatorUnavailable,
-            ReloadFailedRolledBack,
-            RollbackFailed,
-            Recovered,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == text)
+        serde_json::from_value(serde_json::Value::String(text.to_string())).ok()
     }
 
     pub fn is_success(self) -> bool {

@@ -24,6 +24,22 @@ fn put_domain(lab: &FleetLab, on: usize, host: &str, backend: &Backend) -> serde
     r.json
 }
 
+/// Puts a domain on edge `on` as soon as etcd (just started again) takes writes.
+fn put_domain_once_etcd_is_back(lab: &FleetLab, on: usize, host: &str, backend: &Backend) {
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let body = json!({ "servers": [{ "address": backend.addr() }] });
+        let r = lab
+            .daemon(on)
+            .call("PUT", &format!("/v1/domains/{host}"), Some(&body));
+        if r.status == 200 || r.status == 201 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn serves(host: &'static str, body: &'static str) -> impl Fn(usize, &Edge) -> Result<(), String> {
     move |_, edge| {
         let r = edge.get(host, "/");

@@ -6,7 +6,7 @@ use serde_json::json;
 use testkit::fleet::FleetLab;
 use testkit::Backend;
 
-use super::{put_domain, serves, WITHIN};
+use super::{put_domain, put_domain_once_etcd_is_back, serves, WITHIN};
 
 #[test]
 fn with_etcd_down_every_edge_serves_writes_answer_503_and_all_catch_up_when_it_returns() {
@@ -34,18 +34,7 @@ fn with_etcd_down_every_edge_serves_writes_answer_503_and_all_catch_up_when_it_r
     lab.etcd.start_all();
     // Back: a write on one edge reaches every edge again.
     let next = Backend::start("after");
-    let deadline = std::time::Instant::now() + WITHIN;
-    loop {
-        let body = json!({ "servers": [{ "address": next.addr() }] });
-        let r = lab
-            .daemon(2)
-            .call("PUT", "/v1/domains/after.example.com", Some(&body));
-        if r.status == 200 || r.status == 201 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{r:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    put_domain_once_etcd_is_back(&lab, 2, "after.example.com", &next);
     lab.wait_all(WITHIN, serves("after.example.com", "after"));
 }
 
@@ -147,17 +136,6 @@ fn an_edge_boots_and_serves_with_etcd_down_and_catches_up_when_it_returns() {
     // Back: what was written meanwhile elsewhere reaches the edge that booted alone.
     lab.etcd.start_all();
     let later = Backend::start("later");
-    let deadline = std::time::Instant::now() + WITHIN;
-    loop {
-        let body = json!({ "servers": [{ "address": later.addr() }] });
-        let r = lab
-            .daemon(0)
-            .call("PUT", "/v1/domains/later.example.com", Some(&body));
-        if r.status == 200 || r.status == 201 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{r:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    put_domain_once_etcd_is_back(&lab, 0, "later.example.com", &later);
     lab.wait_all(WITHIN, serves("later.example.com", "later"));
 }
