@@ -24,7 +24,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::blocks::{Blocks, WorkerMap};
+use crate::blocks::{BlockCache, Blocks, WorkerMap};
 use crate::clock::unix_now;
 use crate::fault;
 use crate::fsutil;
@@ -96,6 +96,9 @@ pub struct Applier<'a> {
     master: Master,
     /// Renders kept from earlier applies by a long-lived caller (the daemon).
     memo: Option<&'a RefCell<RenderMemo>>,
+    /// The block path's view kept by a long-lived caller: the reconcile before each apply
+    /// reads no block while it is in line.
+    block_view: Option<&'a RefCell<BlockCache>>,
 }
 
 /// What `converge` returns: the account, and on success the set now loaded (none when
@@ -154,6 +157,7 @@ impl<'a> Applier<'a> {
             ))
             .with_log_file(settings.paths.haproxy_log.clone()),
             memo: None,
+            block_view: None,
         }
     }
 
@@ -163,6 +167,14 @@ impl<'a> Applier<'a> {
     pub fn with_memo(self, memo: &'a RefCell<RenderMemo>) -> Applier<'a> {
         Applier {
             memo: Some(memo),
+            ..self
+        }
+    }
+
+    /// Reconciles the blocked maps before each apply through `view`, kept between applies.
+    pub fn with_block_view(self, view: &'a RefCell<BlockCache>) -> Applier<'a> {
+        Applier {
+            block_view: Some(view),
             ..self
         }
     }
@@ -200,7 +212,10 @@ impl<'a> Applier<'a> {
         // The blocked map is the block path's: bring it in line with the database first, so
         // the set validated below carries the current blocks.
         let blocks = Blocks::new(self.settings);
-        let worker = blocks.reconcile(|| store.block_keys(unix_now()), false)?;
+        let worker = match self.block_view {
+            Some(view) => blocks.reconcile_known(store, &mut view.borrow_mut())?,
+            None => blocks.reconcile(|| store.block_keys(unix_now()), false)?,
+        };
         let tx = store.begin()?;
         let before = tx.load_state()?;
         let value = change(&tx)?;

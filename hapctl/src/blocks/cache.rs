@@ -122,17 +122,7 @@ impl BlockCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Block, Note};
-
-    fn block(key: &str, expires_at: Option<i64>) -> Block {
-        Block {
-            key: key.parse().unwrap(),
-            reason: Note::parse("reason", "test").unwrap(),
-            author: Note::parse("author", "test").unwrap(),
-            created_at: 0,
-            expires_at,
-        }
-    }
+    use crate::model::Block;
 
     fn keys(list: &[&str]) -> BTreeSet<BlockKey> {
         list.iter().map(|k| k.parse().unwrap()).collect()
@@ -147,18 +137,11 @@ mod tests {
             base: dir.path().join("blocked.map"),
             delta: dir.path().join("blocked-delta.map"),
         };
-        let put = |store: &mut Store, blocks: &[Block]| {
-            let tx = store.begin_blocks().unwrap();
-            for b in blocks {
-                tx.put_block(b).unwrap();
-            }
-            tx.commit().unwrap();
-        };
-        put(
-            &mut ours,
-            &[block("10.0.0.1", None), block("10.0.0.2", None)],
-        );
-        put(&mut ours, &[block("10.0.0.3", None)]);
+        ours.put_blocks(&[
+            Block::sample("10.0.0.1", None),
+            Block::sample("10.0.0.2", None),
+        ]);
+        ours.put_blocks(&[Block::sample("10.0.0.3", None)]);
         files.write_base(&keys(&["10.0.0.1", "10.0.0.2"])).unwrap();
         files.write_delta(&keys(&["10.0.0.3"]), b"").unwrap();
 
@@ -171,7 +154,7 @@ mod tests {
         assert!(cache.refresh(&ours, &files).unwrap(), "nothing moved");
 
         // Another process blocks a key: the database moved, the files do not have it yet.
-        put(&mut theirs, &[block("10.0.0.4", None)]);
+        theirs.put_blocks(&[Block::sample("10.0.0.4", None)]);
         assert!(!cache.refresh(&ours, &files).unwrap());
         assert!(
             cache.all.contains(&"10.0.0.4".parse().unwrap()),
@@ -186,7 +169,7 @@ mod tests {
         assert!(cache.delta.is_empty());
 
         // A block expired but not removed yet, left out by a reconcile's files: they fit.
-        put(&mut theirs, &[block("10.0.0.5", Some(1))]);
+        theirs.put_blocks(&[Block::sample("10.0.0.5", Some(1))]);
         files
             .write_base(&keys(&["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]))
             .unwrap();

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::blocks::BlockCache;
 use crate::clock::unix_now;
 use crate::edge::{Edge, EdgeError, FleetApplyOutcome};
 use crate::fleet::follow::{self, Batch};
@@ -83,9 +82,6 @@ async fn follow(f: Follower) {
     );
     // Changes of watch batches this edge refused: tried again with the next one.
     let mut pending: BTreeMap<ObjectKey, Option<Object>> = BTreeMap::new();
-    // The block path's view, kept between batches (checked against the database and the
-    // files at each change, so the block worker's own changes are seen).
-    let blocks = Arc::new(Mutex::new(BlockCache::default()));
     loop {
         let current = || {
             lock(&edge).fleet_objects().unwrap_or_else(|e| {
@@ -116,7 +112,7 @@ async fn follow(f: Follower) {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let revision = batch.revision;
-        let outcome = apply(&edge, &blocks, &waiting, revision, changes).await;
+        let outcome = apply(&edge, &waiting, revision, changes).await;
         match outcome {
             Ok(FleetApplyOutcome::Applied { .. }) => pending.clear(),
             Ok(FleetApplyOutcome::Refused { message }) => {
@@ -133,17 +129,14 @@ async fn follow(f: Follower) {
 /// apply worker's background check of runtime changes to give way meanwhile.
 async fn apply(
     edge: &Arc<Mutex<Edge>>,
-    blocks: &Arc<Mutex<BlockCache>>,
     waiting: &Arc<AtomicBool>,
     revision: i64,
     changes: Vec<Change>,
 ) -> Result<FleetApplyOutcome, String> {
-    let (edge, blocks) = (edge.clone(), blocks.clone());
+    let edge = edge.clone();
     waiting.store(true, Ordering::Relaxed);
-    let outcome = tokio::task::spawn_blocking(move || {
-        lock(&edge).apply_fleet(revision, &changes, &mut lock(&blocks))
-    })
-    .await;
+    let outcome =
+        tokio::task::spawn_blocking(move || lock(&edge).apply_fleet(revision, &changes)).await;
     waiting.store(false, Ordering::Relaxed);
     outcome
         .map_err(|e| e.to_string())?

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::fleet::presets;
 use super::{Edge, EdgeError};
 use crate::apply::{ApplyError, ApplyReport};
-use crate::blocks::{BlockCache, BlockChange, Blocks};
+use crate::blocks::{BlockChange, Blocks};
 use crate::clock::unix_now;
 use crate::fleet::object::{Change, Object, ObjectKey};
 use crate::model::{DomainProtections, HttpsPolicy, Limits, ProxyNet, WafPolicy};
@@ -23,14 +23,13 @@ pub enum FleetApplyOutcome {
 }
 
 impl Edge {
-    /// Brings this edge to fleet revision `revision` by `changes`. `cache` is what earlier
-    /// block changes left (the follower keeps it): a block costs what it changes, not a read
-    /// of every block.
+    /// Brings this edge to fleet revision `revision` by `changes`. Blocks go through this
+    /// connection's block view (kept between calls): a block costs what it changes, not a
+    /// read of every block.
     pub fn apply_fleet(
         &mut self,
         revision: i64,
         changes: &[Change],
-        cache: &mut BlockCache,
     ) -> Result<FleetApplyOutcome, EdgeError> {
         let (blocks, state): (Vec<&Change>, Vec<&Change>) =
             changes.iter().partition(|(k, _)| k.is_block());
@@ -61,7 +60,11 @@ impl Edge {
         }
         if !blocks.is_empty() {
             let changes: Vec<BlockChange> = blocks.iter().filter_map(|c| block_change(c)).collect();
-            let report = Blocks::new(&self.settings).change_with(&mut self.store, cache, &changes);
+            let report = Blocks::new(&self.settings).change_with(
+                &mut self.store,
+                &mut self.block_view.borrow_mut(),
+                &changes,
+            );
             match report {
                 Ok(r) => done.message.push_str(&format!(
                     "{}{} block change(s) enforced ({})",

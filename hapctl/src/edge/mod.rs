@@ -139,6 +139,9 @@ pub struct Edge {
     defer_checks: bool,
     /// What the last applies rendered, reused by the next one.
     renders: std::cell::RefCell<crate::apply::RenderMemo>,
+    /// The block path's view on this connection: applies reconcile through it, the fleet's
+    /// follower changes blocks through it.
+    block_view: std::cell::RefCell<crate::blocks::BlockCache>,
     /// The connection to the fleet's etcd, made on first use (`[fleet]` only).
     fleet: Option<std::sync::Arc<crate::fleet::FleetLink>>,
     /// This connection applies what the fleet's follower read ([`Edge::follow_fleet`]).
@@ -181,6 +184,7 @@ impl Edge {
             store,
             defer_checks: false,
             renders: Default::default(),
+            block_view: Default::default(),
             fleet: None,
             fleet_follower: false,
         })
@@ -480,7 +484,9 @@ impl Edge {
         trigger: &str,
         change: impl FnOnce(&crate::store::Tx) -> Result<T, ApplyError>,
     ) -> Result<(ApplyReport, Option<T>), EdgeError> {
-        let applier = Applier::new(&self.settings, &self.templates).with_memo(&self.renders);
+        let applier = Applier::new(&self.settings, &self.templates)
+            .with_memo(&self.renders)
+            .with_block_view(&self.block_view);
         let result = applier.apply(&mut self.store, trigger, change)?;
         // A runtime-only change is checked right after it is in effect, unless the daemon
         // coalesces those checks in the background.

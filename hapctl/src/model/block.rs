@@ -197,6 +197,20 @@ pub struct Block {
     pub expires_at: Option<i64>,
 }
 
+#[cfg(test)]
+impl Block {
+    /// A block of `key` as the unit tests write one.
+    pub fn sample(key: &str, expires_at: Option<i64>) -> Block {
+        Block {
+            key: key.parse().unwrap(),
+            reason: Note::parse("reason", "test").unwrap(),
+            author: Note::parse("author", "test").unwrap(),
+            created_at: 0,
+            expires_at,
+        }
+    }
+}
+
 impl Block {
     pub fn is_expired(&self, now: i64) -> bool {
         self.expires_at.is_some_and(|t| t <= now)

@@ -274,6 +274,18 @@ impl BlockTx<'_> {
 }
 
 #[cfg(test)]
+impl Store {
+    /// Commits `blocks` as another process's block change would (no map file written).
+    pub fn put_blocks(&mut self, blocks: &[Block]) {
+        let tx = self.begin_blocks().unwrap();
+        for b in blocks {
+            tx.put_block(b).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

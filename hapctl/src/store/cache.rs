@@ -77,6 +77,22 @@ impl Committed {
         Ok((copy, version))
     }
 
+    /// Runs `write`, which changes no desired-state row (a fleet record, say): a copy exact
+    /// before it stays exact, so the next transaction does not parse every row again.
+    pub(super) fn beside<T>(
+        &mut self,
+        conn: &Connection,
+        write: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let was_exact = matches!(&self.0, Some((c, _)) if c.changes == conn.total_changes());
+        let out = write()?;
+        match &mut self.0 {
+            Some((copy, _)) if was_exact => copy.changes = conn.total_changes(),
+            _ => self.0 = None,
+        }
+        Ok(out)
+    }
+
     /// Keeps a copy [`Committed::read`] returned, at the version it was read at.
     pub(super) fn put(&mut self, copy: Copy, version: i64) {
         self.0 = Some((copy, version));

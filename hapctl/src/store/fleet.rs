@@ -88,11 +88,19 @@ impl Store {
 
     /// Records an apply that changed no desired-state row (blocks only, or nothing).
     pub fn set_fleet_applied(&self, applied: &FleetApplied) -> Result<(), StoreError> {
-        upsert(&self.conn, applied)
+        self.cache
+            .borrow_mut()
+            .beside(&self.conn, || upsert(&self.conn, applied))
     }
 
     /// Records that `revision` could not be applied, and why; the revision applied stays.
     pub fn set_fleet_refused(&self, revision: i64, message: &str) -> Result<(), StoreError> {
+        self.cache
+            .borrow_mut()
+            .beside(&self.conn, || self.refuse(revision, message))
+    }
+
+    fn refuse(&self, revision: i64, message: &str) -> Result<(), StoreError> {
         self.conn.execute(
             "INSERT INTO fleet_state (id, revision, outcome, message, checks, reloads, refused_revision, refused_message)
              VALUES (1, 0, 'none', '', 0, 0, ?1, ?2)
@@ -116,16 +124,16 @@ impl Tx<'_> {
     /// the apply's account follows with [`Store::set_fleet_applied`] (until then the outcome
     /// reads [`APPLYING`]).
     pub fn set_fleet_revision(&self, revision: i64) -> Result<(), StoreError> {
-        upsert(
-            &self.tx,
-            &FleetApplied {
-                revision,
-                outcome: APPLYING,
-                message: String::new(),
-                checks: 0,
-                reloads: 0,
-            },
-        )
+        let applying = FleetApplied {
+            revision,
+            outcome: APPLYING,
+            message: String::new(),
+            checks: 0,
+            reloads: 0,
+        };
+        // No desired-state row: the transaction's copy of the state stays exact.
+        self.mirror
+            .follow(&self.tx, || upsert(&self.tx, &applying), |_| {})
     }
 
     /// The revision the committed desired state is at, read in this transaction (the basis
@@ -203,4 +211,34 @@ fn upsert(conn: &rusqlite::Connection, a: &FleetApplied) -> Result<(), StoreErro
         params![a.revision, a.outcome, a.message, a.checks, a.reloads],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The follower records each revision's account after its commit: that write (and a
+    /// refusal's) leaves the state copy exact, so the next apply does not parse every row.
+    #[test]
+    fn a_fleet_record_keeps_the_state_copy_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, blocks) = (dir.path().join("state.db"), dir.path().join("blocks.db"));
+        let mut store = Store::open(&path, &blocks).unwrap();
+        let tx = store.begin().unwrap();
+        tx.load_state().unwrap();
+        tx.set_fleet_revision(7).unwrap();
+        tx.commit().unwrap();
+        let applied = FleetApplied {
+            revision: 7,
+            outcome: "applied",
+            message: String::new(),
+            checks: 0,
+            reloads: 0,
+        };
+        store.set_fleet_applied(&applied).unwrap();
+        store.set_fleet_refused(8, "refused").unwrap();
+        let kept = store.cache.borrow_mut().take(&store.conn).unwrap();
+        assert!(kept.is_some(), "the copy is still exact");
+        assert_eq!(store.fleet_record().unwrap().revision, 7);
+    }
 }
