@@ -2,7 +2,7 @@
 //! apply it here) and the edge's status key, both on the fleet's runtime. With etcd down the
 //! edge keeps serving what it applied last and tries again every half second.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use crate::clock::unix_now;
 use crate::edge::{Edge, EdgeError, FleetApplyOutcome};
 use crate::fleet::follow::{self, Batch};
-use crate::fleet::object::{Change, Object, ObjectKey};
+use crate::fleet::object::{Change, Object, ObjectKey, Objects};
 use crate::fleet::status::EdgeReport;
 use crate::fleet::FleetLink;
 
@@ -83,13 +83,7 @@ async fn follow(f: Follower) {
     // Changes of watch batches this edge refused: tried again with the next one.
     let mut pending: BTreeMap<ObjectKey, Option<Object>> = BTreeMap::new();
     loop {
-        let current = || {
-            lock(&edge).fleet_objects().unwrap_or_else(|e| {
-                tracing::error!("cannot read this edge's state for the fleet's diff: {e}");
-                Default::default()
-            })
-        };
-        let batch = match follower.next(current, unix_now).await {
+        let batch = match follower.next(&LocalEdge(&edge), unix_now).await {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::warn!("{e}");
@@ -122,6 +116,25 @@ async fn follow(f: Follower) {
         }
         // The status key says it now, not at its next turn.
         applied.notify_one();
+    }
+}
+
+/// The follower's edge, as a read of the whole fleet compares it.
+struct LocalEdge<'a>(&'a Mutex<Edge>);
+
+impl follow::Local for LocalEdge<'_> {
+    fn objects(&self) -> Objects {
+        lock(self.0).fleet_objects().unwrap_or_else(|e| {
+            tracing::error!("cannot read this edge's state for the fleet's diff: {e}");
+            Default::default()
+        })
+    }
+
+    fn keys(&self) -> Option<(BTreeSet<ObjectKey>, i64)> {
+        lock(self.0)
+            .fleet_keys()
+            .map_err(|e| tracing::error!("cannot read this edge's keys for the fleet's diff: {e}"))
+            .ok()
     }
 }
 

@@ -2,6 +2,7 @@
 //! applied), checked with `haproxy -c` when they need a reload, published to etcd, then
 //! applied here by the follower like on every other edge; the answer waits for that.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,17 @@ impl Edge {
         let now = unix_now();
         let blocks: Vec<_> = blocks.into_iter().filter(|b| !b.is_expired(now)).collect();
         self.with_state(|s| objects_of(s, &proxies, &blocks))
+    }
+
+    /// The keys of this edge's committed objects, blocks included, and the fleet revision
+    /// they are at (what a read after a broken watch compares).
+    pub fn fleet_keys(&self) -> Result<(BTreeSet<ObjectKey>, i64), EdgeError> {
+        let proxies = presets(self.store.trusted_proxies()?)?;
+        let mut keys: BTreeSet<ObjectKey> =
+            self.with_state(|s| objects_of(s, &proxies, &[]).into_keys().collect())?;
+        let blocks = self.store.block_keys(unix_now())?;
+        keys.extend(blocks.into_iter().map(ObjectKey::Block));
+        Ok((keys, self.store.fleet_record()?.revision))
     }
 
     /// [`Edge::applier_run`] on an edge of a fleet: the change is made on a copy of this

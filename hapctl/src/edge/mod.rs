@@ -160,6 +160,13 @@ impl Edge {
     pub fn connection(&self) -> Result<Edge, EdgeError> {
         let mut edge = Edge::with_store(self.settings.clone(), self.templates.clone())?;
         edge.fleet = self.fleet.clone();
+        // On an edge of a fleet two connections write the desired state (the follower
+        // applies, a writer computes its change on the state): each would parse the other's
+        // commits. Alone, the one writer's own copy stays exact, and a shared one would only
+        // cost memory.
+        if self.settings.fleet.is_some() {
+            edge.store.share_state_with(&self.store);
+        }
         Ok(edge)
     }
 

@@ -17,6 +17,8 @@ use crate::settings::FleetSettings;
 /// Keys read per range request of a full read: far below gRPC's message limit at the
 /// largest values hapctl writes.
 const PAGE: i64 = 2_000;
+/// Keys per range request of a listing without values (tens of bytes each).
+const KEYS_PAGE: i64 = 10_000;
 
 /// The pause after every endpoint failed once, before the next round.
 const ROUND_PAUSE: Duration = Duration::from_millis(100);
@@ -35,6 +37,16 @@ pub struct Kv {
     pub key: String,
     pub value: Vec<u8>,
     pub mod_revision: i64,
+}
+
+impl Kv {
+    fn of(kv: &etcd_client::KeyValue) -> Kv {
+        Kv {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            mod_revision: kv.mod_revision(),
+        }
+    }
 }
 
 /// Every key under a prefix at one revision.
@@ -119,15 +131,65 @@ impl Etcd {
 
     /// Every key under `prefix` at one revision, read page by page at that revision.
     pub async fn read_prefix(&self, prefix: &str) -> Result<Snapshot, FleetError> {
+        self.read_pages(prefix, 0, false).await
+    }
+
+    /// Every key under `prefix` without its value (`mod_revision` says which changed), at
+    /// `revision` (0: now).
+    pub async fn list_prefix(&self, prefix: &str, revision: i64) -> Result<Snapshot, FleetError> {
+        self.read_pages(prefix, revision, true).await
+    }
+
+    /// [`Etcd::read_prefix`] at `revision`.
+    pub async fn read_prefix_at(
+        &self,
+        prefix: &str,
+        revision: i64,
+    ) -> Result<Snapshot, FleetError> {
+        self.read_pages(prefix, revision, false).await
+    }
+
+    /// The keys under `prefix` changed after revision `since`, as they were at `revision`, in
+    /// one request (the caller knows from a listing that they are few).
+    pub async fn read_changed(
+        &self,
+        prefix: &str,
+        since: i64,
+        revision: i64,
+    ) -> Result<Snapshot, FleetError> {
+        let options = GetOptions::new()
+            .with_range(prefix_end(prefix))
+            .with_min_mod_revision(since + 1)
+            .with_revision(revision);
+        let answer = self
+            .call("read the fleet's changed keys", |mut c| {
+                let options = options.clone();
+                async move { c.get(prefix, Some(options)).await }
+            })
+            .await?;
+        Ok(Snapshot {
+            revision,
+            kvs: answer.kvs().iter().map(Kv::of).collect(),
+        })
+    }
+
+    async fn read_pages(
+        &self,
+        prefix: &str,
+        mut revision: i64,
+        keys_only: bool,
+    ) -> Result<Snapshot, FleetError> {
         let end = prefix_end(prefix);
         let mut kvs = Vec::new();
         let mut from = prefix.as_bytes().to_vec();
-        let mut revision = 0;
         loop {
-            let options = GetOptions::new()
+            let mut options = GetOptions::new()
                 .with_range(end.clone())
-                .with_limit(PAGE)
+                .with_limit(if keys_only { KEYS_PAGE } else { PAGE })
                 .with_revision(revision);
+            if keys_only {
+                options = options.with_keys_only();
+            }
             let key = from.clone();
             let answer = self
                 .call("read the fleet's state", |mut c| {
@@ -138,13 +200,7 @@ impl Etcd {
             if revision == 0 {
                 revision = answer.header().map_or(0, |h| h.revision());
             }
-            for kv in answer.kvs() {
-                kvs.push(Kv {
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    value: kv.value().to_vec(),
-                    mod_revision: kv.mod_revision(),
-                });
-            }
+            kvs.extend(answer.kvs().iter().map(Kv::of));
             match answer.kvs().last() {
                 Some(last) if answer.more() => {
                     from = last.key().to_vec();

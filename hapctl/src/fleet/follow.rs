@@ -3,7 +3,7 @@
 //! after a cancelled or compacted watch, a reconnect, a revision that went back, and
 //! periodically, since watches have lost events before (etcd #18089, #19179).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use etcd_client::{EventType, WatchStream};
@@ -66,6 +66,53 @@ pub fn batch_of_snapshot(
     batch
 }
 
+/// A read after the watch broke (`listing`: every key at one revision, without values;
+/// `changed`: the values of those changed after `since`, the revision this edge's state is
+/// at): those keys' values, and deletions of what this edge has (`local`) that is gone. Every
+/// change up to `since` reached this edge, so nothing else is decoded or compared.
+pub fn batch_of_listing(
+    layout: &Layout,
+    listing: &Snapshot,
+    changed: &Snapshot,
+    since: i64,
+    local: &BTreeSet<ObjectKey>,
+    now: i64,
+) -> Batch {
+    let mut batch = Batch {
+        revision: listing.revision,
+        full: true,
+        ..Batch::default()
+    };
+    let mut present = BTreeSet::new();
+    for kv in &listing.kvs {
+        match layout.classify(&kv.key) {
+            KeyClass::Marker => batch.published = true,
+            KeyClass::Other => {}
+            KeyClass::Object(path) => match ObjectKey::parse(path) {
+                Ok(key) => drop(present.insert(key)),
+                Err(e) => batch.refused.push((path.to_string(), e.to_string())),
+            },
+        }
+    }
+    let mut changes: BTreeMap<ObjectKey, Option<Object>> = local
+        .difference(&present)
+        .map(|k| (k.clone(), None))
+        .collect();
+    for kv in changed.kvs.iter().filter(|kv| kv.mod_revision > since) {
+        let KeyClass::Object(path) = layout.classify(&kv.key) else {
+            continue;
+        };
+        match parse(path, Some(&kv.value), now) {
+            Ok((key, object)) => drop(changes.insert(key, object)),
+            Err((Some(_), reason)) => batch.refused.push((path.to_string(), reason)),
+            // Its key did not parse: refused above already.
+            Err((None, _)) => {}
+        }
+    }
+    batch.changes = changes.into_iter().collect();
+    batch
+}
+
 /// The batch of watch events up to `revision`; the last event of a key wins.
 fn batch_of_events(
     layout: &Layout,
@@ -113,6 +160,18 @@ fn parse(path: &str, value: Option<&[u8]>, now: i64) -> Parsed {
     }
 }
 
+/// This edge's side of a read of the whole fleet.
+pub trait Local {
+    /// Every object this edge has (what a complete comparison compares).
+    fn objects(&self) -> Objects;
+    /// The keys of the objects this edge has, and the fleet revision its state is at (`None`
+    /// when they cannot be read: the read compares every object then).
+    fn keys(&self) -> Option<(BTreeSet<ObjectKey>, i64)>;
+}
+
+/// Changed keys read in one request after a broken watch; more are read page by page.
+const CHANGED_AT_ONCE: usize = 2_000;
+
 /// Reads the fleet's state as it changes.
 pub struct Follower {
     etcd: Etcd,
@@ -129,6 +188,8 @@ pub struct Follower {
     changed_seen: i64,
     /// Whether the fleet's marker key exists, as last read.
     published: bool,
+    /// Whether a read compared every object since this follower started.
+    compared: bool,
 }
 
 /// How long a watch waits for more events to apply with the first ones.
@@ -146,19 +207,20 @@ impl Follower {
             next_full: Instant::now(),
             published: false,
             changed_seen: 0,
+            compared: false,
         }
     }
 
-    /// The next batch to apply. `current` gives this edge's objects, for a full read's diff.
+    /// The next batch to apply. `local` is this edge's side, for a full read's diff.
     /// An error means etcd could not be read: call again later; nothing is lost.
     pub async fn next(
         &mut self,
-        current: impl FnOnce() -> Objects,
+        local: &impl Local,
         now: impl Fn() -> i64,
     ) -> Result<Batch, FleetError> {
         loop {
             if self.stream.is_none() || Instant::now() >= self.next_full {
-                return self.full_read(current, now()).await;
+                return self.full_read(local, now()).await;
             }
             let stream = self.stream.as_mut().expect("a watch is open");
             let wait = self.next_full.saturating_duration_since(Instant::now());
@@ -203,41 +265,84 @@ impl Follower {
         }
     }
 
-    async fn full_read(
-        &mut self,
-        current: impl FnOnce() -> Objects,
-        now: i64,
-    ) -> Result<Batch, FleetError> {
+    /// One consistent read at one revision: every key listed, then, when a watch broke, the
+    /// values of those changed since this edge's revision; at start, periodically and after a
+    /// revision went back, every value, compared with every object this edge has.
+    async fn full_read(&mut self, local: &impl Local, now: i64) -> Result<Batch, FleetError> {
         self.stream = None;
-        let snapshot = self.etcd.read_prefix(&self.layout.root()).await?;
+        let started = Instant::now();
+        let root = self.layout.root();
+        let listing = self.etcd.list_prefix(&root, 0).await?;
+        let went_back = self.went_back(&listing);
+        let complete = went_back || !self.compared || Instant::now() >= self.next_full;
+        let keys = if complete { None } else { local.keys() };
+        let compares_all = keys.is_none();
+        let (mut batch, values) = if let Some((keys, since)) = keys {
+            let changed = listing
+                .kvs
+                .iter()
+                .filter(|kv| kv.mod_revision > since)
+                .count();
+            let snapshot = match changed {
+                0 => Snapshot {
+                    revision: listing.revision,
+                    kvs: Vec::new(),
+                },
+                n if n <= CHANGED_AT_ONCE => {
+                    self.etcd
+                        .read_changed(&root, since, listing.revision)
+                        .await?
+                }
+                _ => self.etcd.read_prefix_at(&root, listing.revision).await?,
+            };
+            let read = started.elapsed();
+            let batch = batch_of_listing(&self.layout, &listing, &snapshot, since, &keys, now);
+            (batch, (changed, read))
+        } else {
+            let snapshot = self.etcd.read_prefix_at(&root, listing.revision).await?;
+            let read = started.elapsed();
+            let batch = batch_of_snapshot(&self.layout, &snapshot, &local.objects(), now);
+            (batch, (snapshot.kvs.len(), read))
+        };
+        batch.went_back = went_back;
+        tracing::info!(
+            "read the fleet's {} keys at revision {} ({} value(s)) in {} ms, compared with this edge's in {} ms: {} change(s)",
+            listing.kvs.len(),
+            listing.revision,
+            values.0,
+            values.1.as_millis(),
+            (started.elapsed() - values.1).as_millis(),
+            batch.changes.len()
+        );
+        self.compared |= compares_all;
+        self.published = batch.published;
+        self.position = listing.revision;
+        self.stream = Some(self.etcd.watch(&root, listing.revision + 1).await?);
+        self.next_full = Instant::now() + self.full_read_every;
+        Ok(batch)
+    }
+
+    /// Whether `listing` is older than what this follower saw (etcd restored from an older
+    /// snapshot); remembers its last change.
+    fn went_back(&mut self, listing: &Snapshot) -> bool {
         let changed = self.layout.changed();
-        let last_change = snapshot
+        let last_change = listing
             .kvs
             .iter()
             .find(|kv| kv.key == changed)
             .map_or(0, |kv| kv.mod_revision);
-        let went_back = snapshot.revision < self.position || last_change < self.changed_seen;
+        let went_back = listing.revision < self.position || last_change < self.changed_seen;
         if went_back {
             tracing::error!(
                 "etcd's revision went back (read at {}, its last change at {}; seen before: {} and {}; restored from an older snapshot?): the fleet's state as read now wins",
-                snapshot.revision,
+                listing.revision,
                 last_change,
                 self.position,
                 self.changed_seen
             );
         }
         self.changed_seen = last_change;
-        let mut batch = batch_of_snapshot(&self.layout, &snapshot, &current(), now);
-        batch.went_back = went_back;
-        self.published = batch.published;
-        self.position = snapshot.revision;
-        self.stream = Some(
-            self.etcd
-                .watch(&self.layout.root(), snapshot.revision + 1)
-                .await?,
-        );
-        self.next_full = Instant::now() + self.full_read_every;
-        Ok(batch)
+        went_back
     }
 }
 
@@ -246,6 +351,12 @@ mod tests {
     use super::*;
     use crate::fleet::etcd::Kv;
     use crate::fleet::object::encode;
+
+    /// Each change's key, and whether it puts (or deletes).
+    fn puts_and_deletes(batch: &Batch) -> Vec<(String, bool)> {
+        let changes = batch.changes.iter();
+        changes.map(|(k, v)| (k.path(), v.is_some())).collect()
+    }
 
     fn layout() -> Layout {
         Layout::new(&crate::settings::FleetPrefix::parse("/f").unwrap())
@@ -282,11 +393,7 @@ mod tests {
         let batch = batch_of_snapshot(&layout(), &snapshot, &current, 0);
         assert!(batch.published && batch.full);
         assert_eq!(batch.revision, 9);
-        let got: Vec<(String, bool)> = batch
-            .changes
-            .iter()
-            .map(|(k, v)| (k.path(), v.is_some()))
-            .collect();
+        let got = puts_and_deletes(&batch);
         assert_eq!(
             got,
             [
@@ -296,6 +403,57 @@ mod tests {
         );
         let refused: Vec<&str> = batch.refused.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(refused, ["suspended/a.example.com", "teapot/x"]);
+    }
+
+    /// After a broken watch: only values changed after the edge's revision are decoded (an
+    /// older one that would not parse is not even read), and what the edge has that is no
+    /// longer listed is deleted.
+    #[test]
+    fn a_read_after_a_broken_watch_takes_the_changes_since_and_what_is_gone() {
+        let at = |key: &str, value: &str, mod_revision| Kv {
+            mod_revision,
+            ..kv(key, value)
+        };
+        let key = |path| ObjectKey::parse(path).unwrap();
+        let listing = Snapshot {
+            revision: 12,
+            kvs: vec![
+                at("/f/published", "", 2),
+                at("/f/state/suspended/a.example.com", "", 5),
+                at("/f/state/suspended/b.example.com", "", 11),
+                at("/f/state/teapot/x", "", 12),
+            ],
+        };
+        let changed = Snapshot {
+            revision: 12,
+            kvs: vec![
+                at("/f/state/suspended/a.example.com", "garbage", 5),
+                at(
+                    "/f/state/suspended/b.example.com",
+                    &encode(&Object::Suspended),
+                    11,
+                ),
+            ],
+        };
+        let local: BTreeSet<ObjectKey> = [
+            key("suspended/a.example.com"),
+            key("suspended/gone.example.com"),
+        ]
+        .into_iter()
+        .collect();
+        let batch = batch_of_listing(&layout(), &listing, &changed, 10, &local, 0);
+        assert!(batch.published && batch.full);
+        assert_eq!(batch.revision, 12);
+        let got = puts_and_deletes(&batch);
+        assert_eq!(
+            got,
+            [
+                ("suspended/b.example.com".to_string(), true),
+                ("suspended/gone.example.com".to_string(), false)
+            ]
+        );
+        let refused: Vec<&str> = batch.refused.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(refused, ["teapot/x"]);
     }
 
     #[test]

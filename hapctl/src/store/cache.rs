@@ -6,10 +6,13 @@
 //! A copy is exact while the connection's `total_changes()` is what it was when the copy was
 //! made (or brought up to date): any write the copy does not follow changes that count, and
 //! the next read parses the rows again. Another connection's commit changes `PRAGMA
-//! data_version`. Debug builds (every test) check each hit against a full load.
+//! data_version`; then the process's shared copy (`serial.rs`) is taken when the database's
+//! state serial says it is current, so the daemon's connections parse a change once, not once
+//! each. Debug builds (every test) check each hit against a full load.
 
 use rusqlite::Connection;
 
+use super::serial::{self, SharedCopy};
 use super::{load_state, StoreError};
 use crate::model::EdgeState;
 
@@ -26,34 +29,84 @@ impl Copy {
     }
 }
 
-/// The store's copy between transactions, with the data version it was read at.
+/// The store's copy between transactions, with the data version it was read at, and the
+/// copy this connection shares with the others of the process.
 #[derive(Debug, Default)]
-pub(super) struct Committed(Option<(Copy, i64)>);
+pub(super) struct Committed {
+    own: Option<(Copy, i64)>,
+    /// Only between connections that were told to share (`Store::share_state_with`).
+    shared: Option<SharedCopy>,
+}
 
 fn data_version(conn: &Connection) -> Result<i64, StoreError> {
     Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
 }
 
 impl Committed {
-    /// The copy, if it is still exact on `conn` (taken out: the transaction owns it now).
+    /// Shares copies with `other`'s connection from now on.
+    pub(super) fn share_with(&mut self, other: &mut Committed) {
+        self.shared = Some(other.shared.get_or_insert_default().clone());
+    }
+
+    /// The shared copy, if it is the state the rows hold now.
+    fn shared_copy(&self, conn: &Connection) -> Result<Option<Copy>, StoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        Ok(shared.get(serial::read(conn)?).map(|state| Copy {
+            state,
+            changes: conn.total_changes(),
+        }))
+    }
+
+    /// Offers a copy exact at `conn`'s current state to the shared slot.
+    fn offer(&self, conn: &Connection, state: &EdgeState) -> Result<(), StoreError> {
+        if let Some(shared) = &self.shared {
+            shared.put(serial::read(conn)?, state);
+        }
+        Ok(())
+    }
+
+    /// Forgets this connection's copy (the shared one stays: its serial guards it).
+    pub(super) fn forget(&mut self) {
+        self.own = None;
+    }
+
+    /// The copy, if it is still exact on `conn` (taken out: the transaction owns it now),
+    /// else the shared one if it is the state the rows hold.
     pub(super) fn take(&mut self, conn: &Connection) -> Result<Option<Copy>, StoreError> {
-        match self.0.take() {
+        match self.own.take() {
             Some((copy, version))
                 if copy.changes == conn.total_changes() && version == data_version(conn)? =>
             {
                 Ok(Some(copy))
             }
-            _ => Ok(None),
+            _ => self.shared_copy(conn),
         }
     }
 
-    /// Keeps a transaction's copy after its commit, when it is exact.
-    pub(super) fn keep(&mut self, copy: Option<Copy>, conn: &Connection) -> Result<(), StoreError> {
-        self.0 = match copy.filter(|c| c.changes == conn.total_changes()) {
+    /// Keeps a transaction's copy at its commit, when it is exact; returns the serial it is
+    /// the state of, to [`Committed::share`] once the commit succeeded.
+    pub(super) fn keep(
+        &mut self,
+        copy: Option<Copy>,
+        conn: &Connection,
+    ) -> Result<Option<i64>, StoreError> {
+        self.own = match copy.filter(|c| c.changes == conn.total_changes()) {
             Some(copy) => Some((copy, data_version(conn)?)),
-            None => None,
+            None => return Ok(None),
         };
-        Ok(())
+        match self.shared {
+            Some(_) => Ok(Some(serial::read(conn)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Hands the committed copy to the connections this one shares with.
+    pub(super) fn share(&self, serial: Option<i64>) {
+        if let (Some(shared), Some(serial), Some((copy, _))) = (&self.shared, serial, &self.own) {
+            shared.put(serial, &copy.state);
+        }
     }
 
     /// The copy as of now, taken out (parsed from the rows when there is none or it is not
@@ -68,10 +121,14 @@ impl Committed {
         let version = data_version(&tx)?;
         let copy = match self.take(&tx)? {
             Some(copy) => checked(copy, &tx)?,
-            None => Copy {
-                state: parse(&tx)?,
-                changes: tx.total_changes(),
-            },
+            None => {
+                let copy = Copy {
+                    state: parse(&tx)?,
+                    changes: tx.total_changes(),
+                };
+                self.offer(&tx, &copy.state)?;
+                copy
+            }
         };
         tx.commit()?;
         Ok((copy, version))
@@ -84,18 +141,18 @@ impl Committed {
         conn: &Connection,
         write: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let was_exact = matches!(&self.0, Some((c, _)) if c.changes == conn.total_changes());
+        let was_exact = matches!(&self.own, Some((c, _)) if c.changes == conn.total_changes());
         let out = write()?;
-        match &mut self.0 {
+        match &mut self.own {
             Some((copy, _)) if was_exact => copy.changes = conn.total_changes(),
-            _ => self.0 = None,
+            _ => self.own = None,
         }
         Ok(out)
     }
 
     /// Keeps a copy [`Committed::read`] returned, at the version it was read at.
     pub(super) fn put(&mut self, copy: Copy, version: i64) {
-        self.0 = Some((copy, version));
+        self.own = Some((copy, version));
     }
 }
 

@@ -24,6 +24,7 @@ mod history;
 mod ids;
 mod labels;
 mod schema;
+mod serial;
 mod state;
 
 pub use history::ApplyEntry;
@@ -188,7 +189,15 @@ impl Store {
 
     /// Drops the copy of the state kept between reads (the next read parses the rows).
     pub fn forget_state(&self) {
-        *self.cache.borrow_mut() = Default::default();
+        self.cache.borrow_mut().forget();
+    }
+
+    /// Shares parsed copies of the state with `other` (another connection of this process to
+    /// the same database): a change one of them committed is not parsed again by the other.
+    pub fn share_state_with(&mut self, other: &Store) {
+        self.cache
+            .get_mut()
+            .share_with(&mut other.cache.borrow_mut());
     }
 
     /// Runs `f` on the committed desired state without copying it: the daemon's reads answer
@@ -423,11 +432,12 @@ impl Tx<'_> {
     pub fn commit(self) -> Result<(), StoreError> {
         // A connection's own commits leave its data_version as it is: read it now.
         let mut committed = self.committed.borrow_mut();
-        committed.keep(self.mirror.into_copy(), &self.tx)?;
+        let serial = committed.keep(self.mirror.into_copy(), &self.tx)?;
         if let Err(e) = self.tx.commit() {
-            *committed = Default::default();
+            committed.forget();
             return Err(e.into());
         }
+        committed.share(serial);
         Ok(())
     }
 }

@@ -109,6 +109,7 @@ CREATE TABLE suspended_domains (
     super::labels::MIGRATION,
     super::fleet::MIGRATION,
     super::fleet::PEERS_MIGRATION,
+    super::serial::MIGRATION,
 ];
 
 /// Blocks live in their own database file: a block is committed while an apply holds the main
