@@ -16,6 +16,7 @@ use crate::model::{
     AppName, Backend, BlockKey, Domain, EdgeState, Generation, Invalid, Port, ProxyNet, Version,
 };
 
+mod access;
 mod blocks;
 mod cache;
 mod certs;
@@ -34,6 +35,7 @@ mod policies;
 mod profiles;
 mod waf;
 
+pub use access::{AccessStore, AuditAttempt, AuditFilter, AuditRecord, AuditResult, TokenRecord};
 pub use blocks::{BlockPage, BlockTx};
 pub use certs::CertRecord;
 pub use fleet::{FleetApplied, FleetRecord, APPLYING};
