@@ -60,7 +60,7 @@ mod tests {
         assert_eq!(waits[BURST as usize], INTERVAL);
         assert_eq!(waits[BURST as usize + 4], INTERVAL * 5);
         assert!(waits.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(*waits.last().unwrap(), INTERVAL * 30);
+        assert_eq!(*waits.last().unwrap(), INTERVAL * (40 - BURST));
         assert_eq!(
             t.failed(b, now),
             Duration::ZERO,
