@@ -423,6 +423,25 @@ fn a_change_whose_record_cannot_be_written_is_not_made() {
     assert_eq!(api.get("/v1/status").status, 200, "reads need no record");
 }
 
+/// One request to the daemon with these headers and body.
+fn send(
+    api: &Daemon,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> ApiResponse {
+    http_request(
+        api.port,
+        method,
+        path,
+        headers,
+        body,
+        Duration::from_secs(30),
+    )
+    .unwrap()
+}
+
 /// Signs in with `token`: `(Cookie header, CSRF token, answer)`.
 fn sign_in(api: &Daemon, token: &str) -> (String, String, ApiResponse) {
     let body = json!({ "token": token }).to_string();
@@ -458,38 +477,20 @@ fn a_read_only_dashboard_session_is_refused_changes_and_is_recorded_as_its_token
         (json!("viewer"), json!(["read"]))
     );
     let headers = [("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str())];
-    let again = http_request(
-        api.port,
-        "GET",
-        "/ui/session",
-        &headers,
-        None,
-        Duration::from_secs(30),
-    )
-    .unwrap();
+    let again = send(&api, "GET", "/ui/session", &headers, None);
     assert_eq!(again.json["scopes"], json!(["read"]), "{again:?}");
-    let get = http_request(
-        api.port,
-        "GET",
-        "/v1/status",
-        &headers,
-        None,
-        Duration::from_secs(30),
-    )
-    .unwrap();
+    let get = send(&api, "GET", "/v1/status", &headers, None);
     assert_eq!(get.status, 200, "{get:?}");
     let mut post_headers = headers.to_vec();
     post_headers.push(("Content-Type", "application/json"));
     let body = json!({"ip": "192.0.2.11"}).to_string();
-    let post = http_request(
-        api.port,
+    let post = send(
+        &api,
         "POST",
         "/v1/blocked-ips",
         &post_headers,
         Some(body.as_bytes()),
-        Duration::from_secs(30),
-    )
-    .unwrap();
+    );
     assert_eq!(
         (post.status, post.error_field()),
         (403, "scope"),
@@ -504,15 +505,13 @@ fn a_read_only_dashboard_session_is_refused_changes_and_is_recorded_as_its_token
         ("X-CSRF-Token", csrf.as_str()),
         ("Content-Type", "application/json"),
     ];
-    let post = http_request(
-        api.port,
+    let post = send(
+        &api,
         "POST",
         "/v1/blocked-ips",
         &headers,
         Some(body.as_bytes()),
-        Duration::from_secs(30),
-    )
-    .unwrap();
+    );
     assert_eq!(post.status, 201, "{post:?}");
     let records = api.get("/v1/audit?object=192.0.2.11").json;
     let records = records["records"].as_array().unwrap();
