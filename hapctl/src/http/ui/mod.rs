@@ -119,7 +119,7 @@ async fn sign_in(
                 ..ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     "unauthorized",
-                    "wrong or expired API token (the admin one is in the file named by [api] token_file)",
+                    "wrong API token, or an expired one (the admin one is in the file named by [api] token_file)",
                 )
             };
             return hardened(e.into_response(), "no-store");
