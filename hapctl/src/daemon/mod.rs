@@ -13,6 +13,7 @@ mod notify;
 mod renewals;
 mod services;
 mod supervision;
+mod tls;
 mod waf;
 mod workers;
 
@@ -40,6 +41,8 @@ pub enum ServeError {
     NoAuthNotLoopback(SocketAddr),
     #[error(transparent)]
     PlainHttp(#[from] crate::settings::PlainHttpRefused),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsSettingsError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -86,6 +89,13 @@ pub fn serve(
     let mut edge = Edge::open(state_dir)?;
     let listen = options.listen.unwrap_or(edge.settings.api.listen);
     let auth = api_auth(&edge, listen, options.no_auth)?;
+    let tls = edge
+        .settings
+        .api
+        .tls
+        .as_ref()
+        .map(tls::server_config)
+        .transpose()?;
     let _companions = Companions::start(state_dir, &edge.settings)?;
     bring_up_haproxy(&mut edge)?;
     // The follower's applies make the apply worker's background check give way.
@@ -103,6 +113,7 @@ pub fn serve(
         Listeners {
             tcp: listen,
             socket,
+            tls,
         },
         router,
         services,
@@ -256,10 +267,12 @@ fn start_workers(
     Ok((services, supervision))
 }
 
-/// Where the router is served: the TCP address, and the CLI's unix socket.
+/// Where the router is served: the TCP address (over TLS with a configuration), and the
+/// CLI's unix socket.
 struct Listeners {
     tcp: SocketAddr,
     socket: PathBuf,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Serves `router` on both listeners until a signal; the unix socket stops with the TCP one.
@@ -284,7 +297,8 @@ async fn listen_and_serve(
         at.tcp,
         at.socket.display()
     );
-    eprintln!("hapctl API listening on http://{}", at.tcp);
+    let scheme = if at.tls.is_some() { "https" } else { "http" };
+    eprintln!("hapctl API listening on {scheme}://{}", at.tcp);
     notify::announce_ready(&notifier, &services, at.tcp);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let cli = tokio::spawn(std::future::IntoFuture::into_future(
@@ -293,17 +307,28 @@ async fn listen_and_serve(
             let _ = stopped.wait_for(|s| *s).await;
         }),
     ));
-    // The peer's address is what the audit trail and the slowing down of wrong tokens read.
-    let served = axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    let stopping = async move {
         shutdown_signal().await;
         notifier.stopping();
         let _ = stop.send(true);
-    })
-    .await;
+    };
+    // The peer's address is what the audit trail and the slowing down of wrong tokens read.
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
+    let served = match at.tls {
+        Some(config) => {
+            use axum::serve::ListenerExt;
+            // `tap_io` only so the peer's address reaches the handlers as for plain TCP.
+            let tls = tls::TlsListener::new(listener, config)
+                .map_err(ServeError::Server)?
+                .tap_io(|_| {});
+            axum::serve(tls, app).with_graceful_shutdown(stopping).await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+        }
+    };
     let _ = cli.await;
     let _ = std::fs::remove_file(&at.socket);
     served.map_err(ServeError::Server)

@@ -4,6 +4,8 @@
 //! several tokens across a SIGKILL, no change without its record, dashboard sessions acting
 //! with their token's scopes, the command line's changes, and plain HTTP off loopback refused.
 
+mod tls;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
