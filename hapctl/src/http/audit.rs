@@ -13,10 +13,11 @@ use serde_json::{json, Value};
 
 use super::auth::{peer, Caller};
 use super::error::{bounded_body, is_json, ApiError};
-use super::{compat, ApiState};
+use super::{compat, v1, ApiState};
 use crate::access::audit::describe;
 use crate::clock::unix_millis;
 use crate::contract::AuditQuery;
+use crate::model::Domain;
 use crate::store::{AuditAttempt, AuditResult};
 
 /// Most bytes of an answer read back for the apply's outcome (larger ones are passed on
@@ -60,7 +61,11 @@ pub async fn record(
         .map(|p| p.iter().map(|(_, v)| v.to_string()).collect())
         .unwrap_or_default();
     let json: Option<Value> = body.and_then(|b| serde_json::from_slice(&b).ok());
-    let (objects, summary) = describe(&params, json.as_ref());
+    let (objects, asked) = describe(&params, json.as_ref());
+    let summary = match before(&app, &route, &objects).await {
+        Some(before) => format!("{before} → {asked}"),
+        None => asked,
+    };
     let req = Request::from_parts(parts, req_body);
     let attempt = AuditAttempt {
         at_ms: unix_millis(),
@@ -94,6 +99,23 @@ pub async fn record(
         Err(e) => tracing::warn!("audit record {id}: cannot write the result: {e}"),
     }
     response
+}
+
+/// What a domain a change names looked like before it (its view's fields, as a summary):
+/// the "before" of the record. Other objects' records say what was asked only.
+async fn before(app: &ApiState, route: &str, objects: &[String]) -> Option<String> {
+    if !(route.starts_with("/v1/domains/{name}") || route == "/api/domain") {
+        return None;
+    }
+    let domain: Domain = objects.first()?.parse().ok()?;
+    let view = app
+        .read(move |edge| edge.with_state(|state| v1::domain_json(state, &domain)))
+        .await
+        .ok()?;
+    Some(match view {
+        Some(v) => format!("before: {}", describe(&[], Some(&v)).1),
+        None => "before: absent".to_string(),
+    })
 }
 
 /// A refused request's record (best effort: nothing was changed either way).

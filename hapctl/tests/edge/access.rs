@@ -184,7 +184,7 @@ fn a_blocks_token_blocks_and_unblocks_and_nothing_else() {
         Some(&json!({"ip_address": "192.0.2.8"})),
     );
     assert_eq!(r.status, 200, "{r:?}");
-    let put = json!({"servers": [{"name": "a", "addr": "127.0.0.1:9"}]});
+    let put = json!({"servers": [{"name": "a", "address": "127.0.0.1:9"}]});
     let r = blocker.call("PUT", "/v1/domains/shop.example.com", Some(&put));
     assert_eq!((r.status, r.error_field()), (403, "scope"), "{r:?}");
     let r = blocker.call(
@@ -407,7 +407,7 @@ fn a_change_whose_record_cannot_be_written_is_not_made() {
         .as_str()
         .unwrap()
         .contains("nothing was changed"));
-    let put = json!({"servers": [{"name": "a", "addr": "127.0.0.1:9"}]});
+    let put = json!({"servers": [{"name": "a", "address": "127.0.0.1:9"}]});
     let r = api.call("PUT", "/v1/domains/shop.example.com", Some(&put));
     assert_eq!(r.status, 503, "{r:?}");
     let r = api.call(
@@ -600,5 +600,37 @@ fn plain_http_off_loopback_is_refused_at_start_with_what_to_do() {
     assert!(
         !edge.path("run/master.sock").exists(),
         "HAProxy was started"
+    );
+}
+
+#[test]
+fn a_domain_change_is_recorded_with_the_domain_before_and_what_was_asked() {
+    let edge = Edge::started();
+    let api = Daemon::start(&edge);
+    let one = json!({"servers": [{"name": "a", "address": "127.0.0.1:9"}]});
+    let two = json!({"servers": [{"name": "a", "address": "127.0.0.1:9"}, {"name": "b", "address": "127.0.0.1:10"}]});
+    for body in [&one, &two] {
+        let r = api.call("PUT", "/v1/domains/shop.example.com", Some(body));
+        assert!(r.status < 300, "{r:?}");
+    }
+    let records = api.get("/v1/audit?object=shop.example.com").json;
+    let summaries: Vec<&str> = records["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["summary"].as_str().unwrap())
+        .collect();
+    assert_eq!(summaries.len(), 2, "{summaries:?}");
+    // Newest first: the second change saw the first one's domain.
+    assert_eq!(summaries[1], "before: absent → servers=[1]");
+    assert!(
+        summaries[0].starts_with("before: ") && summaries[0].contains("servers=[1]"),
+        "{}",
+        summaries[0]
+    );
+    assert!(summaries[0].ends_with("→ servers=[2]"), "{}", summaries[0]);
+    assert_eq!(
+        records["records"][0]["result"]["outcome"], "applied",
+        "{records}"
     );
 }
