@@ -206,14 +206,14 @@ impl Access {
         Ok(self.store().finish_audit(id, result)?)
     }
 
-    /// A refused authentication: attempt and result in one record.
-    pub fn refused(&self, attempt: &AuditAttempt, status: u16) -> Result<(), AccessError> {
+    /// A record made in one go, attempt and result (a refused request, a sign-in).
+    pub fn event(&self, attempt: &AuditAttempt, status: u16) -> Result<(), AccessError> {
         let result = AuditResult {
             at_ms: attempt.at_ms,
             status,
             outcome: None,
         };
-        Ok(self.store().audit_refusal(attempt, &result)?)
+        Ok(self.store().audit_event(attempt, &result)?)
     }
 
     pub fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, AccessError> {

@@ -118,8 +118,16 @@ async fn before(app: &ApiState, route: &str, objects: &[String]) -> Option<Strin
     })
 }
 
-/// A refused request's record (best effort: nothing was changed either way).
-pub async fn refusal(app: &ApiState, from: From<'_>, who: &str, via: &str, why: &str, status: u16) {
+/// A record made in one go, attempt and result: a refused request (best effort: nothing was
+/// changed either way) or a dashboard sign-in.
+pub async fn event(
+    app: &ApiState,
+    from: From<'_>,
+    who: &str,
+    via: &str,
+    summary: String,
+    status: u16,
+) {
     let attempt = AuditAttempt {
         at_ms: unix_millis(),
         who: who.into(),
@@ -128,12 +136,12 @@ pub async fn refusal(app: &ApiState, from: From<'_>, who: &str, via: &str, why: 
         forwarded: forwarded(app, from.peer, from.headers).await,
         action: from.action,
         objects: Vec::new(),
-        summary: format!("refused: {why}"),
+        summary,
     };
     let access = app.access().clone();
-    let written = tokio::task::spawn_blocking(move || access.refused(&attempt, status)).await;
+    let written = tokio::task::spawn_blocking(move || access.event(&attempt, status)).await;
     if !matches!(written, Ok(Ok(()))) {
-        tracing::warn!("cannot record a refused request in the audit trail");
+        tracing::warn!("cannot write a record of the audit trail");
     }
 }
 

@@ -71,7 +71,8 @@ pub async fn require_token(State(app): State<ApiState>, req: Request, next: Next
             caller.who, caller.scopes
         );
         let from = audit::From::request(&req, &route);
-        audit::refusal(&app, from, &caller.who, &caller.via, &why, 403).await;
+        let summary = format!("refused: {why}");
+        audit::event(&app, from, &caller.who, &caller.via, summary, 403).await;
         let e = ApiError {
             field: Some("scope".into()),
             ..ApiError::new(StatusCode::FORBIDDEN, "forbidden", why)
@@ -178,7 +179,8 @@ async fn refuse(app: &ApiState, from: audit::From<'_>, r: Refusal, old: bool) ->
         Refusal::Session(why) => (StatusCode::FORBIDDEN, why),
     };
     let via = if old { "old-api" } else { "api" };
-    audit::refusal(app, from, "unknown", via, why, status.as_u16()).await;
+    let summary = format!("refused: {why}");
+    audit::event(app, from, "unknown", via, summary, status.as_u16()).await;
     match (status, old) {
         (StatusCode::UNAUTHORIZED, true) => compat::unauthorized(),
         (StatusCode::UNAUTHORIZED, false) => {

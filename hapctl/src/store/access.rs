@@ -201,8 +201,8 @@ impl AccessStore {
         Ok(())
     }
 
-    /// An attempt and its result at once (a refused authentication).
-    pub fn audit_refusal(&self, a: &AuditAttempt, r: &AuditResult) -> Result<(), StoreError> {
+    /// An attempt and its result at once (a refused request, a sign-in).
+    pub fn audit_event(&self, a: &AuditAttempt, r: &AuditResult) -> Result<(), StoreError> {
         let tx = self.conn.unchecked_transaction()?;
         let id = self.begin_audit(a)?;
         self.finish_audit(id, r)?;

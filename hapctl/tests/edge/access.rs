@@ -537,6 +537,16 @@ fn a_read_only_dashboard_session_is_refused_changes_and_is_recorded_as_its_token
         .as_str()
         .unwrap()
         .starts_with("dashboard session "));
+    // The sign-in too: which session is which token's, from where.
+    let viewer_records = api.get("/v1/audit?who=viewer").json;
+    let signed_in = viewer_records["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "POST /ui/session")
+        .expect("the sign-in's record");
+    assert_eq!(signed_in["summary"], "signed in");
+    assert_eq!(signed_in["via"], refused["via"], "the same session");
 }
 
 #[test]

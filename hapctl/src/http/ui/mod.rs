@@ -113,7 +113,8 @@ async fn sign_in(
                 headers: &headers,
                 action: "POST /ui/session".into(),
             };
-            audit::refusal(&app, from, "unknown", "dashboard", "wrong API token", 401).await;
+            let summary = "refused: wrong API token".to_string();
+            audit::event(&app, from, "unknown", "dashboard", summary, 401).await;
             let e = ApiError {
                 field: Some("token".into()),
                 ..ApiError::new(
@@ -133,6 +134,13 @@ async fn sign_in(
         return no_session();
     };
     tracing::info!(token = %user.token, "dashboard: signed in");
+    let from = audit::From {
+        peer,
+        headers: &headers,
+        action: "POST /ui/session".into(),
+    };
+    let via = format!("dashboard session {}", user.tag);
+    audit::event(&app, from, &user.token, &via, "signed in".into(), 200).await;
     let cookie = session::set_cookie(&id, session::over_https(&headers));
     let mut response = signed_in(&csrf, &user);
     if let Ok(v) = HeaderValue::from_str(&cookie) {
