@@ -243,6 +243,12 @@ mod tests {
     fn the_token_file_is_the_admin_token_default_and_follows_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let a = access(dir.path());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("access.db"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "access.db mode {mode:o}");
         let id = a.authenticate("initial-secret", 0).unwrap().unwrap();
         assert!(id.name.is_default() && id.scopes.covers(Scope::Admin));
         std::fs::write(dir.path().join("api-token"), "replaced\n").unwrap();

@@ -260,9 +260,15 @@ certs_dir = "live/certs"
 acme_dir = "acme"
 
 [api]
-# `hapctl serve` listens here; every route but /health needs the bearer token in token_file.
+# `hapctl serve` listens here; every route but /health needs a bearer token: the admin one in
+# token_file, or one `hapctl token add` made (docs/access.md).
 listen = "127.0.0.1:9090"
 token_file = "api-token"
+# tls_cert = "api.pem"        # serve the API over TLS (with tls_key); needed off loopback
+# tls_key = "api.key"
+# client_ca = "clients.pem"   # then require client certificates this CA signed
+# allow_plain_http = false    # plain HTTP off loopback: only behind a TLS proxy
+# audit_retention = "90d"     # audit records older than this are deleted
 
 [tls]
 # Oldest TLS version of the HTTPS bind: "1.2" or "1.3".

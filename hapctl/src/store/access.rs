@@ -116,7 +116,24 @@ pub struct AccessStore {
 }
 
 impl AccessStore {
+    /// Opens (creating it 0600: the trail names tokens, clients and objects; SQLite gives
+    /// its journal files the same mode) and migrates the file.
     pub fn open(path: &std::path::Path) -> Result<AccessStore, StoreError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+        match created {
+            Err(source) if source.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(StoreError::Create {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+            _ => {}
+        }
         Ok(AccessStore {
             conn: open_migrated(path, MIGRATIONS)?,
         })

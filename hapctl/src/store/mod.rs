@@ -61,6 +61,11 @@ pub enum StoreError {
         key: String,
         source: Invalid,
     },
+    #[error("cannot create the database {path}: {source}; check the state directory's owner and free space")]
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("database {path} was written by a newer hapctl (schema {found}, this one knows {known}); upgrade hapctl")]
     TooNew {
         path: String,
