@@ -51,6 +51,11 @@ pub struct TokenInfo {
     pub expired: bool,
 }
 
+/// Who the audit trail names when no token does: parentheses, which no token name can hold.
+pub const WHO_UNKNOWN: &str = "(unknown)";
+/// Who acts under `hapctl serve --no-auth`.
+pub const WHO_NO_AUTH: &str = "(no-auth)";
+
 /// Who a request's token says it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {

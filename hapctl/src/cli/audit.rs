@@ -85,7 +85,7 @@ pub struct LocalChange {
 impl LocalChange {
     /// Records `argv` (the command's words) if it is a change; `None` for a read.
     pub fn begin(dir: &Path, argv: &[String]) -> Result<Option<LocalChange>, Failure> {
-        let Some((action, objects)) = change_of(argv) else {
+        let Some(change) = change_of(argv) else {
             return Ok(None);
         };
         let access = open(dir)?.access(false)?;
@@ -96,9 +96,9 @@ impl LocalChange {
             via: "cli".into(),
             peer: "local".into(),
             forwarded: None,
-            action,
-            objects,
-            summary: String::new(),
+            action: change.action,
+            objects: change.objects,
+            summary: change.summary,
         };
         let id = access.begin(&attempt)?;
         Ok(Some(LocalChange { access, id }))
@@ -147,15 +147,33 @@ const READS: &[&str] = &[
 /// Options of the command line taking a value (their value is no word of the command).
 const VALUED: &[&str] = &["--state-dir"];
 
-/// `("hapctl domain add", objects)` for a change; `None` for a read. Pure.
-fn change_of(argv: &[String]) -> Option<(String, Vec<String>)> {
+/// A command line that changes something, as its record says it.
+#[derive(Debug, PartialEq, Eq)]
+struct Change {
+    /// `hapctl domain add`.
+    action: String,
+    /// The words after the command's: names, addresses (and the values of options).
+    objects: Vec<String>,
+    /// Every argument after the command's words, options included (the command line takes
+    /// no secret: keys and certificates are files).
+    summary: String,
+}
+
+/// The change `argv` makes; `None` for a read. Pure.
+fn change_of(argv: &[String]) -> Option<Change> {
     let mut words = Vec::new();
+    let mut rest = Vec::new();
     let mut args = argv.iter().skip(1);
     while let Some(a) = args.next() {
         if VALUED.contains(&a.as_str()) {
             args.next();
-        } else if !a.starts_with('-') {
+        } else if a.starts_with("--state-dir=") || (a.starts_with('-') && words.is_empty()) {
+            // The global options before the command (`--log-json`) say nothing of the change.
+            continue;
+        } else if !a.starts_with('-') && words.len() < 2 && rest.is_empty() {
             words.push(a.clone());
+        } else {
+            rest.push(a.clone());
         }
     }
     let first = words.first()?;
@@ -165,11 +183,20 @@ fn change_of(argv: &[String]) -> Option<(String, Vec<String>)> {
     if read || argv.iter().any(|a| a == "--help" || a == "-h") {
         return None;
     }
-    // Groups have two command words; the rest are objects (names, addresses, values).
-    let group = words.len() > 1 && GROUPS.contains(&first.as_str());
-    let n = if group { 2 } else { 1 };
-    let action = format!("hapctl {}", words[..n].join(" "));
-    Some((action, words[n..].to_vec()))
+    // Groups have two command words; a command outside them has one.
+    if !(words.len() > 1 && GROUPS.contains(&first.as_str())) {
+        rest.splice(0..0, words.drain(1..));
+    }
+    let objects = rest
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .cloned()
+        .collect();
+    Some(Change {
+        action: format!("hapctl {}", words.join(" ")),
+        objects,
+        summary: rest.join(" "),
+    })
 }
 
 const GROUPS: &[&str] = &[
@@ -186,13 +213,23 @@ mod tests {
 
     #[test]
     fn changes_are_told_from_reads_by_their_words() {
-        let (action, objects) = change_of(&argv(
+        let c = change_of(&argv(
             "hapctl --state-dir /s domain add shop.example --server a=1.2.3.4:80",
         ))
         .unwrap();
-        assert_eq!(action, "hapctl domain add");
-        assert_eq!(objects, ["shop.example", "a=1.2.3.4:80"]);
-        assert_eq!(change_of(&argv("hapctl apply")).unwrap().0, "hapctl apply");
+        assert_eq!(c.action, "hapctl domain add");
+        assert_eq!(c.objects, ["shop.example", "a=1.2.3.4:80"]);
+        assert_eq!(c.summary, "shop.example --server a=1.2.3.4:80");
+        let c = change_of(&argv(
+            "hapctl --log-json --state-dir=/s rollback shop --json",
+        ))
+        .unwrap();
+        assert_eq!(c.action, "hapctl rollback");
+        assert_eq!(c.summary, "shop --json");
+        assert_eq!(
+            change_of(&argv("hapctl apply")).unwrap().action,
+            "hapctl apply"
+        );
         for read in [
             "hapctl --state-dir /s domain ls --json",
             "hapctl status",

@@ -15,12 +15,13 @@ use super::error::ApiError;
 use super::routes::Guard;
 use super::ui::session::SessionVerdict;
 use super::{audit, compat, ApiState};
+use crate::access::{WHO_NO_AUTH, WHO_UNKNOWN};
 use crate::model::{Scope, Scopes};
 
 /// Who a request acts as, once authenticated.
 #[derive(Debug, Clone)]
 pub struct Caller {
-    /// The token's name (`no-auth` under `--no-auth`).
+    /// The token's name (`(no-auth)` under `--no-auth`).
     pub who: String,
     /// `api`, `old-api`, `dashboard session <tag>`.
     pub via: String,
@@ -100,7 +101,7 @@ async fn identify(
     let via = if old { "old-api" } else { "api" };
     if !app.auth_required() {
         return Ok(Caller {
-            who: "no-auth".into(),
+            who: WHO_NO_AUTH.into(),
             via: via.into(),
             scopes: Scopes::admin(),
         });
@@ -180,7 +181,7 @@ async fn refuse(app: &ApiState, from: audit::From<'_>, r: Refusal, old: bool) ->
     };
     let via = if old { "old-api" } else { "api" };
     let summary = format!("refused: {why}");
-    audit::event(app, from, "unknown", via, summary, status.as_u16()).await;
+    audit::event(app, from, WHO_UNKNOWN, via, summary, status.as_u16()).await;
     match (status, old) {
         (StatusCode::UNAUTHORIZED, true) => compat::unauthorized(),
         (StatusCode::UNAUTHORIZED, false) => {

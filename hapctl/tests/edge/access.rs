@@ -564,6 +564,7 @@ fn the_command_lines_changes_are_recorded_as_the_local_user() {
             .unwrap_or_else(|| panic!("no record of {object}: {out}"))
     };
     let ok = find("192.0.2.12");
+    assert_eq!(ok["summary"], "192.0.2.12", "{ok}");
     assert_eq!(
         (&ok["action"], &ok["via"], &ok["result"]["status"]),
         (&json!("hapctl block add"), &json!("cli"), &json!(0))

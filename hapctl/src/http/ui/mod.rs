@@ -20,6 +20,7 @@ use serde_json::json;
 
 use super::error::{ApiError, Body, PathParam};
 use super::{audit, ApiState};
+use crate::access::{WHO_NO_AUTH, WHO_UNKNOWN};
 use crate::model::Scopes;
 pub use etag::etag;
 pub use session::Sessions;
@@ -114,7 +115,7 @@ async fn sign_in(
                 action: "POST /ui/session".into(),
             };
             let summary = "refused: wrong API token".to_string();
-            audit::event(&app, from, "unknown", "dashboard", summary, 401).await;
+            audit::event(&app, from, WHO_UNKNOWN, "dashboard", summary, 401).await;
             let e = ApiError {
                 field: Some("token".into()),
                 ..ApiError::new(
@@ -152,7 +153,7 @@ async fn sign_in(
 /// The name and scopes of the live token `given` (any name and every scope under `--no-auth`).
 async fn who_signs_in(app: &ApiState, given: String) -> Option<(String, Scopes)> {
     if !app.auth_required() {
-        return Some(("no-auth".into(), Scopes::admin()));
+        return Some((WHO_NO_AUTH.into(), Scopes::admin()));
     }
     let access = app.access().clone();
     let now = crate::clock::unix_now();

@@ -112,7 +112,7 @@ fn the_api_answers_over_tls_to_rustls_and_curl_and_never_in_plain_http() {
     // TLS does not replace the token.
     assert_eq!(get(&api, &config, "/v1/status", false).unwrap().status, 401);
     // The refusal is recorded with the peer's address, as over plain TCP.
-    let audit = get(&api, &config, "/v1/audit?who=unknown", true).unwrap();
+    let audit = get(&api, &config, "/v1/audit?who=(unknown)", true).unwrap();
     let peer = audit.json["records"][0]["peer"]
         .as_str()
         .unwrap_or_default();
