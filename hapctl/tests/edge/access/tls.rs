@@ -1,6 +1,7 @@
 //! The API over TLS (`[api] tls_cert`, `tls_key`, `client_ca`): real handshakes with rustls
-//! and with curl (OpenSSL), plain HTTP refused on the TLS port, client certificates required
-//! with `client_ca`, and a key that does not go with its certificate refused at start.
+//! and with curl (OpenSSL), plain HTTP refused on the TLS port, a renewed certificate served
+//! without a restart, client certificates required with `client_ca`, and a key that does not
+//! go with its certificate refused at start.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -10,6 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ClientConfig;
 
+use hapctl::tls::probe;
+use hapctl::tls::x509::CertInfo;
 use testkit::daemon::{http_call, https_request, ApiResponse, Daemon};
 use testkit::pki::{Leaf, TestCa};
 use testkit::{free_port, Edge};
@@ -138,6 +141,20 @@ fn the_api_answers_over_tls_to_rustls_and_curl_and_never_in_plain_http() {
         plain.is_err() || plain.as_ref().unwrap().status != 200,
         "{plain:?}"
     );
+
+    // Renewed in place, as hapctl renews the certificates it manages (chain and key in one
+    // file, which both settings may name): the next handshake gets the new one.
+    let renewed = ca.leaf(&[NAME]);
+    let bundle = ca.bundle(&renewed);
+    hapctl::fsutil::write_secret(&edge.path("api.key"), bundle.as_bytes()).unwrap();
+    std::fs::write(edge.path("api.pem"), bundle).unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], api.port));
+    let served =
+        probe::verified_handshake(addr, NAME, ca.roots(), Duration::from_secs(10)).unwrap();
+    let serial = CertInfo::from_der(&served.chain[0]).unwrap().serial;
+    let plain_hex = |s: &str| s.replace(':', "").to_ascii_uppercase();
+    assert_eq!(plain_hex(&serial), plain_hex(&renewed.serial));
+    assert_eq!(get(&api, &config, "/v1/status", true).unwrap().status, 200);
 }
 
 #[test]
