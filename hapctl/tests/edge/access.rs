@@ -229,6 +229,29 @@ fn a_blocks_token_blocks_and_unblocks_and_nothing_else() {
         "{by_object}"
     );
     assert_eq!(by_object.lines().count(), 2, "{by_object}");
+
+    // Rotated, then removed, on the running daemon: each takes effect at the next request.
+    let rotated = edge.ok(&["token", "rotate", "blocker"]).trim().to_string();
+    let block = json!({"ip": "192.0.2.9"});
+    assert_eq!(
+        blocker.call("POST", "/v1/blocked-ips", Some(&block)).status,
+        401
+    );
+    let blocker = ApiClient {
+        port: api.port,
+        token: rotated,
+    };
+    assert_eq!(
+        blocker.call("POST", "/v1/blocked-ips", Some(&block)).status,
+        201
+    );
+    edge.ok(&["token", "rm", "blocker"]);
+    assert_eq!(
+        blocker
+            .call("DELETE", "/v1/blocked-ips/192.0.2.9", None)
+            .status,
+        401
+    );
 }
 
 /// Every regular file under `dir`, recursively (sockets and FIFOs skipped).
