@@ -3,6 +3,7 @@
 //! Data flows one way: `cli` → `edge` (services) → `apply` → `haproxy`.
 //! `model` and `render` are pure; see `ARCHITECTURE.md` for the map.
 
+pub mod access;
 pub mod apply;
 pub mod blocks;
 pub mod clock;

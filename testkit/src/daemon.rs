@@ -474,6 +474,33 @@ pub fn http_send_raw(port: u16, raw: &[u8], read_timeout: Duration) -> Result<Ap
     http::exchange(stream, raw, read_timeout).map(ApiResponse::from)
 }
 
+/// One request over TLS to `127.0.0.1:port`, verified for `server_name` by `config` (which
+/// also carries the client certificate, if any): the kit's request and answer over a rustls
+/// stream. `Err` for a refused handshake as for a transport failure.
+pub fn https_request(
+    port: u16,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    server_name: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<ApiResponse, String> {
+    use std::io::Write;
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+        .map_err(|e| format!("server name {server_name}: {e}"))?;
+    let conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+    let sock = http::connect(None, port)?;
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .and_then(|_| sock.set_write_timeout(Some(Duration::from_secs(30))))
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let raw = http::raw_request(method, path, server_name, headers, None);
+    tls.write_all(&raw)
+        .and_then(|_| tls.flush())
+        .map_err(|e| format!("TLS: {e}"))?;
+    http::read_response(&mut tls).map(ApiResponse::from)
+}
+
 /// `bytes` percent-encoded for one path segment: everything but the unreserved characters
 /// (`A-Z a-z 0-9 - . _ ~`) becomes `%HH`, so `/`, `%`, `?`, `#`, controls and non-ASCII bytes
 /// all stay inside the segment.

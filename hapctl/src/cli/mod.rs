@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use hapctl::edge::{self, Edge};
 
 mod apply;
+mod audit;
 mod block;
 mod cert;
 mod deliver;
@@ -24,6 +25,7 @@ pub mod output;
 mod prove;
 mod proxy;
 mod serve;
+mod token;
 mod waf;
 
 const EXIT_CODES: &str = "\
@@ -111,6 +113,11 @@ enum Command {
     /// Several edges sharing one desired state in etcd ([fleet], docs/fleet.md).
     #[command(subcommand)]
     Fleet(fleet::FleetCommand),
+    /// API tokens: names, scopes, secrets (docs/access.md).
+    #[command(subcommand)]
+    Token(token::TokenCommand),
+    /// Who changed what, from where, with what result (docs/access.md).
+    Audit(audit::AuditArgs),
 }
 
 /// `--json` of the commands that change something.
@@ -174,8 +181,22 @@ pub fn describe_chain(error: &anyhow::Error) -> String {
     text
 }
 
-/// Runs the command; `Ok` carries the exit code of a command that ran to its end.
+/// Runs the command; `Ok` carries the exit code of a command that ran to its end. A change is
+/// recorded in the audit trail first, as the local user (no record, no change).
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    let argv: Vec<String> = std::env::args().collect();
+    let record = audit::LocalChange::begin(&cli.state_dir, &argv)?;
+    let result = dispatch(cli);
+    if let Some(record) = record {
+        record.finish(match &result {
+            Ok(code) => *code,
+            Err(f) => f.code,
+        });
+    }
+    result
+}
+
+fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let dir = cli.state_dir.as_path();
     match cli.command {
         Command::Init(args) => init::run(dir, args),
@@ -198,6 +219,8 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::ImportLegacy(args) => import_legacy::run(dir, args),
         Command::Waf(cmd) => waf::run(dir, cmd),
         Command::Fleet(cmd) => fleet::run(dir, cmd),
+        Command::Token(cmd) => token::run(dir, cmd),
+        Command::Audit(args) => audit::run(dir, args),
     }
 }
 

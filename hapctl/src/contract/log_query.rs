@@ -5,6 +5,7 @@ use std::net::IpAddr;
 
 use utoipa::IntoParams;
 
+use super::query::parse_limit;
 use super::QueryError;
 use crate::logs::{DomainFilter, Filter, RequestId, StatusFilter};
 use crate::model::bounded;
@@ -56,13 +57,7 @@ impl LogQuery {
                     q.client = Some(ip);
                 }
                 "before" => q.before = Some(value.parse().map_err(bad)?),
-                "limit" => {
-                    q.limit = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_LIMIT).contains(n))
-                        .ok_or_else(|| bad(format!("must be a number from 1 to {MAX_LIMIT}")))?
-                }
+                "limit" => q.limit = parse_limit(value, MAX_LIMIT).map_err(bad)?,
                 _ => {
                     return Err(QueryError::new(
                         key,

@@ -3,6 +3,7 @@
 //! source of their schemas in `/openapi.json` (`utoipa`), so the document, the handlers and
 //! the CLI cannot drift apart. Below both `cli` and `http`; it only describes the wire.
 
+mod audit_query;
 mod blocks;
 mod certs;
 mod change;
@@ -20,6 +21,7 @@ mod waf;
 use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema};
 use utoipa::openapi::RefOr;
 
+pub use audit_query::AuditQuery;
 pub use blocks::BlockRequest;
 pub use certs::{ImportRequest, OrderRequest};
 pub use change::ChangeAnswer;

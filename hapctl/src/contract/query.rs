@@ -19,6 +19,15 @@ impl QueryError {
     }
 }
 
+/// A page size from 1 to `max`.
+pub fn parse_limit(value: &str, max: usize) -> Result<usize, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("must be a number from 1 to {max}"))
+}
+
 /// Asserts that `T`'s documented `limit` parameter has the bounds its parser applies.
 #[cfg(test)]
 pub(super) fn assert_limit<T: utoipa::IntoParams>(default: usize, max: usize) {

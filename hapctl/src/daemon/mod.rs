@@ -13,6 +13,7 @@ mod notify;
 mod renewals;
 mod services;
 mod supervision;
+mod tls;
 mod waf;
 mod workers;
 
@@ -20,6 +21,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::access::Access;
 use crate::edge::{Edge, EdgeError};
 use crate::settings::{LogTarget, Mode, Settings};
 
@@ -37,13 +39,10 @@ pub enum ServeError {
     Edge(#[from] EdgeError),
     #[error("refusing to run without authentication on {0}: --no-auth is only allowed on a loopback address")]
     NoAuthNotLoopback(SocketAddr),
-    #[error("cannot read the API token from {path}: {source}; run `hapctl init` or set [api] token_file")]
-    Token {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the API token file {0} is empty")]
-    EmptyToken(PathBuf),
+    #[error(transparent)]
+    PlainHttp(#[from] crate::settings::PlainHttpRefused),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsSettingsError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -65,15 +64,23 @@ pub struct ServeOptions {
     pub no_auth: bool,
 }
 
-/// The bearer token the API requires (`None`: `--no-auth` on a loopback address).
-pub type ApiToken = Option<String>;
+/// How the API knows who calls it: the tokens and audit trail, and whether a token is
+/// required at all (`false`: `--no-auth`, on a loopback address only).
+#[derive(Clone)]
+pub struct ApiAuth {
+    pub access: Arc<Access>,
+    pub required: bool,
+}
+
+/// How often the audit records past their retention are deleted.
+const AUDIT_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Runs the daemon until SIGTERM or SIGINT, serving what `router` builds over its services.
 /// HAProxy is started if it is not running, and left running when the daemon stops.
 pub fn serve(
     state_dir: &Path,
     options: ServeOptions,
-    router: impl FnOnce(Services, ApiToken) -> axum::Router,
+    router: impl FnOnce(Services, ApiAuth) -> axum::Router,
 ) -> Result<(), ServeError> {
     tune_allocator();
     // Read (and removed from the environment) before any thread exists.
@@ -81,7 +88,14 @@ pub fn serve(
     notifier.status("starting: bringing HAProxy to the committed state");
     let mut edge = Edge::open(state_dir)?;
     let listen = options.listen.unwrap_or(edge.settings.api.listen);
-    let token = api_token(&edge.settings, listen, options.no_auth)?;
+    let auth = api_auth(&edge, listen, options.no_auth)?;
+    let tls = edge
+        .settings
+        .api
+        .tls
+        .as_ref()
+        .map(tls::server_config)
+        .transpose()?;
     let _companions = Companions::start(state_dir, &edge.settings)?;
     bring_up_haproxy(&mut edge)?;
     // The follower's applies make the apply worker's background check give way.
@@ -89,7 +103,7 @@ pub fn serve(
     let _fleet = join_fleet(&mut edge, fleet_applying.clone())?;
     let (services, _supervision) = start_workers(state_dir, edge, fleet_applying)?;
     let socket = services.settings().paths.api_socket();
-    let router = router(services.clone(), token);
+    let router = router(services.clone(), auth);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -99,6 +113,7 @@ pub fn serve(
         Listeners {
             tcp: listen,
             socket,
+            tls,
         },
         router,
         services,
@@ -120,29 +135,27 @@ fn tune_allocator() {
     }
 }
 
-/// The token from `[api] token_file`, or none when `--no-auth` asks for it on a loopback
-/// address.
-fn api_token(
-    settings: &Settings,
-    listen: SocketAddr,
-    no_auth: bool,
-) -> Result<ApiToken, ServeError> {
-    if no_auth {
-        if !listen.ip().is_loopback() {
-            return Err(ServeError::NoAuthNotLoopback(listen));
+/// The access database, its `default` token taken from `[api] token_file` (unless `--no-auth`,
+/// allowed on a loopback address only), and its old audit records deleted now and hourly.
+/// Plain HTTP off loopback is refused here, before anything starts.
+fn api_auth(edge: &Edge, listen: SocketAddr, no_auth: bool) -> Result<ApiAuth, ServeError> {
+    if no_auth && !listen.ip().is_loopback() {
+        return Err(ServeError::NoAuthNotLoopback(listen));
+    }
+    edge.settings.api.check_listen(listen)?;
+    let access = Arc::new(edge.access(!no_auth)?);
+    let retention = edge.settings.api.audit_retention;
+    let pruning = access.clone();
+    std::thread::spawn(move || loop {
+        if let Err(e) = pruning.prune(crate::clock::unix_millis(), retention) {
+            tracing::warn!("cannot delete the old audit records: {e}");
         }
-        return Ok(None);
-    }
-    let path = settings.api.token_file.clone();
-    let token = std::fs::read_to_string(&path).map_err(|source| ServeError::Token {
-        path: path.clone(),
-        source,
-    })?;
-    let token = token.trim().to_string();
-    if token.is_empty() {
-        return Err(ServeError::EmptyToken(path));
-    }
-    Ok(Some(token))
+        std::thread::sleep(AUDIT_PRUNE_EVERY);
+    });
+    Ok(ApiAuth {
+        access,
+        required: !no_auth,
+    })
 }
 
 /// What runs beside HAProxy for as long as the daemon does (stopped on drop).
@@ -254,10 +267,12 @@ fn start_workers(
     Ok((services, supervision))
 }
 
-/// Where the router is served: the TCP address, and the CLI's unix socket.
+/// Where the router is served: the TCP address (over TLS with a configuration), and the
+/// CLI's unix socket.
 struct Listeners {
     tcp: SocketAddr,
     socket: PathBuf,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Serves `router` on both listeners until a signal; the unix socket stops with the TCP one.
@@ -282,7 +297,8 @@ async fn listen_and_serve(
         at.tcp,
         at.socket.display()
     );
-    eprintln!("hapctl API listening on http://{}", at.tcp);
+    let scheme = if at.tls.is_some() { "https" } else { "http" };
+    eprintln!("hapctl API listening on {scheme}://{}", at.tcp);
     notify::announce_ready(&notifier, &services, at.tcp);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let cli = tokio::spawn(std::future::IntoFuture::into_future(
@@ -291,13 +307,28 @@ async fn listen_and_serve(
             let _ = stopped.wait_for(|s| *s).await;
         }),
     ));
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            notifier.stopping();
-            let _ = stop.send(true);
-        })
-        .await;
+    let stopping = async move {
+        shutdown_signal().await;
+        notifier.stopping();
+        let _ = stop.send(true);
+    };
+    // The peer's address is what the audit trail and the slowing down of wrong tokens read.
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
+    let served = match at.tls {
+        Some(config) => {
+            use axum::serve::ListenerExt;
+            // `tap_io` only so the peer's address reaches the handlers as for plain TCP.
+            let tls = tls::TlsListener::new(listener, config)
+                .map_err(ServeError::Server)?
+                .tap_io(|_| {});
+            axum::serve(tls, app).with_graceful_shutdown(stopping).await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+        }
+    };
     let _ = cli.await;
     let _ = std::fs::remove_file(&at.socket);
     served.map_err(ServeError::Server)

@@ -113,15 +113,11 @@ fn set_key(text: &str, key: &str, value: &str) -> String {
 
 /// A fresh random API token in a file only its owner can read.
 fn write_new_token(path: &Path) -> Result<(), EdgeError> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(io_err("cannot read /dev/urandom for the API token"))?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let token =
+        crate::access::Secret::generate().map_err(io_err("cannot make a random API token"))?;
     // Remove first: an existing file would keep its (possibly wider) mode.
     crate::fsutil::remove_durable(path).map_err(io_err("cannot replace the API token file"))?;
-    crate::fsutil::write_atomic(path, format!("{token}\n").as_bytes(), 0o600)
+    crate::fsutil::write_atomic(path, format!("{}\n", token.reveal()).as_bytes(), 0o600)
         .map_err(io_err(format!("cannot write {}", path.display())))
 }
 

@@ -38,6 +38,8 @@ pub enum EdgeError {
     Reload(#[from] crate::haproxy::ReloadError),
     #[error(transparent)]
     Fleet(#[from] crate::fleet::FleetError),
+    #[error(transparent)]
+    Access(#[from] crate::access::AccessError),
     #[error(
         "{path} already holds hapctl state; pass --force to reset it (the database is deleted)"
     )]
@@ -77,6 +79,7 @@ impl EdgeError {
     }
 }
 
+mod access;
 mod adopt;
 mod batch;
 mod blocks;

@@ -246,8 +246,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for BodyList<T> {
 
 /// The body's bytes, from a JSON request that arrived in time and within the size limit.
 async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    let is_json = req
-        .headers()
+    if !is_json(&req) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with `Content-Type: application/json`",
+        ));
+    }
+    bounded_body(req, state).await
+}
+
+/// Whether the request says its body is JSON (`application/json` or `application/*+json`).
+pub fn is_json(req: &Request) -> bool {
+    req.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
@@ -255,14 +266,11 @@ async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Ap
             let mime = mime.trim().to_ascii_lowercase();
             mime == "application/json"
                 || (mime.starts_with("application/") && mime.ends_with("+json"))
-        });
-    if !is_json {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send the body as JSON with `Content-Type: application/json`",
-        ));
-    }
+        })
+}
+
+/// The body's bytes, within the size limit and in time (what every body extractor reads).
+pub async fn bounded_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
     // Refused before reading (and before a `100 Continue`) when it announces too much.
     let announced = req
         .headers()

@@ -1,6 +1,7 @@
 //! The daemon's HTTP API: the router, its handlers, the error mapping, the old manager's
 //! routes (`compat/`), the dashboard (`ui/`) and the OpenAPI document.
 
+mod audit;
 mod auth;
 mod certs;
 mod compat;
@@ -27,9 +28,10 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use crate::access::{Access, Throttle};
 use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
-use crate::daemon::{ApiToken, Services};
+use crate::daemon::{ApiAuth, Services};
 use crate::edge::{DomainChange, DomainResult, Edge, EdgeError};
 use crate::settings::Settings;
 
@@ -39,10 +41,12 @@ pub use error::ApiError;
 const BODY_LIMIT: usize = 1024 * 1024;
 
 /// The router `hapctl serve` serves over the daemon's services.
-pub fn router(services: Services, token: ApiToken) -> axum::Router {
+pub fn router(services: Services, auth: ApiAuth) -> axum::Router {
     routes::router(ApiState(Arc::new(Shared {
         services,
-        token,
+        auth,
+        guards: routes::guards(),
+        throttle: Default::default(),
         dns: compat::PendingDns::default(),
         sessions: ui::Sessions::default(),
         cutovers: cutover::Cutovers::default(),
@@ -55,7 +59,11 @@ pub struct ApiState(Arc<Shared>);
 
 struct Shared {
     services: Services,
-    token: ApiToken,
+    auth: ApiAuth,
+    /// Each route's guard, by method and route path (from the route table).
+    guards: routes::Guards,
+    /// Wrong tokens by address, to slow guessing down.
+    throttle: std::sync::Mutex<Throttle>,
     /// DNS-01 orders between `/api/ssl/dns-challenge/request` and `verify`.
     dns: compat::PendingDns,
     /// The dashboard's signed-in sessions.
@@ -65,8 +73,30 @@ struct Shared {
 }
 
 impl ApiState {
-    fn token(&self) -> Option<&str> {
-        self.0.token.as_deref()
+    /// The tokens and the audit trail.
+    fn access(&self) -> &Arc<Access> {
+        &self.0.auth.access
+    }
+
+    /// Whether a token is needed (`false` under `--no-auth`).
+    fn auth_required(&self) -> bool {
+        self.0.auth.required
+    }
+
+    fn guard(&self, method: &axum::http::Method, route: &str) -> Option<routes::Guard> {
+        self.0
+            .guards
+            .get(&(method.clone(), route.to_string()))
+            .copied()
+    }
+
+    /// How long to hold the answer to a wrong token from `peer` (none from the unix socket).
+    fn failed_token(&self, peer: Option<std::net::SocketAddr>) -> std::time::Duration {
+        let Some(peer) = peer else {
+            return std::time::Duration::ZERO;
+        };
+        let mut throttle = self.0.throttle.lock().unwrap_or_else(|e| e.into_inner());
+        throttle.failed(peer.ip(), Instant::now())
     }
 
     fn sessions(&self) -> &ui::Sessions {

@@ -105,7 +105,7 @@ fn domain_view<'a>(state: &'a EdgeState, domain: &'a Domain) -> Option<DomainVie
     })
 }
 
-fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
+pub(super) fn domain_json(state: &EdgeState, domain: &Domain) -> Option<Value> {
     domain_view(state, domain).map(|v| serde_json::to_value(v).unwrap_or_default())
 }
 

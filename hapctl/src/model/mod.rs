@@ -1,6 +1,7 @@
 //! Typed desired state. Parsing is validation: every type here can only be built from a value
 //! that is safe to write into a file HAProxy reads, so nothing downstream re-checks.
 
+mod access;
 mod app;
 mod block;
 mod block_query;
@@ -19,6 +20,7 @@ mod state;
 mod tls;
 mod waf;
 
+pub use access::{Scope, Scopes, TokenName, DEFAULT_TOKEN};
 pub use app::{AppName, Generation, Version};
 pub use block::{Block, BlockKey, Note, ProxyNet, Ttl};
 pub use block_query::{BlockQuery, DEFAULT_PAGE, MAX_PAGE};

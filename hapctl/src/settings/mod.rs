@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::model::bounded;
 
+mod api;
 mod apps;
 mod fleet;
 mod logs;
@@ -24,6 +25,7 @@ mod unknown_host;
 pub mod waf;
 
 pub use crate::model::EdgeName;
+pub use api::{ApiSettings, ApiTls, PlainHttpRefused};
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use fleet::{without_fleet, FleetPrefix, FleetSettings, FleetTls, Rollout};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
@@ -86,14 +88,6 @@ pub struct Settings {
     pub fleet: Option<FleetSettings>,
 }
 
-/// The HTTP API daemon (`hapctl serve`).
-#[derive(Debug, Clone)]
-pub struct ApiSettings {
-    pub listen: SocketAddr,
-    /// File holding the bearer token (created mode 0600 by `hapctl init`).
-    pub token_file: PathBuf,
-}
-
 #[derive(Debug, Clone)]
 pub struct EdgeSettings {
     /// Address of the public HTTP listener.
@@ -150,7 +144,7 @@ struct RawSettings {
     #[serde(default)]
     app: Vec<apps::RawApp>,
     #[serde(default)]
-    api: RawApi,
+    api: api::RawApi,
     #[serde(default)]
     tls: tls::RawTls,
     #[serde(default)]
@@ -160,13 +154,6 @@ struct RawSettings {
     resolvers: Option<resolvers::RawResolvers>,
     waf: Option<waf::RawWaf>,
     fleet: Option<fleet::RawFleet>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawApi {
-    listen: Option<String>,
-    token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -273,9 +260,15 @@ certs_dir = "live/certs"
 acme_dir = "acme"
 
 [api]
-# `hapctl serve` listens here; every route but /health needs the bearer token in token_file.
+# `hapctl serve` listens here; every route but /health needs a bearer token: the admin one in
+# token_file, or one `hapctl token add` made (docs/access.md).
 listen = "127.0.0.1:9090"
 token_file = "api-token"
+# tls_cert = "api.pem"        # serve the API over TLS (with tls_key); needed off loopback
+# tls_key = "api.key"
+# client_ca = "clients.pem"   # then require client certificates this CA signed
+# allow_plain_http = false    # plain HTTP off loopback: only behind a TLS proxy
+# audit_retention = "90d"     # audit records older than this are deleted
 
 [tls]
 # Oldest TLS version of the HTTPS bind: "1.2" or "1.3".
@@ -400,7 +393,6 @@ impl Settings {
         };
         let apps = apps::resolve(raw.app, &state_dir)?;
         let default_app = default_app(raw.edge.default_app, &apps)?;
-        let listen = parse_addr("api.listen", raw.api.listen, LOCAL_API)?;
         let https_bind = tls::parse_https_bind(raw.edge.https_bind.as_deref())?;
         if https_bind.is_some_and(|a| a == http_bind) {
             return Err(refused("edge.https_bind")(
@@ -420,10 +412,7 @@ impl Settings {
             |p| resolve(Some(p), ""),
         )?;
         let fleet = fleet::resolve_fleet(raw.fleet, |p| resolve(Some(p), ""))?;
-        let api = ApiSettings {
-            listen,
-            token_file: resolve(raw.api.token_file, "api-token"),
-        };
+        let api = api::resolve_api(raw.api, resolve)?;
         Ok(Settings {
             api,
             state_dir,

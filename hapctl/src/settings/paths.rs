@@ -97,6 +97,11 @@ impl Paths {
         self.run_dir.join("apply.pending")
     }
 
+    /// API tokens and the audit trail (`store::AccessStore`), beside the main database.
+    pub fn access_database(&self) -> PathBuf {
+        self.database.with_file_name("access.db")
+    }
+
     /// `hapctl serve`'s API on a unix socket (0600), where the CLI sends its changes.
     pub fn api_socket(&self) -> PathBuf {
         self.run_dir.join("api.sock")

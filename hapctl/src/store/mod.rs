@@ -16,6 +16,7 @@ use crate::model::{
     AppName, Backend, BlockKey, Domain, EdgeState, Generation, Invalid, Port, ProxyNet, Version,
 };
 
+mod access;
 mod blocks;
 mod cache;
 mod certs;
@@ -35,6 +36,7 @@ mod policies;
 mod profiles;
 mod waf;
 
+pub use access::{AccessStore, AuditAttempt, AuditFilter, AuditRecord, AuditResult, TokenRecord};
 pub use blocks::{BlockPage, BlockTx};
 pub use certs::CertRecord;
 pub use fleet::{FleetApplied, FleetRecord, APPLYING};
@@ -59,6 +61,11 @@ pub enum StoreError {
         table: &'static str,
         key: String,
         source: Invalid,
+    },
+    #[error("cannot create the database {path}: {source}; check the state directory's owner and free space")]
+    Create {
+        path: String,
+        source: std::io::Error,
     },
     #[error("database {path} was written by a newer hapctl (schema {found}, this one knows {known}); upgrade hapctl")]
     TooNew {

@@ -15,6 +15,7 @@
 
 mod webdriver;
 // More scenarios; `session` is the serving and sign-in over plain HTTP, no browser.
+mod access;
 mod acme;
 mod deliveries;
 mod fleet;

@@ -4,6 +4,7 @@
 //! nextest still runs every test in its own process. The systemd lab, which boots containers,
 //! is its own binary (`tests/systemd_lab.rs`). The harness is the `testkit` crate.
 
+mod access;
 mod apply;
 mod blocks;
 mod certs;

@@ -2,6 +2,7 @@
 // sees it); every change carries the session's CSRF token, which lives only in this module.
 
 let csrf = null;
+let scopes = [];
 const signedOut = new Set();
 
 export class ApiError extends Error {
@@ -18,11 +19,19 @@ export class ApiError extends Error {
 /** Called when the API says the session is gone (401). */
 export function onSignedOut(f) { signedOut.add(f); }
 
-/** A page reloaded keeps its session: fetch its CSRF token. */
+/** The scopes of the token the session signed in with (docs/access.md). */
+export const sessionScopes = () => scopes;
+
+function session(body) {
+  csrf = body.csrf;
+  scopes = body.scopes || [];
+}
+
+/** A page reloaded keeps its session: fetch its CSRF token and scopes. */
 export async function restore() {
   const r = await fetch('/ui/session', { cache: 'no-store' });
   if (!r.ok) return false;
-  csrf = (await r.json()).csrf;
+  session(await r.json());
   return true;
 }
 
@@ -36,7 +45,7 @@ export async function signIn(token) {
   const text = await r.text();
   const body = parse(text);
   if (!r.ok) throw new ApiError(r.status, body, text);
-  csrf = body.csrf;
+  session(body);
 }
 
 export async function signOut() {

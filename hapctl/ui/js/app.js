@@ -10,12 +10,26 @@ import protections from './pages/protections.js';
 import deliveries from './pages/deliveries.js';
 import applies from './pages/applies.js';
 import logs from './pages/logs.js';
+import audit from './pages/audit.js';
 
-const pages = { overview, domains, blocks, certificates, protections, deliveries, applies, logs };
+const pages = { overview, domains, blocks, certificates, protections, deliveries, applies, logs, audit };
 const main = document.getElementById('main');
 let unmount = null;
 
+/**
+ * What the session may change: a `can-SCOPE` class per scope on the body, which the style
+ * sheet reads to hide every control the session cannot use (the server refuses them anyway).
+ */
+function showScopes() {
+  const scopes = api.sessionScopes();
+  const all = ['read', 'blocks', 'domains', 'certs', 'deliver', 'admin'];
+  for (const s of all) {
+    document.body.classList.toggle(`can-${s}`, scopes.includes('admin') || scopes.includes(s));
+  }
+}
+
 function show(signedIn) {
+  showScopes();
   document.getElementById('signin').hidden = signedIn;
   document.getElementById('app').hidden = !signedIn;
   if (!signedIn) {
@@ -40,6 +54,7 @@ function route() {
     else a.removeAttribute('aria-current');
   }
   document.title = `${page.title} · hapctl`;
+  main.dataset.page = name;
   main.replaceChildren();
   unmount = page.mount(main);
   main.focus({ preventScroll: true });

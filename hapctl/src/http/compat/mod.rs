@@ -57,11 +57,6 @@ pub fn is_old_path(path: &str) -> bool {
     path.starts_with("/api/") || matches!(path, "/api" | "/health" | "/" | "/default-page")
 }
 
-/// The paths the old manager never protected.
-pub fn is_open_path(path: &str) -> bool {
-    matches!(path, "/health" | "/" | "/default-page")
-}
-
 pub(super) fn cap(message: &str) -> String {
     match message.char_indices().nth(MAX_MESSAGE) {
         Some((i, _)) => format!("{}…", &message[..i]),
@@ -120,6 +115,11 @@ pub fn unauthorized() -> Response {
         Json(json!({"error": "Unauthorized - Invalid or missing API key"})),
     )
         .into_response()
+}
+
+/// A refusal before the old manager's handler ran (scope, audit trail), in E1.
+pub fn refusal(e: ApiError) -> Response {
+    e1(Err(e))
 }
 
 /// An unknown path or method under the old paths: JSON in E1 where Werkzeug sent HTML.

@@ -38,6 +38,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/protect-proxies.js" => JS,
     "js/pages/deliveries.js" => JS,
     "js/pages/applies.js" => JS,
+    "js/pages/audit.js" => JS,
     "js/pages/logs.js" => JS,
 ];
 

@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, Method};
 
+use crate::access::random_hex;
+use crate::model::Scopes;
+
 /// Compares in time independent of where the strings differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -37,6 +40,16 @@ struct Session {
     csrf: String,
     created: Instant,
     seen: Instant,
+    user: SessionUser,
+}
+
+/// Who signed in: the name and scopes of the token given, which the session acts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionUser {
+    pub token: String,
+    pub scopes: Scopes,
+    /// The first characters of the session id: which session, in the audit trail.
+    pub tag: String,
 }
 
 impl Session {
@@ -57,14 +70,20 @@ pub enum SessionVerdict {
     /// No session cookie, or one that names no live session.
     NoSession,
     /// A live session, and a safe method or the right CSRF token.
-    Allowed,
+    Allowed(SessionUser),
     /// A live session, but a change without the right CSRF token or from another origin.
     Forbidden(&'static str),
 }
 
 impl Sessions {
-    /// A new session: `(id, csrf)`, both 256 random bits in hex.
-    pub fn create(&self, now: Instant) -> std::io::Result<(String, String)> {
+    /// A new session acting with the token `token` and its scopes: `(id, csrf)`, both 256
+    /// random bits in hex.
+    pub fn create(
+        &self,
+        now: Instant,
+        token: String,
+        scopes: Scopes,
+    ) -> std::io::Result<(String, String)> {
         let (id, csrf) = (random_hex()?, random_hex()?);
         let mut map = self.lock();
         map.retain(|_, s| s.alive(now));
@@ -81,18 +100,23 @@ impl Sessions {
             csrf: csrf.clone(),
             created: now,
             seen: now,
+            user: SessionUser {
+                token,
+                scopes,
+                tag: id[..8].to_string(),
+            },
         };
         map.insert(id.clone(), session);
         Ok((id, csrf))
     }
 
-    /// The CSRF token of the live session `id`, which counts as used now.
-    pub fn csrf(&self, id: &str, now: Instant) -> Option<String> {
+    /// The CSRF token and user of the live session `id`, which counts as used now.
+    pub fn csrf(&self, id: &str, now: Instant) -> Option<(String, SessionUser)> {
         let mut map = self.lock();
         match map.get_mut(id) {
             Some(s) if s.alive(now) => {
                 s.seen = now;
-                Some(s.csrf.clone())
+                Some((s.csrf.clone(), s.user.clone()))
             }
             Some(_) => {
                 map.remove(id);
@@ -108,18 +132,18 @@ impl Sessions {
 
     /// Judges a request by its session cookie, CSRF header and origin.
     pub fn authorize(&self, method: &Method, headers: &HeaderMap, now: Instant) -> SessionVerdict {
-        let Some(csrf) = cookie(headers).and_then(|id| self.csrf(id, now)) else {
+        let Some((csrf, user)) = cookie(headers).and_then(|id| self.csrf(id, now)) else {
             return SessionVerdict::NoSession;
         };
         if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-            return SessionVerdict::Allowed;
+            return SessionVerdict::Allowed(user);
         }
         if !same_origin(headers) {
             return SessionVerdict::Forbidden("a change from another origin");
         }
         match headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
             Some(given) if constant_time_eq(given.as_bytes(), csrf.as_bytes()) => {
-                SessionVerdict::Allowed
+                SessionVerdict::Allowed(user)
             }
             Some(_) => SessionVerdict::Forbidden("wrong X-CSRF-Token"),
             None => SessionVerdict::Forbidden("a change needs the session's X-CSRF-Token header"),
@@ -176,15 +200,6 @@ fn cookie_line(value: &str, max_age: u64, secure: bool) -> String {
     format!("{COOKIE}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
 }
 
-fn random_hex() -> std::io::Result<String> {
-    let mut bytes = [0u8; 32];
-    rustls::crypto::aws_lc_rs::default_provider()
-        .secure_random
-        .fill(&mut bytes)
-        .map_err(|_| std::io::Error::other("no random numbers for a session id"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +211,15 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"ab"));
     }
     use axum::http::HeaderValue;
+
+    /// The user of the session `id` made by `create(_, "default", admin)`.
+    fn user(id: &str) -> SessionUser {
+        SessionUser {
+            token: "default".into(),
+            scopes: Scopes::admin(),
+            tag: id[..8].to_string(),
+        }
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -209,8 +233,8 @@ mod tests {
     fn ids_and_csrf_tokens_are_random_and_distinct() {
         let s = Sessions::default();
         let now = Instant::now();
-        let (a, ca) = s.create(now).unwrap();
-        let (b, cb) = s.create(now).unwrap();
+        let (a, ca) = s.create(now, "default".into(), Scopes::admin()).unwrap();
+        let (b, cb) = s.create(now, "default".into(), Scopes::admin()).unwrap();
         assert_eq!(a.len(), 64);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         let all = [&a, &ca, &b, &cb];
@@ -225,12 +249,12 @@ mod tests {
     fn reads_are_allowed_with_the_cookie_changes_need_the_csrf_header() {
         let s = Sessions::default();
         let now = Instant::now();
-        let (id, csrf) = s.create(now).unwrap();
+        let (id, csrf) = s.create(now, "default".into(), Scopes::admin()).unwrap();
         let c = format!("other=1; {COOKIE}={id}");
         let get = headers(&[("cookie", &c)]);
         assert_eq!(
             s.authorize(&Method::GET, &get, now),
-            SessionVerdict::Allowed
+            SessionVerdict::Allowed(user(&id))
         );
         assert!(matches!(
             s.authorize(&Method::POST, &get, now),
@@ -244,7 +268,7 @@ mod tests {
         let right = headers(&[("cookie", &c), (CSRF_HEADER, &csrf)]);
         assert_eq!(
             s.authorize(&Method::PUT, &right, now),
-            SessionVerdict::Allowed
+            SessionVerdict::Allowed(user(&id))
         );
         // The CSRF token alone is nothing.
         let no_cookie = headers(&[(CSRF_HEADER, &csrf)]);
@@ -263,7 +287,7 @@ mod tests {
     fn a_change_from_another_origin_is_refused_even_with_the_token() {
         let s = Sessions::default();
         let now = Instant::now();
-        let (id, csrf) = s.create(now).unwrap();
+        let (id, csrf) = s.create(now, "default".into(), Scopes::admin()).unwrap();
         let c = format!("{COOKIE}={id}");
         let base = [("cookie", c.as_str()), (CSRF_HEADER, csrf.as_str())];
         let from = |origin: &str| {
@@ -272,7 +296,10 @@ mod tests {
             h.insert("origin", HeaderValue::from_str(origin).unwrap());
             s.authorize(&Method::POST, &h, now)
         };
-        assert_eq!(from("http://127.0.0.1:9000"), SessionVerdict::Allowed);
+        assert_eq!(
+            from("http://127.0.0.1:9000"),
+            SessionVerdict::Allowed(user(&id))
+        );
         assert!(matches!(
             from("http://evil.example"),
             SessionVerdict::Forbidden(_)
@@ -284,7 +311,7 @@ mod tests {
     fn sessions_expire_when_idle_and_when_old_and_on_removal() {
         let s = Sessions::default();
         let t0 = Instant::now();
-        let (id, _) = s.create(t0).unwrap();
+        let (id, _) = s.create(t0, "default".into(), Scopes::admin()).unwrap();
         assert!(s.csrf(&id, t0 + IDLE - Duration::from_secs(1)).is_some());
         // Used just now, so it lives another idle period...
         assert!(s.csrf(&id, t0 + IDLE + Duration::from_secs(30)).is_some());
@@ -297,9 +324,9 @@ mod tests {
         assert!(s.csrf(&id, t0 + MAX_AGE).is_none());
         assert!(s.csrf(&id, t0).is_none(), "an expired session is forgotten");
 
-        let (idle, _) = s.create(t0).unwrap();
+        let (idle, _) = s.create(t0, "default".into(), Scopes::admin()).unwrap();
         assert!(s.csrf(&idle, t0 + IDLE).is_none());
-        let (gone, _) = s.create(t0).unwrap();
+        let (gone, _) = s.create(t0, "default".into(), Scopes::admin()).unwrap();
         s.remove(&gone);
         assert!(s.csrf(&gone, t0).is_none());
     }
@@ -308,9 +335,14 @@ mod tests {
     fn the_number_of_sessions_is_bounded() {
         let s = Sessions::default();
         let t0 = Instant::now();
-        let (first, _) = s.create(t0).unwrap();
+        let (first, _) = s.create(t0, "default".into(), Scopes::admin()).unwrap();
         for i in 1..=MAX_SESSIONS as u64 {
-            s.create(t0 + Duration::from_millis(i)).unwrap();
+            s.create(
+                t0 + Duration::from_millis(i),
+                "default".into(),
+                Scopes::admin(),
+            )
+            .unwrap();
         }
         assert_eq!(s.lock().len(), MAX_SESSIONS);
         assert!(s.csrf(&first, t0 + Duration::from_secs(1)).is_none());

@@ -121,18 +121,19 @@ function recovery(done) {
       done();
     }
   };
-  const button = (id, label, what, path, say) => {
-    const b = h('button', { type: 'button', id }, label);
+  const button = (id, label, what, path, say, needs) => {
+    const b = h('button', { type: 'button', id, 'data-needs': needs }, label);
     b.addEventListener('click', () => run(what, path, say));
     return b;
   };
   const buttons = [
-    button('ov-apply', 'Apply now', 'Apply', '/v1/apply', (r) => applyOutcome(r.apply)),
-    button('ov-reload', 'Reload HAProxy', 'Reload', '/v1/haproxy/reload', reloadOutcome),
-    button('ov-start', 'Start HAProxy', 'Start', '/v1/haproxy/start', (r) => `master PID ${r.master_pid} running · apply ${applyOutcome(r.apply)}`),
+    button('ov-apply', 'Apply now', 'Apply', '/v1/apply', (r) => applyOutcome(r.apply), 'domains'),
+    button('ov-reload', 'Reload HAProxy', 'Reload', '/v1/haproxy/reload', reloadOutcome, 'admin'),
+    button('ov-start', 'Start HAProxy', 'Start', '/v1/haproxy/start', (r) => `master PID ${r.master_pid} running · apply ${applyOutcome(r.apply)}`, 'admin'),
   ];
   const stop = confirmButton('Stop', 'HAProxy', () => run('Stop', '/v1/haproxy/stop', stopOutcome));
   stop.id = 'ov-stop';
+  stop.dataset.needs = 'admin';
   buttons.push(stop);
   return h('section', { class: 'panel recovery', 'aria-labelledby': 'ov-recovery' },
     h('h2', { id: 'ov-recovery' }, 'Recovery'),

@@ -43,7 +43,8 @@ export function trialForm() {
   const verdict = h('p', { id: 'pwt-verdict', class: 'state off', role: 'status' }, 'Nothing evaluated yet.');
   const mt = table('Rules the request matched', ['Rule', 'Points', 'Message']);
   mt.el.hidden = true;
-  const form = h('form', { 'aria-labelledby': 'pwt', novalidate: true },
+  // Evaluating changes nothing: a read-only session may.
+  const form = h('form', { 'aria-labelledby': 'pwt', novalidate: true, 'data-read': true },
     h('h3', { id: 'pwt' }, 'Try a request'),
     field('pwt-url', 'URL', url, 'A path, or an http(s) URL whose host picks its domain\'s policy. Nothing is sent.'),
     field('pwt-method', 'Method', method),

@@ -29,7 +29,7 @@ export function wafSection() {
   };
   const trial = trialForm();
   const outcome = h('p', { id: 'pw-reload-outcome', class: 'summary', role: 'status' });
-  const reload = h('button', { type: 'button' }, 'Reload rules');
+  const reload = h('button', { type: 'button', 'data-needs': 'admin' }, 'Reload rules');
   reload.addEventListener('click', async () => {
     reload.disabled = true;
     outcome.className = 'summary';
