@@ -1,6 +1,6 @@
 //! `hapctl serve` on an edge of a fleet: the follower (read the fleet's state as it changes,
 //! apply it here) and the edge's status key, both on the fleet's runtime. With etcd down the
-//! edge keeps serving what it applied last and tries again every half second.
+//! edge keeps serving what it applied last and tries again every quarter second.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +20,7 @@ use crate::fleet::FleetLink;
 const STATUS_TTL: i64 = 10;
 const STATUS_EVERY: Duration = Duration::from_secs(3);
 /// The wait after etcd could not be read: short, so an edge catches up soon after etcd returns.
-const RETRY: Duration = Duration::from_millis(500);
+const RETRY: Duration = Duration::from_millis(250);
 
 /// What the status key says beyond the apply record: the last read's trouble.
 #[derive(Default)]

@@ -17,8 +17,11 @@ use crate::settings::FleetSettings;
 /// Keys read per range request of a full read: far below gRPC's message limit at the
 /// largest values hapctl writes.
 const PAGE: i64 = 2_000;
-/// Keys per range request of a listing without values (tens of bytes each).
-const KEYS_PAGE: i64 = 10_000;
+/// Keys per range request of a listing without values. etcd walks the whole range of its
+/// index for every page (to count it), so a listing takes few, large pages.
+const KEYS_PAGE: i64 = 50_000;
+/// What a listing's answer may weigh: 50,000 of the longest keys hapctl writes fit.
+const LISTING_MAX_BYTES: usize = 64 << 20;
 
 /// The pause after every endpoint failed once, before the next round.
 const ROUND_PAUSE: Duration = Duration::from_millis(100);
@@ -192,9 +195,10 @@ impl Etcd {
             }
             let key = from.clone();
             let answer = self
-                .call("read the fleet's state", |mut c| {
+                .call("read the fleet's state", |c| {
                     let (key, options) = (key.clone(), options.clone());
-                    async move { c.get(key, Some(options)).await }
+                    let mut kv = c.kv_client().max_decoding_message_size(LISTING_MAX_BYTES);
+                    async move { kv.get(key, Some(options)).await }
                 })
                 .await?;
             if revision == 0 {
