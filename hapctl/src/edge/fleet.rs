@@ -10,7 +10,7 @@ use super::{Edge, EdgeError};
 use crate::apply::{ApplyError, ApplyOutcome, ApplyReport};
 use crate::blocks::{BlockChange, BlockReport, ChangeResult, Enforcement};
 use crate::clock::unix_now;
-use crate::fleet::object::{diff, objects_of, Change, Object, ObjectKey, Objects};
+use crate::fleet::object::{changes_between, objects_of, Change, Object, ObjectKey, Objects};
 use crate::fleet::{FleetError, FleetLink};
 use crate::settings::Rollout;
 
@@ -97,13 +97,13 @@ impl Edge {
             let tx = self.store.begin()?;
             let basis = tx.fleet_revision()?;
             let before = tx.load_state()?;
-            let old = objects_of(&before, &presets(tx.trusted_proxies()?)?, &[]);
+            let old_proxies = presets(tx.trusted_proxies()?)?;
             let value = change(&tx)?;
             let after = tx.load_state()?;
-            let new = objects_of(&after, &presets(tx.trusted_proxies()?)?, &[]);
+            let new_proxies = presets(tx.trusted_proxies()?)?;
             // Dropped, not committed: the change reaches this edge through the fleet.
-            let changes = diff(&old, &new);
-            (basis, before, after, value, (old, changes))
+            let changes = changes_between((&before, &old_proxies), (&after, &new_proxies));
+            (basis, before, after, value, changes)
         };
         if changes.is_empty() {
             // Nothing to change is only true of a state that is the fleet's: an edge behind it

@@ -2,7 +2,7 @@
 //! document. Pure: keys and values are parsed through the model's own parsers, so a
 //! hand-edited key that does not parse is refused here, never rendered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -106,30 +106,104 @@ pub fn objects_of(
     blocks: &[Block],
 ) -> Objects {
     let mut out = Objects::new();
-    for (d, b) in &state.domains {
+    for d in domains_of(state) {
+        domain_objects(state, d, &mut out);
+    }
+    global_objects(state, proxies, blocks, &mut out);
+    out
+}
+
+/// A change from `before` to `after` (each with its proxies' presets) as the fleet's changes,
+/// with the objects it replaces: only the domains whose entries differ become objects
+/// (backends no change touched compare by pointer), so a change costs what it touches.
+pub fn changes_between(
+    (before, before_proxies): (&EdgeState, &[(ProxyNet, Option<ProxyPreset>)]),
+    (after, after_proxies): (&EdgeState, &[(ProxyNet, Option<ProxyPreset>)]),
+) -> (Objects, Vec<Change>) {
+    let (mut old, mut new) = (Objects::new(), Objects::new());
+    for d in changed_domains(before, after) {
+        domain_objects(before, d, &mut old);
+        domain_objects(after, d, &mut new);
+    }
+    global_objects(before, before_proxies, &[], &mut old);
+    global_objects(after, after_proxies, &[], &mut new);
+    let changes = diff(&old, &new);
+    (old, changes)
+}
+
+/// Every domain some per-domain part of `state` names.
+fn domains_of(state: &EdgeState) -> BTreeSet<&Domain> {
+    let mut out: BTreeSet<&Domain> = state.domains.keys().collect();
+    out.extend(state.app_domains.keys());
+    out.extend(state.https.keys());
+    out.extend(state.suspended.iter());
+    out.extend(state.waf.keys());
+    out.extend(state.protections.keys());
+    out.extend(state.limits.domains.keys());
+    out
+}
+
+/// The domains whose entries differ between `a` and `b`, in any per-domain part.
+fn changed_domains<'s>(a: &'s EdgeState, b: &'s EdgeState) -> BTreeSet<&'s Domain> {
+    let mut out = BTreeSet::new();
+    differing(&a.domains, &b.domains, &mut out);
+    differing(&a.app_domains, &b.app_domains, &mut out);
+    differing(&a.https, &b.https, &mut out);
+    differing(&a.waf, &b.waf, &mut out);
+    differing(&a.protections, &b.protections, &mut out);
+    differing(&a.limits.domains, &b.limits.domains, &mut out);
+    out.extend(a.suspended.symmetric_difference(&b.suspended));
+    out
+}
+
+/// Adds to `out` the keys whose entries differ between `a` and `b`.
+fn differing<'s, V: PartialEq>(
+    a: &'s BTreeMap<Domain, V>,
+    b: &'s BTreeMap<Domain, V>,
+    out: &mut BTreeSet<&'s Domain>,
+) {
+    out.extend(
+        a.iter()
+            .filter(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, _)| k),
+    );
+    out.extend(b.keys().filter(|k| !a.contains_key(*k)));
+}
+
+/// One domain's objects: its route, HTTPS policy, suspension, WAF policy, protections and
+/// limit policy.
+fn domain_objects(state: &EdgeState, d: &Domain, out: &mut Objects) {
+    if let Some(b) = state.domains.get(d) {
         out.insert(ObjectKey::Domain(d.clone()), Object::Servers(b.clone()));
     }
-    for (d, app) in &state.app_domains {
+    if let Some(app) = state.app_domains.get(d) {
         out.insert(ObjectKey::Domain(d.clone()), Object::App(app.clone()));
     }
-    for (d, p) in &state.https {
+    if let Some(p) = state.https.get(d) {
         out.insert(ObjectKey::Https(d.clone()), Object::Https(*p));
     }
-    for d in &state.suspended {
+    if state.suspended.contains(d) {
         out.insert(ObjectKey::Suspended(d.clone()), Object::Suspended);
     }
-    for (d, p) in &state.waf {
+    if let Some(p) = state.waf.get(d) {
         out.insert(ObjectKey::Waf(d.clone()), Object::Waf(p.clone()));
     }
-    for (d, p) in &state.protections {
-        out.insert(
-            ObjectKey::Protections(d.clone()),
-            Object::Protections(p.clone()),
-        );
+    if let Some(p) = state.protections.get(d) {
+        let object = Object::Protections(p.clone());
+        out.insert(ObjectKey::Protections(d.clone()), object);
     }
-    for (d, p) in &state.limits.domains {
+    if let Some(p) = state.limits.domains.get(d) {
         out.insert(ObjectKey::DomainLimits(d.clone()), Object::DomainLimits(*p));
     }
+}
+
+/// The objects no domain holds: the limits' settings, exempt clients, proxies and blocks.
+fn global_objects(
+    state: &EdgeState,
+    proxies: &[(ProxyNet, Option<ProxyPreset>)],
+    blocks: &[Block],
+    out: &mut Objects,
+) {
     for k in &state.limits.exempt {
         out.insert(ObjectKey::Exempt(*k), Object::Exempt);
     }
@@ -143,7 +217,6 @@ pub fn objects_of(
     for b in blocks {
         out.insert(ObjectKey::Block(b.key), Object::Block(b.clone()));
     }
-    out
 }
 
 /// One difference between two sets of objects: the new value, or `None` when it is gone.

@@ -135,3 +135,43 @@ fn keys_that_name_nothing_known_are_refused() {
         assert!(ObjectKey::parse(path).is_err(), "{path} was accepted");
     }
 }
+
+/// A writer's changes, computed from the domains that differ only, are what a diff of every
+/// object says: a domain added, one moved from servers to an application, a server changed,
+/// a suspension lifted, an HTTPS policy removed, an exempt client and a proxy added.
+#[test]
+fn the_changes_between_two_states_are_the_diff_of_all_their_objects() {
+    let before = sample_state();
+    let mut after = before.clone();
+    after
+        .domains
+        .insert(domain("new.example.com"), backend(&["10.0.0.9:80"]));
+    after
+        .domains
+        .insert(domain("shop.example.com"), backend(&["10.0.0.6:8080"]));
+    after.domains.remove(&domain("shop.example.com"));
+    after
+        .app_domains
+        .insert(domain("shop.example.com"), "shop".parse().unwrap());
+    after.suspended.clear();
+    after.https.clear();
+    after
+        .limits
+        .exempt
+        .insert("198.51.100.0/24".parse().unwrap());
+    let proxies = [("10.9.0.0/16".parse().unwrap(), None)];
+    let (old, changes) = changes_between((&before, &[]), (&after, &proxies));
+    let all = diff(
+        &objects_of(&before, &[], &[]),
+        &objects_of(&after, &proxies, &[]),
+    );
+    assert_eq!(changes, all);
+    assert_eq!(changes.len(), 6, "{changes:#?}");
+    for (key, _) in &changes {
+        let was = objects_of(&before, &[], &[]).get(key).cloned();
+        assert_eq!(old.get(key).cloned(), was, "{key:?} before the change");
+    }
+    assert!(changes_between((&before, &[]), (&before.clone(), &[]))
+        .1
+        .is_empty());
+}
