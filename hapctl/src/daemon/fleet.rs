@@ -160,8 +160,16 @@ fn note_read(health: &Mutex<Health>, batch: &Batch) {
     let mut h = lock(health);
     h.etcd_error = None;
     h.published = batch.published;
-    if batch.full || !batch.refused.is_empty() {
+    if batch.every_value {
         h.refused_keys = batch.refused.clone();
+    } else {
+        // A key this batch read is as the batch says now; the others keep their refusal.
+        let read = |key: &String| {
+            batch.changes.iter().any(|(k, _)| k.path() == *key)
+                || batch.refused.iter().any(|(r, _)| r == key)
+        };
+        h.refused_keys.retain(|(key, _)| !read(key));
+        h.refused_keys.extend(batch.refused.iter().cloned());
     }
     for (key, why) in &batch.refused {
         tracing::error!("fleet key {key} refused, this edge keeps what it had: {why}");
@@ -266,4 +274,45 @@ fn report(edge: &Edge, health: &Health, name: String) -> EdgeReport {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(keys: &[&str]) -> Vec<(String, String)> {
+        keys.iter()
+            .map(|k| (k.to_string(), "no".to_string()))
+            .collect()
+    }
+
+    /// A read that decoded only some values (a watch's events, a read after a broken watch)
+    /// keeps the refusals of the keys it did not read; a read of every value replaces them.
+    #[test]
+    fn refusals_of_keys_a_batch_did_not_read_are_kept() {
+        let health = Mutex::new(Health::default());
+        let every = Batch {
+            refused: refused(&["waf/a.example.com", "teapot/x"]),
+            every_value: true,
+            ..Batch::default()
+        };
+        note_read(&health, &every);
+        let fixed = ObjectKey::parse("waf/a.example.com").unwrap();
+        let partial = Batch {
+            changes: vec![(fixed, None)],
+            refused: refused(&["teapot/y"]),
+            ..Batch::default()
+        };
+        note_read(&health, &partial);
+        let keys = |h: &Mutex<Health>| -> Vec<String> {
+            lock(h)
+                .refused_keys
+                .iter()
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        assert_eq!(keys(&health), ["teapot/x", "teapot/y"]);
+        note_read(&health, &every);
+        assert_eq!(keys(&health), ["waf/a.example.com", "teapot/x"]);
+    }
 }

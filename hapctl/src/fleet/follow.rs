@@ -25,6 +25,9 @@ pub struct Batch {
     pub published: bool,
     /// A full read (rather than watch events).
     pub full: bool,
+    /// Every value was read and decoded: `refused` is every refusal there is (otherwise only
+    /// those among the keys this batch read).
+    pub every_value: bool,
     /// The revision went back (etcd restored from an older snapshot): the read wins over
     /// everything this edge had.
     pub went_back: bool,
@@ -41,6 +44,7 @@ pub fn batch_of_snapshot(
     let mut batch = Batch {
         revision: snapshot.revision,
         full: true,
+        every_value: true,
         ..Batch::default()
     };
     for kv in &snapshot.kvs {
@@ -278,23 +282,7 @@ impl Follower {
         let keys = if complete { None } else { local.keys() };
         let compares_all = keys.is_none();
         let (mut batch, values) = if let Some((keys, since)) = keys {
-            let changed = listing
-                .kvs
-                .iter()
-                .filter(|kv| kv.mod_revision > since)
-                .count();
-            let snapshot = match changed {
-                0 => Snapshot {
-                    revision: listing.revision,
-                    kvs: Vec::new(),
-                },
-                n if n <= CHANGED_AT_ONCE => {
-                    self.etcd
-                        .read_changed(&root, since, listing.revision)
-                        .await?
-                }
-                _ => self.etcd.read_prefix_at(&root, listing.revision).await?,
-            };
+            let (changed, snapshot) = self.changed_since(&listing, since).await?;
             let read = started.elapsed();
             let batch = batch_of_listing(&self.layout, &listing, &snapshot, since, &keys, now);
             (batch, (changed, read))
@@ -320,6 +308,33 @@ impl Follower {
         self.stream = Some(self.etcd.watch(&root, listing.revision + 1).await?);
         self.next_full = Instant::now() + self.full_read_every;
         Ok(batch)
+    }
+
+    /// The values of the keys `listing` shows changed after `since` (how many, and the read):
+    /// in one request when they are few, page by page otherwise.
+    async fn changed_since(
+        &self,
+        listing: &Snapshot,
+        since: i64,
+    ) -> Result<(usize, Snapshot), FleetError> {
+        let root = self.layout.root();
+        let changed = listing
+            .kvs
+            .iter()
+            .filter(|kv| kv.mod_revision > since)
+            .count();
+        let snapshot = match changed {
+            0 => Snapshot {
+                revision: listing.revision,
+                kvs: Vec::new(),
+            },
+            n if n <= CHANGED_AT_ONCE => {
+                let read = self.etcd.read_changed(&root, since, listing.revision);
+                read.await?
+            }
+            _ => self.etcd.read_prefix_at(&root, listing.revision).await?,
+        };
+        Ok((changed, snapshot))
     }
 
     /// Whether `listing` is older than what this follower saw (etcd restored from an older
@@ -391,7 +406,7 @@ mod tests {
             ],
         };
         let batch = batch_of_snapshot(&layout(), &snapshot, &current, 0);
-        assert!(batch.published && batch.full);
+        assert!(batch.published && batch.full && batch.every_value);
         assert_eq!(batch.revision, 9);
         let got = puts_and_deletes(&batch);
         assert_eq!(
@@ -442,7 +457,7 @@ mod tests {
         .into_iter()
         .collect();
         let batch = batch_of_listing(&layout(), &listing, &changed, 10, &local, 0);
-        assert!(batch.published && batch.full);
+        assert!(batch.published && batch.full && !batch.every_value);
         assert_eq!(batch.revision, 12);
         let got = puts_and_deletes(&batch);
         assert_eq!(
