@@ -194,7 +194,8 @@ impl Store {
         domain_exists(&self.conn, domain)
     }
 
-    /// Drops the copy of the state kept between reads (the next read parses the rows).
+    /// Drops the copy of the state kept between reads (the next read parses the rows, or takes
+    /// the copy this connection shares when it is current).
     pub fn forget_state(&self) {
         self.cache.borrow_mut().forget();
     }
