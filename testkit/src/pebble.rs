@@ -404,6 +404,15 @@ impl Pebble {
             .collect()
     }
 
+    /// How many certificates this Pebble issued (its log says each one).
+    pub fn issued_count(&self) -> usize {
+        fs::read_to_string(self.dir.path().join("pebble.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("Issued certificate serial"))
+            .count()
+    }
+
     /// The last lines of both logs, for panic messages.
     pub fn log_tail(&self) -> String {
         let mut s = String::new();

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 
 use hapctl::edge::{CertView, RenewOutcome};
+use hapctl::fleet::certs::FleetCertStatus;
 use hapctl::model::{CertName, Domain};
 use hapctl::tls::InstallReport;
 
@@ -113,7 +114,9 @@ pub fn run(dir: &Path, cmd: CertCommand) -> Result<u8, Failure> {
             Ok(print_install(&report, out.json))
         }
         CertCommand::Ls(out) => {
-            print_certs(&open(dir)?.certificates()?, out.json);
+            let edge = open(dir)?;
+            let fleet = edge.fleet_certificate_statuses()?;
+            print_certs(&edge.certificates()?, out.json, fleet.as_ref());
             Ok(0)
         }
         CertCommand::Show { name, out } => {
@@ -121,7 +124,7 @@ pub fn run(dir: &Path, cmd: CertCommand) -> Result<u8, Failure> {
             if out.json {
                 output::print_json(&view);
             } else {
-                print_certs(std::slice::from_ref(&view), false);
+                print_certs(std::slice::from_ref(&view), false, None);
             }
             Ok(0)
         }
@@ -175,9 +178,13 @@ fn print_install(report: &InstallReport, json: bool) -> u8 {
     0
 }
 
-fn print_certs(certs: &[CertView], json: bool) {
+fn print_certs(certs: &[CertView], json: bool, fleet: Option<&FleetStatuses>) {
     if json {
-        output::print_json(&serde_json::json!({ "certificates": certs }));
+        let mut out = serde_json::json!({ "certificates": certs });
+        if let Some(fleet) = fleet {
+            out["fleet"] = serde_json::json!(fleet);
+        }
+        output::print_json(&out);
         return;
     }
     let now = hapctl::clock::unix_now();
@@ -203,6 +210,61 @@ fn print_certs(certs: &[CertView], json: bool) {
         if let Some(e) = &r.last_error {
             println!("  LAST RENEWAL FAILED ({} in a row): {e}", r.failures);
         }
+        if let Some(status) = fleet.and_then(|f| f.get(r.name.as_str())) {
+            print_fleet_status(status);
+        }
+    }
+    // The fleet's certificates this edge does not serve (yet, or it refused them).
+    let local: Vec<&str> = certs.iter().map(|c| c.record.name.as_str()).collect();
+    for (name, status) in fleet.into_iter().flatten() {
+        if !local.contains(&name.as_str()) && status.fleet_serial.is_some() {
+            println!("{name}	in the fleet, NOT INSTALLED HERE");
+            print_fleet_status(status);
+        }
+    }
+}
+
+type FleetStatuses = std::collections::BTreeMap<String, FleetCertStatus>;
+
+fn print_fleet_status(s: &FleetCertStatus) {
+    if let Some(serial) = &s.fleet_serial {
+        let edges: Vec<String> = s
+            .installed
+            .iter()
+            .map(|(edge, installed)| {
+                let current = hapctl::tls::x509::serial_matches(installed, serial);
+                format!("{edge}{}", if current { "" } else { " (older serial)" })
+            })
+            .collect();
+        println!(
+            "  fleet serial {serial}, installed on: {}",
+            edges.join(", ")
+        );
+    }
+    if let Some(lock) = &s.lock {
+        println!(
+            "  being ordered by {} since {}",
+            lock.edge,
+            output::rfc3339(lock.since)
+        );
+    }
+    if let Some(last) = &s.last_order {
+        match &last.error {
+            None => println!(
+                "  last order by {} at {}: issued",
+                last.by,
+                output::rfc3339(last.at)
+            ),
+            Some(e) => println!(
+                "  LAST ORDER FAILED by {} at {} ({} in a row): {e}",
+                last.by,
+                output::rfc3339(last.at),
+                last.failures
+            ),
+        }
+    }
+    if let Some(why) = &s.refused {
+        println!("  REFUSED: {why}");
     }
 }
 

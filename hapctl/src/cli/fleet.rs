@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 use clap::Subcommand;
 
+use hapctl::fleet::seal::FleetKey;
 use hapctl::fleet::status::FleetView;
 use hapctl::settings::{without_fleet, SETTINGS_FILE};
 
@@ -22,6 +23,9 @@ pub enum FleetCommand {
     /// Leave the fleet: remove [fleet] from hapctl.toml and this edge's status key. The edge
     /// keeps the state it applied last, alone; restart `hapctl serve` after.
     Leave,
+    /// Make the fleet key ([fleet] key_file), which seals certificates' private keys in etcd:
+    /// once, on one edge; then copy the file (mode 0600) to every edge.
+    Key,
 }
 
 pub fn run(dir: &Path, cmd: FleetCommand) -> Result<u8, Failure> {
@@ -32,8 +36,8 @@ pub fn run(dir: &Path, cmd: FleetCommand) -> Result<u8, Failure> {
                 output::print_json(&published);
             } else {
                 println!(
-                    "published {} objects as the fleet's state (revision {}); start `hapctl serve` on every edge",
-                    published.objects, published.revision
+                    "published {} objects and {} certificates as the fleet's state (revision {}); start `hapctl serve` on every edge",
+                    published.objects, published.certificates, published.revision
                 );
             }
         }
@@ -46,8 +50,26 @@ pub fn run(dir: &Path, cmd: FleetCommand) -> Result<u8, Failure> {
             }
         }
         FleetCommand::Leave => leave(dir)?,
+        FleetCommand::Key => make_key(dir)?,
     }
     Ok(0)
+}
+
+fn make_key(dir: &Path) -> Result<(), Failure> {
+    let settings = hapctl::settings::Settings::load(dir)?;
+    let Some(fleet) = &settings.fleet else {
+        return Err(Failure::input(anyhow::anyhow!(
+            "this edge is in no fleet: add a [fleet] section to hapctl.toml first (docs/fleet.md)"
+        )));
+    };
+    let path = &fleet.key_file;
+    let key = FleetKey::create(path).map_err(Failure::input)?;
+    println!(
+        "made the fleet key {} (id {}); copy it to every edge's [fleet] key_file, mode 0600",
+        path.display(),
+        key.id()
+    );
+    Ok(())
 }
 
 fn leave(dir: &Path) -> Result<(), Failure> {

@@ -8,6 +8,7 @@
 
 mod access_log;
 mod fleet;
+mod fleet_certs;
 mod metrics;
 mod notify;
 mod renewals;
@@ -238,6 +239,7 @@ fn join_fleet(
         edge.connection()?,
         applying,
     );
+    fleet_certs::start(link.clone(), edge.connection()?);
     Ok(Some(link))
 }
 

@@ -2,7 +2,8 @@
 //! through.
 //!
 //! The worker is a thread with its own `Edge`: a few seconds after start, then every minute,
-//! it renews what `tls::renew` says is due (`Edge::renew_due(false)`, one order at a time).
+//! it renews what `tls::renew` says is due (on an edge of a fleet, every few seconds it also
+//! finishes an order whose edge died mid-way) (`Edge::renew_due(false)`, one order at a time).
 //! A failure never loops: `Edge::renew_certificate` records it on the row with a `retry_at`
 //! that backs off exponentially, and `renew::due` skips a row until then. The thread has no
 //! tokio context, so the edge runs each order on a small runtime of its own instead of
@@ -17,7 +18,10 @@ use crate::tls::renew::MAX_IN_FLIGHT;
 
 /// The first look, a little after start (HAProxy is up and the API answers first).
 const FIRST_RUN: Duration = Duration::from_secs(5);
-const EVERY: Duration = Duration::from_secs(60);
+/// Renewals are looked at every `RENEW_EVERY` ticks; on an edge of a fleet, every tick looks
+/// for an order whose edge died mid-way.
+const TICK: Duration = Duration::from_secs(5);
+const RENEW_EVERY: u32 = 12;
 
 /// At most `MAX_IN_FLIGHT` ACME orders at once across the daemon: the worker, the v1 and the
 /// edge manager's routes share it. A std semaphore, because orders run on blocking threads.
@@ -88,12 +92,31 @@ pub fn start(mut edge: Edge, metrics: Arc<Metrics>, gate: Arc<OrderGate>) {
         .name("renewal-worker".into())
         .spawn(move || {
             std::thread::sleep(FIRST_RUN);
-            loop {
-                renew_once(&mut edge, &metrics, &gate);
-                std::thread::sleep(EVERY);
+            let fleet = edge.settings.fleet.is_some();
+            for tick in 0u32.. {
+                if tick % RENEW_EVERY == 0 {
+                    renew_once(&mut edge, &metrics, &gate);
+                }
+                if fleet {
+                    finish_orphans(&mut edge, &metrics, &gate);
+                }
+                std::thread::sleep(TICK);
             }
         })
         .expect("spawn the renewal worker");
+}
+
+/// Finishes the fleet's orders whose edge died mid-way (whichever edge gets the lock).
+fn finish_orphans(edge: &mut Edge, metrics: &Metrics, gate: &OrderGate) {
+    let _permit = gate.acquire();
+    match edge.finish_orphaned_orders() {
+        Ok(names) => {
+            for name in names {
+                metrics.renewal(&name, true);
+            }
+        }
+        Err(e) => tracing::debug!("cannot look for the fleet's unfinished orders: {e}"),
+    }
 }
 
 fn renew_once(edge: &mut Edge, metrics: &Metrics, gate: &OrderGate) {

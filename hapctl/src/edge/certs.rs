@@ -8,9 +8,10 @@ use serde::Serialize;
 
 use super::{Edge, EdgeError};
 use crate::clock::unix_now;
+use crate::fleet::FleetError;
 use crate::model::{CertName, CertSource, Domain};
 use crate::store::CertRecord;
-use crate::tls::acme::{Acme, Method, PendingOrder};
+use crate::tls::acme::{Acme, LocalBoard, Method, PendingOrder};
 use crate::tls::certs::new_record;
 use crate::tls::{bundle, renew, BundleCheck, CertError, Certs, InstallReport, KeyType};
 use crate::tls::{crtlist, x509};
@@ -137,7 +138,11 @@ impl Edge {
             CertSource::Upload,
             if name.is_default() { vec![] } else { sans },
         );
-        Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?)
+        // The default certificate answers unknown names on this edge: it stays its own.
+        match self.fleet_certs()?.filter(|_| !name.is_default()) {
+            Some(fleet) => self.publish_certificate(&fleet, record, &bundle, None),
+            None => Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?),
+        }
     }
 
     /// Orders a certificate for `names` (default: the host `name` stands for) from the ACME CA
@@ -162,7 +167,7 @@ impl Edge {
         self.order_and_install(name, &names, method, source)
     }
 
-    fn key_type(&self) -> Result<KeyType, EdgeError> {
+    pub(super) fn key_type(&self) -> Result<KeyType, EdgeError> {
         Ok(self
             .settings
             .acme
@@ -178,16 +183,27 @@ impl Edge {
         method: Method,
         source: CertSource,
     ) -> Result<InstallReport, EdgeError> {
-        let key_type = self.key_type()?;
+        if let Some(fleet) = self.fleet_certs()? {
+            return self.order_for_fleet(&fleet, name, names, source);
+        }
+        let key = self.new_certificate_key()?;
         let settings = self.settings.clone();
-        let (issued, acme) = block_on(async {
+        let (chain_pem, acme) = block_on(async {
             let acme = Acme::connect(&settings).await?;
-            let issued = acme.issue(names, method, key_type).await?;
-            Ok::<_, CertError>((issued, acme))
+            let pending = acme.begin(names, method).await?;
+            let chain_pem = acme.complete(pending, &key, &LocalBoard(&settings)).await?;
+            Ok::<_, CertError>((chain_pem, acme))
         })??;
-        let report = self.install_issued(name, names, source, &issued.chain_pem, &issued.key)?;
+        let report = self.install_issued(name, names, source, &chain_pem, &key)?;
         self.follow_ari(&acme, name)?;
         Ok(report)
+    }
+
+    fn new_certificate_key(&self) -> Result<rcgen::KeyPair, EdgeError> {
+        Ok(self
+            .key_type()?
+            .generate()
+            .map_err(|e| CertError::Acme(format!("cannot make the certificate key: {e}")))?)
     }
 
     /// When the CA suggests a renewal window (RFC 9773 ARI), renew at a random point in it
@@ -228,7 +244,10 @@ impl Edge {
         )
         .map_err(CertError::from)?;
         let record = new_record(name.clone(), source, names.to_vec());
-        Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?)
+        match self.fleet_certs()? {
+            Some(fleet) => self.publish_certificate(&fleet, record, &bundle, None),
+            None => Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?),
+        }
     }
 
     /// The first half of the two-call DNS-01 flow: the order and the TXT records the caller
@@ -247,20 +266,14 @@ impl Edge {
         name: &CertName,
         pending: PendingOrder,
     ) -> Result<InstallReport, EdgeError> {
-        let key_type = self.key_type()?;
+        let key = self.new_certificate_key()?;
         let names = pending.names().to_vec();
         let settings = self.settings.clone();
-        let issued = block_on(async {
+        let chain_pem = block_on(async {
             let acme = Acme::connect(&settings).await?;
-            acme.complete(pending, key_type).await
+            acme.complete(pending, &key, &LocalBoard(&settings)).await
         })??;
-        self.install_issued(
-            name,
-            &names,
-            CertSource::AcmeDns01,
-            &issued.chain_pem,
-            &issued.key,
-        )
+        self.install_issued(name, &names, CertSource::AcmeDns01, &chain_pem, &key)
     }
 
     /// Renews `name` now (ACME certificates only). A failure is recorded on the row and the
@@ -284,6 +297,12 @@ impl Edge {
             Ok(report) => Ok(RenewOutcome {
                 name: name.clone(),
                 report: Some(report),
+                error: None,
+            }),
+            // Another edge of the fleet renews it now; this one installs the result.
+            Err(EdgeError::Fleet(FleetError::OrderBusy { .. })) => Ok(RenewOutcome {
+                name: name.clone(),
+                report: None,
                 error: None,
             }),
             Err(e) => {
@@ -340,7 +359,10 @@ impl Edge {
     }
 
     pub fn remove_certificate(&mut self, name: &CertName) -> Result<InstallReport, EdgeError> {
-        Ok(Certs::new(&self.settings).remove(&mut self.store, name)?)
+        match self.fleet_certs()?.filter(|_| !name.is_default()) {
+            Some(fleet) => self.remove_from_fleet(&fleet, name),
+            None => Ok(Certs::new(&self.settings).remove(&mut self.store, name)?),
+        }
     }
 
     /// Finishes an interrupted certificate change and aligns the worker with the files.

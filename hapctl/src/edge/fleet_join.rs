@@ -15,6 +15,8 @@ pub struct Published {
     pub revision: i64,
     /// Objects written (blocks included).
     pub objects: usize,
+    /// Certificates put in the fleet (none without the fleet key).
+    pub certificates: usize,
 }
 
 impl Edge {
@@ -55,6 +57,7 @@ impl Edge {
         Ok(Published {
             revision,
             objects: ours.len(),
+            certificates: self.publish_local_certificates()?,
         })
     }
 

@@ -40,6 +40,8 @@ pub struct Kv {
     pub key: String,
     pub value: Vec<u8>,
     pub mod_revision: i64,
+    /// The lease it was written under (0: none).
+    pub lease: i64,
 }
 
 impl Kv {
@@ -48,6 +50,7 @@ impl Kv {
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             value: kv.value().to_vec(),
             mod_revision: kv.mod_revision(),
+            lease: kv.lease(),
         }
     }
 }
@@ -294,6 +297,15 @@ impl Etcd {
             })
             .await?;
         Ok(answer.id())
+    }
+
+    /// Ends `lease` now: every key written under it is deleted.
+    pub async fn revoke(&self, lease: i64) -> Result<(), FleetError> {
+        self.call("revoke a lease", |mut c| async move {
+            c.lease_revoke(lease).await
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Renews `lease` once; false when etcd no longer knows it.

@@ -382,6 +382,7 @@ mod tests {
             key: key.to_string(),
             value: value.as_bytes().to_vec(),
             mod_revision: 1,
+            lease: 0,
         }
     }
 

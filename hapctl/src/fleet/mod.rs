@@ -3,11 +3,13 @@
 //! the writer too, follows the prefix (`follow.rs`) and applies what it reads through its own
 //! safe path; each edge says how it stands under a leased key (`status.rs`).
 
+pub mod certs;
 pub mod etcd;
 pub mod follow;
 pub mod link;
 pub mod object;
 pub mod publish;
+pub mod seal;
 pub mod status;
 
 pub use link::FleetLink;
@@ -42,6 +44,15 @@ pub enum FleetError {
     NotPublished(String),
     #[error("a fleet is already published under {0}: an edge joins it by starting `hapctl serve` with [fleet]; it does not publish again")]
     AlreadyPublished(String),
+    #[error(transparent)]
+    Seal(#[from] seal::SealError),
+    /// Another edge holds the certificate's order lock.
+    #[error("certificate {name} is being ordered by edge {edge} (since {since}): every edge installs it once it is issued; `hapctl cert ls` shows where it stands")]
+    OrderBusy {
+        name: String,
+        edge: String,
+        since: i64,
+    },
     #[error("revision {revision} was published, but this edge had not applied it after {waited:?}: `hapctl fleet status` shows where it stands")]
     NotApplied {
         revision: i64,

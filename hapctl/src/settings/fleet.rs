@@ -31,6 +31,9 @@ pub struct FleetSettings {
     pub full_read_every: Duration,
     /// How a change that needs a reload reaches the edges.
     pub rollout: Rollout,
+    /// The fleet key (`hapctl fleet key`): certificates' private keys are sealed with it in
+    /// etcd. The same file on every edge.
+    pub key_file: PathBuf,
 }
 
 /// `[fleet] rollout`.
@@ -116,6 +119,7 @@ pub(super) struct RawFleet {
     full_read_every: Option<String>,
     rollout: Option<Rollout>,
     peer: Option<String>,
+    key_file: Option<PathBuf>,
 }
 
 /// `None` when the section is absent. `path` resolves a relative path against the state
@@ -191,6 +195,7 @@ pub(super) fn resolve_fleet(
             secs(5)..=secs(86_400),
         )?,
         rollout: raw.rollout.unwrap_or(Rollout::Canary),
+        key_file: path(raw.key_file.unwrap_or_else(|| PathBuf::from("fleet.key"))),
         peer: match raw.peer.as_deref() {
             None => None,
             Some(text) => Some(

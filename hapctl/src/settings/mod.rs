@@ -324,6 +324,7 @@ buffer = "16MiB"
 # full_read_every = "5m"           # the whole state read again, in case a watch missed an event
 # rollout = "canary"               # a reload change: here first, then the fleet ("all": at once)
 # peer = "10.0.0.1:10000"          # HAProxy's peers address: client tables shared by the fleet
+# key_file = "fleet.key"           # seals certificates' keys in etcd: `hapctl fleet key`, same on every edge
 [render]
 # Optional folder whose templates override the embedded ones (same file names).
 # templates_dir = "templates"

@@ -5,7 +5,13 @@
 //! runs the operator's hook, or hands the TXT records to the caller (the old manager's
 //! two-call flow) and completes when told. The account key is made once per directory and kept
 //! 0600 in the 0700 `acme_dir`.
+//!
+//! Where the tokens are published is the caller's [`TokenBoard`]: this edge's map, or (on an
+//! edge of a fleet) etcd, from which every edge's map takes them. The certificate's key is the
+//! caller's too, so an order another process began can be finished ([`Acme::resume`]) with the
+//! key its CSR used.
 
+use std::future::Future;
 use std::ops::AsyncFnMut;
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,7 +24,6 @@ use instant_acme::{
 
 use super::certs::CertError;
 use super::challenge::{Challenges, Token};
-use super::key::KeyType;
 use crate::fsutil;
 use crate::model::Domain;
 use crate::settings::Settings;
@@ -34,10 +39,31 @@ pub enum Method {
     Dns01Manual,
 }
 
-/// A certificate as the CA issued it, and its new key.
-pub struct Issued {
-    pub chain_pem: String,
-    pub key: rcgen::KeyPair,
+/// Where an order's HTTP-01 tokens are published for the CA to fetch.
+pub trait TokenBoard {
+    /// Every token answered, on every edge that may be asked, when this returns.
+    fn publish(&self, tokens: &[Token]) -> impl Future<Output = Result<(), CertError>> + Send;
+    /// Stops answering them (after the order, whatever its outcome); failures are logged.
+    fn withdraw(&self, tokens: &[Token]) -> impl Future<Output = ()> + Send;
+}
+
+/// This edge's token map.
+pub struct LocalBoard<'a>(pub &'a Settings);
+
+impl TokenBoard for LocalBoard<'_> {
+    async fn publish(&self, tokens: &[Token]) -> Result<(), CertError> {
+        let challenges = Challenges::new(self.0);
+        tokens.iter().try_for_each(|t| challenges.publish(t))
+    }
+
+    async fn withdraw(&self, tokens: &[Token]) {
+        let challenges = Challenges::new(self.0);
+        for token in tokens {
+            if let Err(e) = challenges.withdraw(token) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
 }
 
 /// An order between its creation and its certificate.
@@ -57,6 +83,11 @@ impl PendingOrder {
 
     pub fn names(&self) -> &[Domain] {
         &self.names
+    }
+
+    /// The order's URL at the CA: enough to resume it from another process.
+    pub fn url(&self) -> &str {
+        self.order.url()
     }
 }
 
@@ -101,38 +132,48 @@ pub struct Acme<'a> {
 impl<'a> Acme<'a> {
     /// The account for `[acme] directory`, created (and its key stored) on first use.
     pub async fn connect(settings: &'a Settings) -> Result<Acme<'a>, CertError> {
-        let acme = &settings.acme;
         let path = account_path(settings);
-        let builder = || match &acme.ca_root {
-            Some(root) => Account::builder_with_root(root),
-            None => Account::builder(),
-        };
-        if let Some(root) = acme.ca_root.as_ref().filter(|r| !r.exists()) {
-            return Err(CertError::Acme(format!(
-                "[acme] ca_root {} does not exist; point it at the PEM root of the CA's directory",
-                root.display()
-            )));
-        }
-        let builder = builder().map_err(acme_err("cannot set up the ACME client"))?;
-        if let Some(text) = fsutil::read_optional(&path).map_err(|source| CertError::Io {
+        let stored = fsutil::read_optional(&path).map_err(|source| CertError::Io {
             context: format!("cannot read {}", path.display()),
             source,
-        })? {
-            let credentials: AccountCredentials =
-                serde_json::from_slice(&text).map_err(|e| {
-                    CertError::Acme(format!(
-                        "the ACME account file {} is damaged ({e}); move it away to register a new account",
-                        path.display()
-                    ))
-                })?;
-            let account = builder
-                .from_credentials(credentials)
-                .await
-                .map_err(acme_err("cannot reach the ACME directory"))?;
-            return Ok(Acme { settings, account });
+        })?;
+        if let Some(text) = stored {
+            return Acme::from_credentials(settings, &text).await.map_err(|e| match e {
+                CertError::Refused(why) => CertError::Acme(format!(
+                    "the ACME account file {} is damaged ({why}); move it away to register a new account",
+                    path.display()
+                )),
+                other => other,
+            });
         }
+        let (acme, credentials) = Acme::register(settings).await?;
+        fsutil::write_secret(&path, &credentials).map_err(|source| CertError::Io {
+            context: format!("cannot store the ACME account key in {}", path.display()),
+            source,
+        })?;
+        Ok(acme)
+    }
+
+    /// The account whose credentials (JSON, with its private key) were stored earlier;
+    /// `Refused` when they do not parse.
+    pub async fn from_credentials(
+        settings: &'a Settings,
+        credentials: &[u8],
+    ) -> Result<Acme<'a>, CertError> {
+        let credentials: AccountCredentials = serde_json::from_slice(credentials)
+            .map_err(|e| CertError::Refused(format!("the ACME credentials do not parse: {e}")))?;
+        let account = builder(settings)?
+            .from_credentials(credentials)
+            .await
+            .map_err(acme_err("cannot reach the ACME directory"))?;
+        Ok(Acme { settings, account })
+    }
+
+    /// A new account with the CA, and its credentials to store (a secret: the account key).
+    pub async fn register(settings: &'a Settings) -> Result<(Acme<'a>, Vec<u8>), CertError> {
+        let acme = &settings.acme;
         let contact: Vec<&str> = acme.contact.iter().map(String::as_str).collect();
-        let (account, credentials) = builder
+        let (account, credentials) = builder(settings)?
             .create(
                 &NewAccount {
                     contact: &contact,
@@ -145,11 +186,7 @@ impl<'a> Acme<'a> {
             .await
             .map_err(acme_err("cannot register an ACME account"))?;
         let json = serde_json::to_vec(&credentials).expect("credentials serialise");
-        fsutil::write_secret(&path, &json).map_err(|source| CertError::Io {
-            context: format!("cannot store the ACME account key in {}", path.display()),
-            source,
-        })?;
-        Ok(Acme { settings, account })
+        Ok((Acme { settings, account }, json))
     }
 
     /// Orders a certificate for `names` and collects its challenges (nothing published yet).
@@ -158,64 +195,42 @@ impl<'a> Acme<'a> {
             .iter()
             .map(|n| Identifier::Dns(n.to_string()))
             .collect();
-        let mut order = self
+        let order = self
             .account
             .new_order(&NewOrder::new(&identifiers))
             .await
             .map_err(acme_err("the CA refused the order"))?;
-        let kind = match method {
-            Method::Http01 => ChallengeType::Http01,
-            Method::Dns01Hook | Method::Dns01Manual => ChallengeType::Dns01,
-        };
-        let (mut tokens, mut records) = (Vec::new(), Vec::new());
-        let mut authorizations = order.authorizations();
-        while let Some(authz) = authorizations.next().await {
-            let mut authz = authz.map_err(acme_err("cannot read an authorization"))?;
-            // Authorizations are reused: a name proven recently needs nothing now.
-            if authz.status == AuthorizationStatus::Valid {
-                continue;
-            }
-            let host = authz.identifier().to_string();
-            let Some(challenge) = authz.challenge(kind.clone()) else {
-                return Err(CertError::Acme(format!(
-                    "the CA offers no {kind:?} challenge for {host}{}",
-                    if kind == ChallengeType::Http01 && host.starts_with("*.") {
-                        " (wildcards need DNS-01: pass --dns-01)"
-                    } else {
-                        ""
-                    }
-                )));
-            };
-            let key_auth = challenge.key_authorization();
-            match kind {
-                ChallengeType::Http01 => {
-                    tokens.push(Token::new(&challenge.token, key_auth.as_str())?)
-                }
-                _ => {
-                    let base = host.strip_prefix("*.").unwrap_or(&host);
-                    records.push((format!("_acme-challenge.{base}"), key_auth.dns_value()));
-                }
-            }
-        }
-        Ok(PendingOrder {
-            order,
-            names: names.to_vec(),
-            method,
-            tokens,
-            records,
-        })
+        collect(order, names, method).await
     }
 
-    /// Publishes the challenges (token map or hook), tells the CA to look, and downloads the
-    /// certificate. Every published token or record is withdrawn, whatever happens.
+    /// An order begun earlier (by this edge or another), from its URL, with whatever
+    /// challenges it still needs.
+    pub async fn resume(
+        &self,
+        url: &str,
+        names: &[Domain],
+        method: Method,
+    ) -> Result<PendingOrder, CertError> {
+        let order = self
+            .account
+            .order(url.to_string())
+            .await
+            .map_err(acme_err("cannot read the order at the CA"))?;
+        collect(order, names, method).await
+    }
+
+    /// Publishes the challenges (`board`, or the DNS hook), tells the CA to look, and
+    /// downloads the certificate for `key`. Every published token or record is withdrawn,
+    /// whatever happens. A resumed order already finalized goes straight to the download.
     pub async fn complete(
         &self,
         mut pending: PendingOrder,
-        key_type: KeyType,
-    ) -> Result<Issued, CertError> {
+        key: &rcgen::KeyPair,
+        board: &impl TokenBoard,
+    ) -> Result<String, CertError> {
         let timeout = self.settings.acme.order_timeout;
-        let result = match self.present(&pending).await {
-            Ok(()) => tokio::time::timeout(timeout, self.finish(&mut pending, key_type))
+        let result = match self.present(&pending, board).await {
+            Ok(()) => tokio::time::timeout(timeout, self.finish(&mut pending, key))
                 .await
                 .unwrap_or_else(|_| {
                     Err(CertError::Acme(format!(
@@ -224,25 +239,17 @@ impl<'a> Acme<'a> {
                 }),
             Err(e) => Err(e),
         };
-        self.withdraw(&pending);
+        self.withdraw(&pending, board).await;
         result
     }
 
-    /// `begin` and `complete` in one go.
-    pub async fn issue(
+    async fn present(
         &self,
-        names: &[Domain],
-        method: Method,
-        key_type: KeyType,
-    ) -> Result<Issued, CertError> {
-        let pending = self.begin(names, method).await?;
-        self.complete(pending, key_type).await
-    }
-
-    async fn present(&self, pending: &PendingOrder) -> Result<(), CertError> {
-        let challenges = Challenges::new(self.settings);
-        for token in &pending.tokens {
-            challenges.publish(token)?;
+        pending: &PendingOrder,
+        board: &impl TokenBoard,
+    ) -> Result<(), CertError> {
+        if !pending.tokens.is_empty() {
+            board.publish(&pending.tokens).await?;
         }
         if pending.method == Method::Dns01Hook && !pending.records.is_empty() {
             for (record, value) in &pending.records {
@@ -253,12 +260,9 @@ impl<'a> Acme<'a> {
         Ok(())
     }
 
-    fn withdraw(&self, pending: &PendingOrder) {
-        let challenges = Challenges::new(self.settings);
-        for token in &pending.tokens {
-            if let Err(e) = challenges.withdraw(token) {
-                tracing::warn!("{e}");
-            }
+    async fn withdraw(&self, pending: &PendingOrder, board: &impl TokenBoard) {
+        if !pending.tokens.is_empty() {
+            board.withdraw(&pending.tokens).await;
         }
         if pending.method == Method::Dns01Hook {
             for (record, value) in &pending.records {
@@ -272,8 +276,37 @@ impl<'a> Acme<'a> {
     async fn finish(
         &self,
         pending: &mut PendingOrder,
-        key_type: KeyType,
-    ) -> Result<Issued, CertError> {
+        key: &rcgen::KeyPair,
+    ) -> Result<String, CertError> {
+        let deadline = Instant::now() + self.settings.acme.order_timeout;
+        if pending.order.state().status == OrderStatus::Pending {
+            self.validate(pending, deadline).await?;
+        }
+        if pending.order.state().status == OrderStatus::Ready {
+            let csr = csr(&pending.names, key)?;
+            pending
+                .order
+                .finalize_csr(&csr)
+                .await
+                .map_err(acme_err("the CA refused to finalize the order"))?;
+            crate::fault::point("acme:after-finalize");
+        }
+        let order = &mut pending.order;
+        poll_in_rounds(deadline, async |round| order.poll_certificate(round).await)
+            .await
+            .map_err(acme_err("the CA did not deliver the certificate"))
+    }
+
+    /// Tells the CA the challenges are ready and waits until it validated them.
+    async fn validate(
+        &self,
+        pending: &mut PendingOrder,
+        deadline: Instant,
+    ) -> Result<(), CertError> {
+        let kind = match pending.method {
+            Method::Http01 => ChallengeType::Http01,
+            _ => ChallengeType::Dns01,
+        };
         let order = &mut pending.order;
         let mut authorizations = order.authorizations();
         while let Some(authz) = authorizations.next().await {
@@ -281,18 +314,13 @@ impl<'a> Acme<'a> {
             if authz.status != AuthorizationStatus::Pending {
                 continue;
             }
-            let kind = match pending.method {
-                Method::Http01 => ChallengeType::Http01,
-                _ => ChallengeType::Dns01,
-            };
-            if let Some(mut challenge) = authz.challenge(kind) {
+            if let Some(mut challenge) = authz.challenge(kind.clone()) {
                 challenge
                     .set_ready()
                     .await
                     .map_err(acme_err("the CA refused the challenge"))?;
             }
         }
-        let deadline = Instant::now() + self.settings.acme.order_timeout;
         let status = poll_in_rounds(deadline, async |round| order.poll_ready(round).await)
             .await
             .map_err(acme_err("the CA did not validate the challenges"))?;
@@ -301,29 +329,7 @@ impl<'a> Acme<'a> {
                 "the CA did not validate the challenges (order {status:?}); check that the names resolve to this edge (HTTP-01) or the hook's records (DNS-01)"
             )));
         }
-        let key = key_type
-            .generate()
-            .map_err(|e| CertError::Acme(format!("cannot make the certificate key: {e}")))?;
-        let mut params = rcgen::CertificateParams::new(
-            pending
-                .names
-                .iter()
-                .map(Domain::to_string)
-                .collect::<Vec<_>>(),
-        )
-        .map_err(|e| CertError::Acme(format!("cannot make the CSR: {e}")))?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        let csr = params
-            .serialize_request(&key)
-            .map_err(|e| CertError::Acme(format!("cannot make the CSR: {e}")))?;
-        order
-            .finalize_csr(csr.der())
-            .await
-            .map_err(acme_err("the CA refused to finalize the order"))?;
-        let chain_pem = poll_in_rounds(deadline, async |round| order.poll_certificate(round).await)
-            .await
-            .map_err(acme_err("the CA did not deliver the certificate"))?;
-        Ok(Issued { chain_pem, key })
+        Ok(())
     }
 
     /// The renewal window the CA suggests for `leaf` (RFC 9773), when it offers one.
@@ -361,16 +367,92 @@ impl<'a> Acme<'a> {
     }
 }
 
-/// One account per directory: changing `[acme] directory` registers a new one.
-fn account_path(settings: &Settings) -> PathBuf {
+/// The order's challenges still to answer, by `method`.
+async fn collect(
+    mut order: Order,
+    names: &[Domain],
+    method: Method,
+) -> Result<PendingOrder, CertError> {
+    let kind = match method {
+        Method::Http01 => ChallengeType::Http01,
+        Method::Dns01Hook | Method::Dns01Manual => ChallengeType::Dns01,
+    };
+    let (mut tokens, mut records) = (Vec::new(), Vec::new());
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz.map_err(acme_err("cannot read an authorization"))?;
+        // Authorizations are reused: a name proven recently needs nothing now.
+        if authz.status != AuthorizationStatus::Pending {
+            continue;
+        }
+        let host = authz.identifier().to_string();
+        let Some(challenge) = authz.challenge(kind.clone()) else {
+            return Err(CertError::Acme(format!(
+                "the CA offers no {kind:?} challenge for {host}{}",
+                if kind == ChallengeType::Http01 && host.starts_with("*.") {
+                    " (wildcards need DNS-01: pass --dns-01)"
+                } else {
+                    ""
+                }
+            )));
+        };
+        let key_auth = challenge.key_authorization();
+        match kind {
+            ChallengeType::Http01 => tokens.push(Token::new(&challenge.token, key_auth.as_str())?),
+            _ => {
+                let base = host.strip_prefix("*.").unwrap_or(&host);
+                records.push((format!("_acme-challenge.{base}"), key_auth.dns_value()));
+            }
+        }
+    }
+    Ok(PendingOrder {
+        order,
+        names: names.to_vec(),
+        method,
+        tokens,
+        records,
+    })
+}
+
+/// A CSR for `names` signed by `key`, with an empty subject (the names are its SANs).
+fn csr(names: &[Domain], key: &rcgen::KeyPair) -> Result<Vec<u8>, CertError> {
+    let fail = |e: rcgen::Error| CertError::Acme(format!("cannot make the CSR: {e}"));
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(Domain::to_string).collect::<Vec<_>>())
+            .map_err(fail)?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    Ok(params.serialize_request(key).map_err(fail)?.der().to_vec())
+}
+
+/// The client for `[acme]`: the CA's directory, trusted through `ca_root` when set.
+fn builder(settings: &Settings) -> Result<instant_acme::AccountBuilder, CertError> {
+    let acme = &settings.acme;
+    if let Some(root) = acme.ca_root.as_ref().filter(|r| !r.exists()) {
+        return Err(CertError::Acme(format!(
+            "[acme] ca_root {} does not exist; point it at the PEM root of the CA's directory",
+            root.display()
+        )));
+    }
+    match &acme.ca_root {
+        Some(root) => Account::builder_with_root(root),
+        None => Account::builder(),
+    }
+    .map_err(acme_err("cannot set up the ACME client"))
+}
+
+/// One account per directory: changing `[acme] directory` registers a new one. The id names
+/// it in `acme_dir`, and in the fleet's etcd.
+pub fn account_id(settings: &Settings) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in settings.acme.directory.bytes() {
         h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
     }
-    settings
-        .paths
-        .acme_dir
-        .join(format!("account-{h:016x}.json"))
+    format!("{h:016x}")
+}
+
+fn account_path(settings: &Settings) -> PathBuf {
+    let id = account_id(settings);
+    settings.paths.acme_dir.join(format!("account-{id}.json"))
 }
 
 #[cfg(test)]

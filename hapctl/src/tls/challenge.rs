@@ -48,6 +48,16 @@ impl Token {
             )))
         }
     }
+
+    /// The token: the last segment of the path the CA fetches.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// What HAProxy answers for it.
+    pub fn key_authorization(&self) -> &str {
+        &self.key_authorization
+    }
 }
 
 /// The token map of one edge.

@@ -1,8 +1,10 @@
 //! A fleet: edges sharing one desired state in a real etcd cluster, each applying it through
 //! its own HAProxy. Requests go through every edge's HAProxy to prove a change is in effect
 //! there. `changes`: what a change does across the fleet; `faults`: etcd down, a leader
-//! killed, a restored snapshot; `membership`: joining, leaving, an unpublished fleet.
+//! killed, a restored snapshot; `membership`: joining, leaving, an unpublished fleet; `certs`:
+//! certificates ordered once and installed by every edge.
 
+mod certs;
 mod changes;
 mod faults;
 mod membership;
