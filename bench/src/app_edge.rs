@@ -22,6 +22,7 @@ pub fn start(hapctl: &Path, demo_app: &Path, first: &str) -> anyhow::Result<Demo
         first,
         readiness_timeout: "10s",
         ports: 40,
+        never_ready: "*never*",
     };
     DemoEdge::try_start(new_edge(hapctl)?, &app)
 }

@@ -78,6 +78,8 @@ pub struct DemoApp<'a> {
     pub readiness_timeout: &'a str,
     /// How many ports `port_range` spans past its first.
     pub ports: u16,
+    /// The versions that never become ready: a `case` pattern of the run script.
+    pub never_ready: &'a str,
 }
 
 impl<'a> DemoApp<'a> {
@@ -89,7 +91,27 @@ impl<'a> DemoApp<'a> {
             first,
             readiness_timeout: "2s",
             ports: 30,
+            never_ready: "*never*",
         }
+    }
+
+    /// Writes the run script and the `[[app]]` table into `edge`'s state folder (its ports
+    /// from a range free now; they are reused once their generation is removed).
+    pub fn install(&self, edge: &Edge) -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let script = edge.path("run-app.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncase \"$1\" in {}) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
+                self.never_ready,
+                self.bin.display()
+            ),
+        )?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+        let first_port = free_port().clamp(20_000, 60_000);
+        edge.write_settings(&(edge.settings_text() + &self.settings(first_port)));
+        Ok(())
     }
 
     /// The `[[app]]` table, on ports from `first_port`.
@@ -132,21 +154,9 @@ impl DemoEdge {
     /// `edge` (HAProxy not started) with `app`'s settings, then `haproxy start`, `domain add
     /// HOST --app shop`, `deliver FIRST`, and a wait until the edge serves it.
     pub fn try_start(edge: Edge, app: &DemoApp) -> anyhow::Result<DemoEdge> {
-        use std::os::unix::fs::PermissionsExt;
         // From here on, drop stops the generations (then the edge stops HAProxy).
         let edge = DemoEdge { edge };
-        let script = edge.path("run-app.sh");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncase \"$1\" in *never*) delay=600000;; *) delay=0;; esac\nexec '{}' --version \"$1\" --port \"$2\" --ready-delay-ms $delay\n",
-                app.bin.display()
-            ),
-        )?;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
-        // A range free now; ports are reused once their generation is removed.
-        let first_port = free_port().clamp(20_000, 60_000);
-        edge.write_settings(&(edge.settings_text() + &app.settings(first_port)));
+        app.install(&edge)?;
         edge.start()?;
         edge.try_ok(&["domain", "add", app.host, "--app", "shop"])?;
         edge.try_ok(&["deliver", app.first])?;
@@ -178,11 +188,28 @@ pub fn generation_pids(state_dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// Kills every exec generation of the edge in `state_dir`. Each leads its own session
+/// (setsid): the whole group goes.
+pub fn stop_generations(state_dir: &Path) {
+    for pid in generation_pids(state_dir) {
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+}
+
 impl Drop for DemoEdge {
     fn drop(&mut self) {
-        // Each exec generation leads its own session (setsid): kill the whole group.
-        for pid in self.generation_pids() {
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        stop_generations(self.state_dir());
+    }
+}
+
+/// Stops the exec generations of these state folders on drop, also when a test panicked
+/// (for edges that are not [`DemoEdge`]s, such as a fleet lab's).
+pub struct GenerationsGuard(pub Vec<PathBuf>);
+
+impl Drop for GenerationsGuard {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            stop_generations(dir);
         }
     }
 }

@@ -151,3 +151,52 @@ impl FleetLab {
         }
     }
 }
+
+/// Short requests spread over several edges (round robin, a new connection each, at a steady
+/// rate) from a thread, counting those that fail, until [`SpreadProbe::stop`].
+pub struct SpreadProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<ProbeCount>,
+}
+
+/// What a [`SpreadProbe`] saw.
+#[derive(Debug, Default)]
+pub struct ProbeCount {
+    pub sent: usize,
+    /// Each failed request: the edge's port and what went wrong (an error or the status).
+    pub failed: Vec<(u16, String)>,
+    /// The bodies answered, and how often.
+    pub bodies: std::collections::BTreeMap<String, usize>,
+}
+
+impl SpreadProbe {
+    /// Starts `rate` requests per second for `host` over the edges at `ports`.
+    pub fn start(ports: Vec<u16>, host: &str, rate: u32) -> SpreadProbe {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let host = host.to_string();
+        let every = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+        let handle = std::thread::spawn(move || {
+            let mut count = ProbeCount::default();
+            let started = Instant::now();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let port = ports[count.sent % ports.len()];
+                match crate::try_http_get(None, port, &host, "/", &[]) {
+                    Ok(r) if r.status == 200 => *count.bodies.entry(r.body).or_default() += 1,
+                    Ok(r) => count.failed.push((port, format!("status {}", r.status))),
+                    Err(e) => count.failed.push((port, e)),
+                }
+                count.sent += 1;
+                let next = started + every * count.sent as u32;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            count
+        });
+        SpreadProbe { stop, handle }
+    }
+
+    pub fn stop(self) -> ProbeCount {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().expect("the probe thread")
+    }
+}

@@ -31,7 +31,7 @@ pub mod tls_corpus;
 
 pub use backend::Backend;
 pub use client::{connect_source, http_get, http_send, try_http_get, Response};
-pub use demo::{demo_app_edge, generation_pids, DemoApp, DemoEdge, Stream};
+pub use demo::{demo_app_edge, generation_pids, DemoApp, DemoEdge, GenerationsGuard, Stream};
 pub use edge::{print_tail, Edge, EdgeSetup};
 pub use haproxy::{check_runs, counting_haproxy, haproxy_bin, haproxy_version, refusing_haproxy};
 pub use ports::{free_port, free_port_in};

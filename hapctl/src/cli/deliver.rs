@@ -4,7 +4,8 @@ use std::path::Path;
 
 use clap::Args;
 
-use hapctl::edge::Edge;
+use hapctl::edge::{Edge, FleetDelivery};
+use hapctl::fleet::deliveries::{Kind, Outcome};
 use hapctl::model::{AppName, Version};
 
 use super::{open, output, Failure, JsonFlag, JsonOut};
@@ -16,6 +17,8 @@ pub struct DeliverArgs {
     #[arg(long)]
     app: Option<String>,
     #[command(flatten)]
+    fleet: FleetArgs,
+    #[command(flatten)]
     out: JsonFlag,
 }
 
@@ -24,20 +27,96 @@ pub struct RollbackArgs {
     #[arg(long)]
     app: Option<String>,
     #[command(flatten)]
+    fleet: FleetArgs,
+    #[command(flatten)]
     out: JsonFlag,
+}
+
+#[derive(Args)]
+struct FleetArgs {
+    /// On every running edge of the fleet, edge by edge, each cutover proved; the first
+    /// failure stops it and rolls back the edges already cut over (docs/fleet.md).
+    #[arg(long)]
+    fleet: bool,
+    /// With --fleet: edges delivering at once.
+    #[arg(long, default_value_t = 1, requires = "fleet", value_parser = clap::value_parser!(u16).range(1..=64))]
+    parallel: u16,
 }
 
 pub fn deliver(dir: &Path, args: DeliverArgs) -> Result<u8, Failure> {
     let version: Version = args.version.parse()?;
+    if args.fleet.fleet {
+        return fleet(
+            dir,
+            args.app,
+            Kind::Deliver,
+            Some(version),
+            &args.fleet,
+            args.out.json,
+        );
+    }
     let (mut edge, app) = open_for_app(dir, args.app)?;
     let report = edge.deliver(&app, &version, &mut output::step_printer(args.out.json))?;
     Ok(output::print_delivery(&report, args.out.json))
 }
 
 pub fn rollback(dir: &Path, args: RollbackArgs) -> Result<u8, Failure> {
+    if args.fleet.fleet {
+        return fleet(
+            dir,
+            args.app,
+            Kind::Rollback,
+            None,
+            &args.fleet,
+            args.out.json,
+        );
+    }
     let (mut edge, app) = open_for_app(dir, args.app)?;
     let report = edge.rollback(&app, &mut output::step_printer(args.out.json))?;
     Ok(output::print_delivery(&report, args.out.json))
+}
+
+/// A delivery or rollback edge by edge; exit 9 (as `hapctl prove`) when it stopped.
+fn fleet(
+    dir: &Path,
+    app: Option<String>,
+    kind: Kind,
+    version: Option<Version>,
+    args: &FleetArgs,
+    json: bool,
+) -> Result<u8, Failure> {
+    let app = app.map(|a| a.parse::<AppName>()).transpose()?;
+    let mut progress = |edge: &str, o: &Outcome| {
+        if !json {
+            println!(
+                "{edge}: {:?} {} → {}: {}",
+                o.state,
+                o.from.as_deref().unwrap_or("-"),
+                o.to.as_deref().unwrap_or("-"),
+                o.message
+            );
+        }
+    };
+    let summary = open(dir)?.deliver_fleet(FleetDelivery {
+        app,
+        kind,
+        version,
+        parallel: usize::from(args.parallel),
+        progress: &mut progress,
+    })?;
+    if json {
+        output::print_json(&summary);
+    } else {
+        println!("fleet {kind:?} of {}: {}", summary.asked.app, summary.state);
+        for (edge, state) in &summary.edges {
+            println!("  {edge}: {state}");
+        }
+    }
+    Ok(if summary.state == "delivered" {
+        0
+    } else {
+        hapctl::prove::EXIT_CHECK_FAILED
+    })
 }
 
 pub fn boot(dir: &Path) -> Result<u8, Failure> {

@@ -112,6 +112,21 @@ fn print_view(view: &FleetView) {
             r.message.lines().next().unwrap_or_default()
         );
     }
+    if let Some(d) = &view.delivery {
+        let asked = &d.asked;
+        let version = asked
+            .version
+            .as_ref()
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default();
+        println!(
+            "last fleet delivery: {:?}{version} of {} by {}: {}",
+            asked.kind, asked.app, asked.by, d.state
+        );
+        for (edge, state) in &d.edges {
+            println!("  {edge}: {state}");
+        }
+    }
     println!(
         "{:<16} {:>9} {:<8} {:<10} message",
         "edge", "applied", "lagging", "haproxy"
@@ -131,6 +146,9 @@ fn print_view(view: &FleetView) {
         }
         if r.haproxy != "ok" {
             println!("{:<16} haproxy: {}", "", r.haproxy);
+        }
+        for (app, version) in &r.generations {
+            println!("{:<16} {app} {version} live", "");
         }
     }
 }

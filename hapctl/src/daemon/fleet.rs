@@ -268,6 +268,7 @@ fn report(edge: &Edge, health: &Health, name: String) -> EdgeReport {
         version: env!("CARGO_PKG_VERSION").to_string(),
         addresses,
         peer,
+        generations: edge.live_generations(),
         at: unix_now(),
     }
 }

@@ -9,6 +9,7 @@
 mod access_log;
 mod fleet;
 mod fleet_certs;
+mod fleet_deliveries;
 mod metrics;
 mod notify;
 mod renewals;
@@ -240,6 +241,7 @@ fn join_fleet(
         applying,
     );
     fleet_certs::start(link.clone(), edge.connection()?);
+    fleet_deliveries::start(link.clone(), edge.connection()?);
     Ok(Some(link))
 }
 

@@ -300,7 +300,7 @@ impl Edge {
                 error: None,
             }),
             // Another edge of the fleet renews it now; this one installs the result.
-            Err(EdgeError::Fleet(FleetError::OrderBusy { .. })) => Ok(RenewOutcome {
+            Err(EdgeError::Fleet(FleetError::Busy { .. })) => Ok(RenewOutcome {
                 name: name.clone(),
                 report: None,
                 error: None,

@@ -222,7 +222,7 @@ impl Edge {
             tracing::info!(certificate = %name, began_on = %order.by, "finishing an order whose edge stopped");
             match self.order_for_fleet(&fleet, &name, &order.names, order.source) {
                 Ok(_) => finished.push(name),
-                Err(EdgeError::Fleet(FleetError::OrderBusy { .. })) => {}
+                Err(EdgeError::Fleet(FleetError::Busy { .. })) => {}
                 Err(e) => tracing::warn!(certificate = %name, "cannot finish the order: {e}"),
             }
         }

@@ -8,10 +8,8 @@ use std::time::Duration;
 use super::fleet_certs::FleetCerts;
 use super::EdgeError;
 use crate::clock::unix_now;
-use crate::fleet::certs::{
-    self as fleet_certs, order_context, FleetCert, LastOrder, LockRecord, OrderRecord,
-};
-use crate::fleet::etcd::Etcd;
+use crate::fleet::certs::{self as fleet_certs, order_context, FleetCert, LastOrder, OrderRecord};
+use crate::fleet::lock::{self, LockRecord};
 use crate::fleet::seal::Sealed;
 use crate::fleet::FleetError;
 use crate::model::{CertName, CertSource, Domain};
@@ -64,11 +62,11 @@ impl OrderJob<'_> {
     ) -> Result<Issued, EdgeError> {
         let etcd = self.fleet.etcd();
         let lease = etcd.lease(LOCK_TTL).await?;
-        let keeper = self
-            .fleet
-            .link
-            .handle()
-            .spawn(keep_lease(etcd.clone(), lease));
+        let keeper =
+            self.fleet
+                .link
+                .handle()
+                .spawn(lock::keep(etcd.clone(), lease, LOCK_KEEP_EVERY));
         let outcome = self.locked(settings, served, lease).await;
         keeper.abort();
         // The lock, the tokens and their acknowledgements go with the lease.
@@ -89,15 +87,16 @@ impl OrderJob<'_> {
             edge: self.fleet.me.clone(),
             since: unix_now(),
         };
-        if let Err(holder) = fleet_certs::take_lock(etcd, layout, self.name, &me, lease).await? {
+        if let Err(holder) = lock::take(etcd, &layout.acme_lock(self.name), &me, lease).await? {
             let holder = holder.unwrap_or(LockRecord {
                 edge: "?".into(),
                 since: 0,
             });
-            return Err(FleetError::OrderBusy {
-                name: self.name.to_string(),
+            return Err(FleetError::Busy {
+                what: format!("the order of certificate {}", self.name),
                 edge: holder.edge,
                 since: holder.since,
+                then: "every edge installs the certificate once it is issued; `hapctl cert ls` shows where it stands",
             }
             .into());
         }
@@ -248,7 +247,7 @@ impl OrderJob<'_> {
     pub(super) fn failed(&self, error: &EdgeError) {
         if matches!(
             error,
-            EdgeError::Fleet(FleetError::OrderBusy { .. } | FleetError::Unreachable(_))
+            EdgeError::Fleet(FleetError::Busy { .. } | FleetError::Unreachable(_))
         ) {
             return;
         }
@@ -271,18 +270,6 @@ impl OrderJob<'_> {
         });
         if let Err(e) = record {
             tracing::warn!(certificate = %self.name, "cannot record the failed order in etcd: {e}");
-        }
-    }
-}
-
-async fn keep_lease(etcd: Etcd, lease: i64) {
-    loop {
-        tokio::time::sleep(LOCK_KEEP_EVERY).await;
-        if !etcd.keep_alive(lease).await.unwrap_or(false) {
-            tracing::warn!(
-                "the certificate order's lease was lost: another edge may take the order over"
-            );
-            return;
         }
     }
 }

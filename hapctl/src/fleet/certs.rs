@@ -19,10 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
+use etcd_client::{Compare, CompareOp, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use super::etcd::Etcd;
+use super::lock::LockRecord;
 use super::seal::Sealed;
 use super::{FleetError, Layout};
 use crate::model::{CertName, CertSource, Domain};
@@ -52,13 +53,6 @@ pub struct OrderRecord {
     pub key: Sealed,
     pub by: String,
     pub at: i64,
-}
-
-/// Who holds a certificate's order lock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockRecord {
-    pub edge: String,
-    pub since: i64,
 }
 
 /// How the fleet's last order of a certificate went.
@@ -157,33 +151,6 @@ pub fn parse<T: serde::de::DeserializeOwned>(what: &str, value: &[u8]) -> Result
 
 fn json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("a fleet record serialises")
-}
-
-/// Takes `name`'s order lock for `edge` under `lease`: `Err(holder)` when another edge has it.
-pub async fn take_lock(
-    etcd: &Etcd,
-    layout: &Layout,
-    name: &CertName,
-    record: &LockRecord,
-    lease: i64,
-) -> Result<Result<(), Option<LockRecord>>, FleetError> {
-    let key = layout.acme_lock(name);
-    let put = TxnOp::put(
-        key.as_str(),
-        json(record),
-        Some(PutOptions::new().with_lease(lease)),
-    );
-    let taken = etcd
-        .txn(
-            vec![Compare::version(key.as_str(), CompareOp::Equal, 0)],
-            vec![put],
-        )
-        .await?;
-    if taken.is_some() {
-        return Ok(Ok(()));
-    }
-    let holder = etcd.get(&key).await?;
-    Ok(Err(holder.and_then(|v| parse("the order lock", &v).ok())))
 }
 
 /// Reads one record, `None` when absent.

@@ -4,9 +4,11 @@
 //! safe path; each edge says how it stands under a leased key (`status.rs`).
 
 pub mod certs;
+pub mod deliveries;
 pub mod etcd;
 pub mod follow;
 pub mod link;
+pub mod lock;
 pub mod object;
 pub mod publish;
 pub mod seal;
@@ -46,12 +48,15 @@ pub enum FleetError {
     AlreadyPublished(String),
     #[error(transparent)]
     Seal(#[from] seal::SealError),
-    /// Another edge holds the certificate's order lock.
-    #[error("certificate {name} is being ordered by edge {edge} (since {since}): every edge installs it once it is issued; `hapctl cert ls` shows where it stands")]
-    OrderBusy {
-        name: String,
+    /// Another edge holds the lock of what was asked (a certificate's order, a fleet
+    /// delivery).
+    #[error("{what} runs on edge {edge} since {since} (unix seconds): {then}")]
+    Busy {
+        what: String,
         edge: String,
         since: i64,
+        /// What the caller may do.
+        then: &'static str,
     },
     #[error("revision {revision} was published, but this edge had not applied it after {waited:?}: `hapctl fleet status` shows where it stands")]
     NotApplied {

@@ -23,6 +23,9 @@ pub struct EdgeReport {
     /// Where its HAProxy meets the other edges' to share the client tables (`[fleet] peer`).
     #[serde(default)]
     pub peer: Option<String>,
+    /// Each app's live generation on this edge (app → version).
+    #[serde(default)]
+    pub generations: std::collections::BTreeMap<String, String>,
     /// Unix seconds of this report.
     pub at: i64,
 }
@@ -62,6 +65,8 @@ pub struct FleetView {
     pub edges: Vec<EdgeView>,
     /// The last rollout of a change that needs a reload, if any.
     pub rollout: Option<RolloutReport>,
+    /// The last delivery edge by edge, if any.
+    pub delivery: Option<super::deliveries::Summary>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -130,6 +135,10 @@ pub async fn read_view(
         .get(&layout.rollout())
         .await?
         .and_then(|v| serde_json::from_slice(&v).ok());
+    let delivery = etcd
+        .get(&layout.delivery_last())
+        .await?
+        .and_then(|v| serde_json::from_slice(&v).ok());
     let edges = etcd.read_prefix(&layout.edges()).await?;
     let mut views = Vec::new();
     for kv in edges.kvs {
@@ -149,5 +158,6 @@ pub async fn read_view(
         published,
         edges: views,
         rollout,
+        delivery,
     })
 }

@@ -161,7 +161,7 @@ impl ApiError {
             F::Unchecked(_) => (StatusCode::SERVICE_UNAVAILABLE, "validator_unavailable"),
             F::Etcd(_) | F::Setup(_) => (StatusCode::BAD_GATEWAY, "etcd"),
             F::Seal(_) => (StatusCode::CONFLICT, "fleet_key"),
-            F::OrderBusy { .. } => (StatusCode::CONFLICT, "order_in_progress"),
+            F::Busy { .. } => (StatusCode::CONFLICT, "in_progress"),
         };
         ApiError::new(status, code, e.to_string())
     }

@@ -4,7 +4,7 @@
 //! the version served); prove's lines are the steps `GET /v1/deliveries/current` shows, and its
 //! journal is written where `GET /v1/proofs` reads it.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -15,29 +15,7 @@ use super::error::{ApiError, Body};
 use super::ApiState;
 use crate::contract::DeliveryRequest;
 use crate::deliver::DeliveryStep;
-use crate::model::Version;
 use crate::prove::{Options, ProveError, Subject};
-
-/// Bound on the delivery measured (the held streams must outlast it: see `Options::check`).
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// `hapctl prove`'s defaults, with held streams so that a slow delivery still spans them.
-fn options(host: String, version: &Version) -> Options {
-    Options {
-        streams: 2,
-        rate: 50.0,
-        stream_lines: 2000,
-        stream_interval_ms: 50,
-        stream_hold: Some(Duration::from_secs(1)),
-        settle: Duration::from_secs(1),
-        max_failures: 0,
-        expect_version: Some(version.to_string()),
-        host,
-        path: "/".into(),
-        timeout: COMMAND_TIMEOUT,
-        request_timeout: Duration::from_secs(2),
-    }
-}
 
 pub async fn post_proof(
     State(app): State<ApiState>,
@@ -52,7 +30,7 @@ pub async fn post_proof(
     let exe = std::env::current_exe()
         .map_err(|e| ApiError::internal(format!("cannot find the hapctl binary: {e}")))?;
     let version = req.version;
-    let options = options(host, &version);
+    let options = Options::for_delivery(host, Some(version.to_string()));
     let subject = Subject::Command(vec![
         exe.display().to_string(),
         "deliver".into(),

@@ -59,7 +59,30 @@ fn ser_opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok,
     }
 }
 
+/// Bound on a delivery measured for the dashboard or the fleet (the held streams must
+/// outlast it: see `Options::check`).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Options {
+    /// `hapctl prove`'s defaults for a delivery run by hapctl itself (`POST /v1/proofs`, an
+    /// edge's part of a fleet delivery), with held streams so that a slow one still spans them.
+    pub fn for_delivery(host: String, expect_version: Option<String>) -> Options {
+        Options {
+            streams: 2,
+            rate: 50.0,
+            stream_lines: 2000,
+            stream_interval_ms: 50,
+            stream_hold: Some(Duration::from_secs(1)),
+            settle: Duration::from_secs(1),
+            max_failures: 0,
+            expect_version,
+            host,
+            path: "/".into(),
+            timeout: DELIVERY_TIMEOUT,
+            request_timeout: Duration::from_secs(2),
+        }
+    }
+
     pub fn check(&self) -> Result<(), ProveError> {
         let bad = |m: String| Err(ProveError::Options(m));
         if !(self.rate > 0.0 && self.rate <= 1000.0) {

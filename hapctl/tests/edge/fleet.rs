@@ -2,10 +2,11 @@
 //! its own HAProxy. Requests go through every edge's HAProxy to prove a change is in effect
 //! there. `changes`: what a change does across the fleet; `faults`: etcd down, a leader
 //! killed, a restored snapshot; `membership`: joining, leaving, an unpublished fleet; `certs`:
-//! certificates ordered once and installed by every edge.
+//! certificates ordered once and installed by every edge; `deliveries`: edge by edge, proved.
 
 mod certs;
 mod changes;
+mod deliveries;
 mod faults;
 mod membership;
 

@@ -319,6 +319,7 @@ fn the_old_managers_routes_write_to_the_fleet_too() {
 
 /// `[fleet] peer`: the edges share the client table through HAProxy's peers, so a client over
 /// a limit on one edge is over it on the others; each edge's history names the peers change.
+/// How fast is the benchmark's (`--only fleet-wide`).
 #[test]
 fn a_client_over_a_limit_on_one_edge_is_denied_on_the_others() {
     let lab = FleetLab::start_with(1, 3, |_, edge| {
@@ -354,7 +355,6 @@ fn a_client_over_a_limit_on_one_edge_is_denied_on_the_others() {
         })
         .collect();
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
-    let started = std::time::Instant::now();
     for i in 1..3 {
         lab.wait_all(WITHIN, |j, edge| {
             if j != i {
@@ -366,11 +366,6 @@ fn a_client_over_a_limit_on_one_edge_is_denied_on_the_others() {
                 .ok_or_else(|| format!("{}", r.status))
         });
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "denied elsewhere after {:?}",
-        started.elapsed()
-    );
     let history = lab.daemon(2).get("/v1/applies").json.to_string();
     assert!(history.contains("fleet peers: e0, e1, e2"), "{history}");
 }
