@@ -23,6 +23,7 @@ mod deliver;
 mod domain_add;
 mod fixture;
 mod fleet;
+mod fleet_wide;
 mod harness;
 mod log_idle;
 mod logs;
@@ -148,6 +149,12 @@ const SECTIONS: &[Section] = &[
         long: true,
     },
     Section {
+        name: "fleet-wide",
+        about: "3 edges on a 3-member etcd sharing a fleet key, peers and the demo app: certificates ordered once for the fleet (Pebble), a client over a limit on one edge → over it on the others, a delivery and a rollback edge by edge under a probe spread over the edges",
+        run: fleet_wide::run,
+        long: true,
+    },
+    Section {
         name: "cutovers",
         about: "consecutive cutovers, each proven by hapctl's prove checks under 200 req/s and long streams (--count, --with-changes)",
         run: cutovers::run,
@@ -159,7 +166,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, log-idle, waf, and (long, only with --only or --all) certs, fleet, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, log-idle, waf, and (long, only with --only or --all) certs, fleet, fleet-wide, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {

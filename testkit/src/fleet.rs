@@ -200,3 +200,53 @@ impl SpreadProbe {
         self.handle.join().expect("the probe thread")
     }
 }
+
+/// What each edge of a lab that orders certificates needs, prepared in [`FleetLab`]'s setup
+/// (e0 first): `[acme]` pointing at one Pebble that validates HTTP-01 on e0's HTTP bind, and
+/// the fleet key e0 makes (`hapctl fleet key`), copied to the others.
+#[derive(Default)]
+pub struct AcmeFleet {
+    pebble: std::sync::Mutex<Option<crate::pebble::Pebble>>,
+    key: std::sync::Mutex<Option<String>>,
+}
+
+impl AcmeFleet {
+    /// Prepares edge `i`.
+    pub fn prepare(&self, i: usize, edge: &Edge) -> anyhow::Result<()> {
+        let mut pebble = self.pebble.lock().unwrap_or_else(|e| e.into_inner());
+        let p = pebble.get_or_insert_with(|| crate::pebble::Pebble::start(edge.port));
+        // A copy: Pebble's folder goes with it.
+        let ca_root = edge.path("pebble-tls-ca.pem");
+        std::fs::copy(p.ca_root_path(), &ca_root)?;
+        edge.set_acme(&p.directory_url(), &ca_root, None);
+        let mut key = self.key.lock().unwrap_or_else(|e| e.into_inner());
+        match key.as_deref() {
+            None if i == 0 => {
+                edge.try_ok(&["fleet", "key"])?;
+                *key = Some(std::fs::read_to_string(edge.path("fleet.key"))?);
+            }
+            None => anyhow::bail!("e0 is prepared first: it makes the fleet key"),
+            Some(text) => write_fleet_key(edge, text)?,
+        }
+        Ok(())
+    }
+
+    /// The Pebble the edges order from (its log counts what it issued).
+    pub fn into_pebble(self) -> crate::pebble::Pebble {
+        let pebble = self.pebble.into_inner().unwrap_or_else(|e| e.into_inner());
+        pebble.expect("no edge was prepared")
+    }
+}
+
+/// Copies the fleet key file `from` made to `to` (mode 0600), as an operator does.
+pub fn copy_fleet_key(from: &Edge, to: &Edge) -> anyhow::Result<()> {
+    write_fleet_key(to, &std::fs::read_to_string(from.path("fleet.key"))?)
+}
+
+fn write_fleet_key(edge: &Edge, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = edge.path("fleet.key");
+    std::fs::write(&path, text)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}

@@ -350,8 +350,12 @@ impl Edge {
                 .map(|r| r.name.clone())
                 .collect()
         } else {
+            // On an edge of a fleet, a certificate whose last order failed on any edge waits
+            // for the fleet's retry time.
+            let backoffs = self.fleet_backoffs()?;
             renew::due(&records, now)
                 .into_iter()
+                .filter(|r| backoffs.get(r.name.as_str()).is_none_or(|&at| at <= now))
                 .map(|r| r.name.clone())
                 .collect()
         };

@@ -229,6 +229,18 @@ impl Edge {
         Ok(finished)
     }
 
+    /// On an edge of a fleet, the certificates no edge renews before a time (their last order
+    /// failed): name → unix seconds. Empty on a lone edge.
+    pub(super) fn fleet_backoffs(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, i64>, EdgeError> {
+        if self.settings.fleet.is_none() {
+            return Ok(Default::default());
+        }
+        let link = self.link()?;
+        Ok(link.block_on(fleet_certs::backoffs(link.etcd(), link.layout()))?)
+    }
+
     /// What the fleet says of each certificate (`cert ls` on an edge of a fleet).
     pub fn fleet_certificate_statuses(
         &self,

@@ -106,7 +106,6 @@ impl OrderJob<'_> {
             if let Some(cert) = self.newer_in_fleet(served).await? {
                 return Ok(Issued::Already(cert));
             }
-            self.backing_off().await?;
         }
         let acme = self.account(settings).await?;
         let (pending, key) = match order {
@@ -164,22 +163,6 @@ impl OrderJob<'_> {
                 .as_deref()
                 .is_some_and(|s| !crate::tls::x509::serial_matches(s, &c.serial))
         }))
-    }
-
-    /// A failed order holds every edge back until its retry time.
-    async fn backing_off(&self) -> Result<(), EdgeError> {
-        let key = self.fleet.layout().acme_last(self.name);
-        let last: Option<LastOrder> = fleet_certs::read(self.fleet.etcd(), &key).await?;
-        match last.and_then(|l| l.retry_at.map(|at| (l, at))) {
-            Some((last, at)) if at > unix_now() => Err(CertError::Acme(format!(
-                "the fleet's last order of {} failed on {} ({}); no edge orders it again before {at} (unix)",
-                self.name,
-                last.by,
-                last.error.unwrap_or_default()
-            ))
-            .into()),
-            _ => Ok(()),
-        }
     }
 
     /// A new order, recorded (with its key, sealed) before anything is published.

@@ -196,6 +196,22 @@ pub async fn create<T: Serialize>(etcd: &Etcd, key: &str, value: &T) -> Result<b
     Ok(made.is_some())
 }
 
+/// Certificates whose last order failed, and the time before which no edge orders them.
+pub async fn backoffs(etcd: &Etcd, layout: &Layout) -> Result<BTreeMap<String, i64>, FleetError> {
+    let prefix = format!("{}acme/last/", layout.root());
+    let mut out = BTreeMap::new();
+    for kv in etcd.read_prefix(&prefix).await?.kvs {
+        let name = kv.key.trim_start_matches(&prefix).to_string();
+        if let Ok(LastOrder {
+            retry_at: Some(at), ..
+        }) = parse(&kv.key, &kv.value)
+        {
+            out.insert(name, at);
+        }
+    }
+    Ok(out)
+}
+
 /// The fleet's view of every certificate, for `cert ls`.
 pub async fn statuses(
     etcd: &Etcd,

@@ -2,13 +2,12 @@
 //! whose log shows every certificate it issues). Pebble validates HTTP-01 on e0's HTTP bind,
 //! and the orders run on e1: e0 answers tokens it never ordered.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hapctl::tls::probe;
 use hapctl::tls::x509::{serial_matches, CertInfo};
 use serde_json::Value;
-use testkit::fleet::FleetLab;
+use testkit::fleet::{copy_fleet_key, AcmeFleet, FleetLab};
 use testkit::pebble::Pebble;
 use testkit::pki::TestCa;
 use testkit::Edge;
@@ -22,32 +21,9 @@ const TAKEOVER: Duration = Duration::from_secs(45);
 /// A lab of 3 edges sharing one fleet key, each with `[acme]` pointing at a Pebble that
 /// validates on e0.
 fn acme_fleet() -> (FleetLab, Pebble) {
-    let pebble: Mutex<Option<Pebble>> = Mutex::new(None);
-    let key: Mutex<Option<String>> = Mutex::new(None);
-    let lab = FleetLab::start_with(1, 3, |i, edge| {
-        let mut pebble = pebble.lock().unwrap();
-        let p = pebble.get_or_insert_with(|| Pebble::start(edge.port));
-        let ca_root = edge.path("pebble-tls-ca.pem");
-        std::fs::copy(p.ca_root_path(), &ca_root).unwrap();
-        edge.set_acme(&p.directory_url(), &ca_root, None);
-        let mut key = key.lock().unwrap();
-        if i == 0 {
-            let out = edge.ok(&["fleet", "key"]);
-            assert!(out.contains("made the fleet key"), "{out}");
-            *key = Some(std::fs::read_to_string(edge.path("fleet.key")).unwrap());
-        } else {
-            write_private(edge, key.as_deref().unwrap());
-        }
-    });
-    let pebble = pebble.into_inner().unwrap().unwrap();
-    (lab, pebble)
-}
-
-fn write_private(edge: &Edge, key: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let path = edge.path("fleet.key");
-    std::fs::write(&path, key).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let acme = AcmeFleet::default();
+    let lab = FleetLab::start_with(1, 3, |i, edge| acme.prepare(i, edge).unwrap());
+    (lab, acme.into_pebble())
 }
 
 fn served_serial(edge: &Edge, sni: &str) -> Result<String, String> {
@@ -180,7 +156,6 @@ fn an_uploaded_certificate_reaches_every_edge_and_its_removal_too() {
             edge.ok(&["fleet", "key"]);
         }
     });
-    let key = std::fs::read_to_string(lab.edge(0).path("fleet.key")).unwrap();
     let ca = TestCa::new("fleet upload");
     let leaf = ca.leaf(&["up.test"]);
     let bundle = lab.edge(2).path("up.pem");
@@ -202,7 +177,7 @@ fn an_uploaded_certificate_reaches_every_edge_and_its_removal_too() {
     );
 
     // e2 has the key: every edge with it serves the certificate, without a reload.
-    write_private(lab.edge(2), &key);
+    copy_fleet_key(lab.edge(0), lab.edge(2)).unwrap();
     let reloads: Vec<u32> = (0..3).map(|i| settled_reloads(lab.edge(i))).collect();
     let out = lab
         .edge(2)
@@ -218,7 +193,7 @@ fn an_uploaded_certificate_reaches_every_edge_and_its_removal_too() {
     }
     // e1 cannot open the key until the operator copies the file; then it installs by itself.
     assert!(served_serial(lab.edge(1), "up.test").is_ok_and(|s| !serial_matches(&s, &serial)));
-    write_private(lab.edge(1), &key);
+    copy_fleet_key(lab.edge(0), lab.edge(1)).unwrap();
     lab.wait_all(
         Duration::from_secs(30),
         serves_serial("up.test", serial.clone()),
