@@ -35,9 +35,15 @@ pub fn start(link: Arc<FleetLink>, edge: Edge) {
             tokens: BTreeMap::new(),
             not_installed: BTreeMap::new(),
         };
+        // An outage is logged once, not at every try.
+        let mut failing = None;
         loop {
-            if let Err(e) = follower.run().await {
-                tracing::warn!("the fleet's certificates: {e}; reading them again");
+            if let Err(e) = follower.run(&mut failing).await {
+                let e = e.to_string();
+                if failing.as_ref() != Some(&e) {
+                    tracing::warn!("the fleet's certificates: {e}; reading them again");
+                }
+                failing = Some(e);
                 tokio::time::sleep(RETRY).await;
             }
         }
@@ -59,13 +65,15 @@ impl CertFollower {
     }
 
     /// One read of everything, then the watches until one breaks.
-    async fn run(&mut self) -> Result<(), FleetError> {
+    /// `failing` (the last error) is cleared once etcd answered.
+    async fn run(&mut self, failing: &mut Option<String>) -> Result<(), FleetError> {
         let etcd = self.link.etcd().clone();
         let certs = etcd.read_prefix(&self.layout().certs()).await?;
         let installed = etcd
             .read_prefix(&format!("{}installed/", self.layout().root()))
             .await?;
         let tokens = etcd.read_prefix(&self.layout().acme_tokens()).await?;
+        *failing = None;
         let from = certs.revision.max(tokens.revision) + 1;
         let mut in_fleet = Vec::new();
         for kv in &certs.kvs {

@@ -21,21 +21,35 @@ pub fn start(link: Arc<FleetLink>, edge: Edge) {
     let edge = Arc::new(Mutex::new(edge));
     let handle = link.handle().clone();
     handle.spawn(async move {
+        // An outage is logged once, not at every try.
+        let mut failing = None;
         loop {
-            if let Err(e) = follow(&link, &edge).await {
-                tracing::warn!("the fleet's deliveries: {e}; reading this edge's request again");
+            if let Err(e) = follow(&link, &edge, &mut failing).await {
+                let e = e.to_string();
+                if failing.as_ref() != Some(&e) {
+                    tracing::warn!(
+                        "the fleet's deliveries: {e}; reading this edge's request again"
+                    );
+                }
+                failing = Some(e);
                 tokio::time::sleep(RETRY).await;
             }
         }
     });
 }
 
-async fn follow(link: &Arc<FleetLink>, edge: &Arc<Mutex<Edge>>) -> Result<(), FleetError> {
+/// `failing` (the last error) is cleared once etcd answered.
+async fn follow(
+    link: &Arc<FleetLink>,
+    edge: &Arc<Mutex<Edge>>,
+    failing: &mut Option<String>,
+) -> Result<(), FleetError> {
     let key = link
         .layout()
         .delivery_request(link.settings().name.as_str());
     // A prefix read of the exact key (another edge's name may extend this one's).
     let now = link.etcd().read_prefix(&key).await?;
+    *failing = None;
     if let Some(kv) = now.kvs.iter().find(|kv| kv.key == key) {
         answer(link, edge, &kv.value).await;
     }
