@@ -201,13 +201,34 @@ impl SpreadProbe {
     }
 }
 
+/// The fleet key of a lab, prepared in [`FleetLab`]'s setup (e0 first): e0 makes it
+/// (`hapctl fleet key`), the others get a copy, as an operator does.
+#[derive(Default)]
+pub struct SharedKey(std::sync::Mutex<Option<String>>);
+
+impl SharedKey {
+    /// Prepares edge `i`.
+    pub fn prepare(&self, i: usize, edge: &Edge) -> anyhow::Result<()> {
+        let mut key = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match key.as_deref() {
+            None if i == 0 => {
+                edge.try_ok(&["fleet", "key"])?;
+                *key = Some(std::fs::read_to_string(edge.path("fleet.key"))?);
+            }
+            None => anyhow::bail!("e0 is prepared first: it makes the fleet key"),
+            Some(text) => write_fleet_key(edge, text)?,
+        }
+        Ok(())
+    }
+}
+
 /// What each edge of a lab that orders certificates needs, prepared in [`FleetLab`]'s setup
 /// (e0 first): `[acme]` pointing at one Pebble that validates HTTP-01 on e0's HTTP bind, and
-/// the fleet key e0 makes (`hapctl fleet key`), copied to the others.
+/// the [`SharedKey`].
 #[derive(Default)]
 pub struct AcmeFleet {
     pebble: std::sync::Mutex<Option<crate::pebble::Pebble>>,
-    key: std::sync::Mutex<Option<String>>,
+    key: SharedKey,
 }
 
 impl AcmeFleet {
@@ -219,16 +240,7 @@ impl AcmeFleet {
         let ca_root = edge.path("pebble-tls-ca.pem");
         std::fs::copy(p.ca_root_path(), &ca_root)?;
         edge.set_acme(&p.directory_url(), &ca_root, None);
-        let mut key = self.key.lock().unwrap_or_else(|e| e.into_inner());
-        match key.as_deref() {
-            None if i == 0 => {
-                edge.try_ok(&["fleet", "key"])?;
-                *key = Some(std::fs::read_to_string(edge.path("fleet.key"))?);
-            }
-            None => anyhow::bail!("e0 is prepared first: it makes the fleet key"),
-            Some(text) => write_fleet_key(edge, text)?,
-        }
-        Ok(())
+        self.key.prepare(i, edge)
     }
 
     /// The Pebble the edges order from (its log counts what it issued).

@@ -79,17 +79,26 @@ impl Edge {
         let Some(fleet) = self.fleet_certs()? else {
             return Err(FleetError::NoFleet.into());
         };
+        self.install_sealed(&fleet, name, cert).map(Some)
+    }
+
+    /// Opens the fleet's `cert` with the fleet key, checks it as an upload, installs it here
+    /// and says so in etcd.
+    fn install_sealed(
+        &mut self,
+        fleet: &FleetCerts,
+        name: &CertName,
+        cert: &FleetCert,
+    ) -> Result<InstallReport, EdgeError> {
         let key = fleet
             .key
             .open(&cert_context(name), &cert.key)
             .map_err(FleetError::from)?;
         let bundle = checked_bundle(&cert.chain_pem, &key, &cert.names)?;
         let record = new_record(name.clone(), cert.source, cert.names.clone());
-        Ok(Some(Certs::new(&self.settings).install(
-            &mut self.store,
-            record,
-            &bundle,
-        )?))
+        let report = Certs::new(&self.settings).install(&mut self.store, record, &bundle)?;
+        fleet.note_installed(name, &cert.serial);
+        Ok(report)
     }
 
     /// Puts this edge's certificates (all but its default) in the fleet, when it publishes its
@@ -165,7 +174,7 @@ impl Edge {
     }
 
     /// Orders `names` for the fleet under `name`'s lock (or finishes the order another edge
-    /// began), stores the certificate in etcd and installs it here.
+    /// began); the certificate is in etcd for every edge, and installed here.
     pub(super) fn order_for_fleet(
         &mut self,
         fleet: &FleetCerts,
@@ -173,35 +182,38 @@ impl Edge {
         names: &[Domain],
         source: CertSource,
     ) -> Result<InstallReport, EdgeError> {
+        match self.run_order(fleet, name, names, source, false)? {
+            Issued::Stored(cert) | Issued::Already(cert) => self.install_sealed(fleet, name, &cert),
+            Issued::Nothing => {
+                Err(FleetError::Etcd(format!("the order of {name} vanished")).into())
+            }
+        }
+    }
+
+    fn run_order(
+        &mut self,
+        fleet: &FleetCerts,
+        name: &CertName,
+        names: &[Domain],
+        source: CertSource,
+        orphan: bool,
+    ) -> Result<Issued, EdgeError> {
         let job = OrderJob {
             fleet,
             name,
             names,
             source,
             key_type: self.key_type()?,
+            orphan,
         };
         let settings = self.settings.clone();
         let issued = fleet
             .link
             .block_on(job.run(&settings, self.served_serial(name)?));
-        let (chain_pem, key_pem, last) = match issued {
-            Ok(Issued::Ordered { chain_pem, key_pem }) => {
-                let last = job.succeeded(&chain_pem);
-                (chain_pem, key_pem, last)
-            }
-            Ok(Issued::Already(cert)) => {
-                return self.install_fleet_certificate(name, &cert)?.ok_or_else(|| {
-                    FleetError::Etcd("the fleet's certificate vanished".into()).into()
-                })
-            }
-            Err(e) => {
-                job.failed(&e);
-                return Err(e);
-            }
-        };
-        let bundle = checked_bundle(&chain_pem, key_pem.as_bytes(), names)?;
-        let record = new_record(name.clone(), source, names.to_vec());
-        self.publish_certificate(fleet, record, &bundle, Some(&last))
+        if let Err(e) = &issued {
+            job.failed(e);
+        }
+        issued
     }
 
     fn served_serial(&self, name: &CertName) -> Result<Option<String>, EdgeError> {
@@ -220,9 +232,15 @@ impl Edge {
         let mut finished = Vec::new();
         for (name, order) in orphans {
             tracing::info!(certificate = %name, began_on = %order.by, "finishing an order whose edge stopped");
-            match self.order_for_fleet(&fleet, &name, &order.names, order.source) {
-                Ok(_) => finished.push(name),
-                Err(EdgeError::Fleet(FleetError::Busy { .. })) => {}
+            let finished_here = self
+                .run_order(&fleet, &name, &order.names, order.source, true)
+                .and_then(|issued| match issued {
+                    Issued::Stored(cert) => self.install_sealed(&fleet, &name, &cert).map(Some),
+                    Issued::Already(_) | Issued::Nothing => Ok(None),
+                });
+            match finished_here {
+                Ok(Some(_)) => finished.push(name),
+                Ok(None) | Err(EdgeError::Fleet(FleetError::Busy { .. })) => {}
                 Err(e) => tracing::warn!(certificate = %name, "cannot finish the order: {e}"),
             }
         }
@@ -257,7 +275,11 @@ impl Edge {
 }
 
 /// A chain and its key, checked as an upload is, covering `names`.
-fn checked_bundle(chain_pem: &str, key_pem: &[u8], names: &[Domain]) -> Result<Bundle, EdgeError> {
+pub(super) fn checked_bundle(
+    chain_pem: &str,
+    key_pem: &[u8],
+    names: &[Domain],
+) -> Result<Bundle, EdgeError> {
     let mut pem = chain_pem.as_bytes().to_vec();
     pem.extend_from_slice(key_pem);
     let must_cover: Vec<String> = names.iter().map(Domain::to_string).collect();
@@ -278,7 +300,7 @@ impl FleetCerts {
     }
 
     /// The fleet's record of a certificate, its key sealed.
-    fn sealed(
+    pub(super) fn sealed(
         &self,
         record: &crate::store::CertRecord,
         chain_pem: &str,

@@ -72,8 +72,19 @@ impl Edge {
     /// settings (the caller's part).
     pub fn leave_fleet(&mut self) -> Result<(), EdgeError> {
         let link = self.fleet_link()?;
+        let me = link.settings().name.to_string();
         let key = link.layout().edge(&link.settings().name);
-        link.block_on(link.etcd().delete(&key))?;
+        link.block_on(async {
+            link.etcd().delete(&key).await?;
+            // `cert ls` no longer counts this edge among those serving a certificate.
+            let installed = format!("{}installed/", link.layout().root());
+            for kv in link.etcd().read_prefix(&installed).await?.kvs {
+                if kv.key.rsplit_once('/').is_some_and(|(_, edge)| edge == me) {
+                    link.etcd().delete(&kv.key).await?;
+                }
+            }
+            Ok::<_, FleetError>(())
+        })?;
         self.store.clear_fleet_record()?;
         Ok(())
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::fleet_certs::FleetCerts;
+use super::fleet_certs::{checked_bundle, FleetCerts};
 use super::EdgeError;
 use crate::clock::unix_now;
 use crate::fleet::certs::{self as fleet_certs, order_context, FleetCert, LastOrder, OrderRecord};
@@ -15,6 +15,7 @@ use crate::fleet::FleetError;
 use crate::model::{CertName, CertSource, Domain};
 use crate::settings::Settings;
 use crate::tls::acme::{Acme, LocalBoard, Method, PendingOrder, TokenBoard};
+use crate::tls::certs::new_record;
 use crate::tls::challenge::Token;
 use crate::tls::{renew, CertError, KeyType};
 
@@ -32,6 +33,8 @@ pub(super) struct OrderJob<'a> {
     pub names: &'a [Domain],
     pub source: CertSource,
     pub key_type: KeyType,
+    /// Only finish the order a dead edge left: never begin one.
+    pub orphan: bool,
 }
 
 pub(super) fn method_of(source: CertSource) -> Method {
@@ -44,17 +47,17 @@ pub(super) fn method_of(source: CertSource) -> Method {
 
 /// What an order job ends with.
 pub(super) enum Issued {
-    Ordered {
-        chain_pem: String,
-        key_pem: String,
-    },
+    /// Issued and stored in etcd (under the lock, so no other edge sees the order unfinished).
+    Stored(FleetCert),
     /// The fleet already holds a certificate newer than this edge's (another edge renewed it).
     Already(FleetCert),
+    /// The orphaned order was finished by another edge first.
+    Nothing,
 }
 
 impl OrderJob<'_> {
     /// Under the lock: the fleet's newer certificate if another edge renewed it meanwhile,
-    /// else the order (resumed when one is recorded) through to its certificate.
+    /// else the order (resumed when one is recorded) through to its certificate in etcd.
     pub(super) async fn run(
         &self,
         settings: &Settings,
@@ -103,6 +106,9 @@ impl OrderJob<'_> {
         let order: Option<OrderRecord> =
             fleet_certs::read(etcd, &layout.acme_order(self.name)).await?;
         if order.is_none() {
+            if self.orphan {
+                return Ok(Issued::Nothing);
+            }
             if let Some(cert) = self.newer_in_fleet(served).await? {
                 return Ok(Issued::Already(cert));
             }
@@ -118,10 +124,18 @@ impl OrderJob<'_> {
             lease,
         };
         let chain_pem = acme.complete(pending, &key, &board).await?;
-        Ok(Issued::Ordered {
-            chain_pem,
-            key_pem: key.serialize_pem(),
-        })
+        let key_pem = key.serialize_pem();
+        let bundle = checked_bundle(&chain_pem, key_pem.as_bytes(), self.names)?;
+        let record = new_record(self.name.clone(), self.source, self.names.to_vec());
+        let cert = self.fleet.sealed(
+            &record,
+            &bundle.chain_pem,
+            &bundle.key_pem,
+            &bundle.info.serial,
+        );
+        let last = self.succeeded(&cert.serial);
+        fleet_certs::store_cert(etcd, layout, self.name, &cert, Some(&last)).await?;
+        Ok(Issued::Stored(cert))
     }
 
     /// The fleet's one ACME account (sealed in etcd): an order belongs to the account that
@@ -211,14 +225,11 @@ impl OrderJob<'_> {
         Ok((pending, key))
     }
 
-    pub(super) fn succeeded(&self, chain_pem: &str) -> LastOrder {
-        let serial = crate::tls::installed_info(chain_pem)
-            .map(|(info, _)| info.serial)
-            .ok();
+    fn succeeded(&self, serial: &str) -> LastOrder {
         LastOrder {
             by: self.fleet.me.clone(),
             at: unix_now(),
-            serial,
+            serial: Some(serial.to_string()),
             error: None,
             failures: 0,
             retry_at: None,

@@ -752,7 +752,9 @@ fn inputs_that_are_not_an_old_edge_are_refused_clearly_and_change_nothing() {
 /// suspensions and blocks (certificates stay with the edge that imported them).
 #[test]
 fn an_import_on_an_edge_of_a_fleet_reaches_every_edge() {
-    let lab = testkit::fleet::FleetLab::start(1, 2);
+    // Certificates go to the fleet sealed: the edges share the fleet key.
+    let key = testkit::fleet::SharedKey::default();
+    let lab = testkit::fleet::FleetLab::start_with(1, 2, |i, edge| key.prepare(i, edge).unwrap());
     let (shop1, shop2) = (Backend::start("shop"), Backend::start("shop"));
     let (wild, sus) = (Backend::start("wild"), Backend::start("sus"));
     let ca = TestCa::new("legacy-fleet");
@@ -772,4 +774,12 @@ fn an_import_on_an_edge_of_a_fleet_reaches_every_edge() {
             .ok_or_else(|| format!("blocks: {keys:?}"))
     });
     assert!(lab.etcd.get("/hapctl/state/domain/shop.test").is_some());
+    // The imported certificates, in the fleet, are served by both edges.
+    assert!(lab.etcd.get("/hapctl/certs/shop.test").is_some());
+    lab.wait_all(Duration::from_secs(15), |_, edge| {
+        let listed = edge.ok(&["cert", "ls", "--json"]);
+        (listed.contains("\"shop.test\"") && listed.contains("\"wildcard.w.test\""))
+            .then_some(())
+            .ok_or_else(|| format!("cert ls: {listed}"))
+    });
 }

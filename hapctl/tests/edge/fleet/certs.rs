@@ -143,15 +143,19 @@ fn a_certificate_is_ordered_once_for_the_fleet_and_a_dead_holders_order_finished
         "the order was finished with the certificate already issued: {}",
         pebble.log_tail()
     );
+    // The edges that looked for unfinished orders at the same time began none of their own:
+    // after their next look (every 5 s), still no order and no other issuance.
+    std::thread::sleep(Duration::from_secs(6));
     assert!(
         !etcd_dump(&lab).contains("/hapctl/acme/order/"),
         "the order record is gone"
     );
+    assert_eq!(pebble.issued_count(), 2, "{}", pebble.log_tail());
 }
 
 #[test]
 fn an_uploaded_certificate_reaches_every_edge_and_its_removal_too() {
-    let lab = FleetLab::start_with(1, 3, |i, edge| {
+    let mut lab = FleetLab::start_with(1, 3, |i, edge| {
         if i == 0 {
             edge.ok(&["fleet", "key"]);
         }
@@ -222,4 +226,15 @@ fn an_uploaded_certificate_reaches_every_edge_and_its_removal_too() {
             .then_some(())
             .ok_or_else(|| format!("still listed: {names:?}"))
     });
+
+    // An edge that leaves is no longer counted among those serving a certificate.
+    lab.edge(2).ok(&["cert", "import", "up.test", "--pem", pem]);
+    let e2 = "/hapctl/installed/up.test/e2";
+    lab.wait_all(WITHIN, |_, _| {
+        lab.etcd.get(e2).map(drop).ok_or_else(|| format!("no {e2}"))
+    });
+    lab.edges[2].1.kill();
+    lab.edge(2).ok(&["fleet", "leave"]);
+    assert_eq!(lab.etcd.get(e2), None, "{}", etcd_dump(&lab));
+    assert!(lab.etcd.get("/hapctl/installed/up.test/e0").is_some());
 }
