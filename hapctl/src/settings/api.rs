@@ -55,16 +55,36 @@ pub(super) struct RawApi {
     token_file: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    /// A certificate hapctl manages (`hapctl cert`), by name, instead of tls_cert/tls_key.
+    certificate: Option<String>,
     client_ca: Option<PathBuf>,
     allow_plain_http: Option<bool>,
     audit_retention: Option<String>,
 }
 
+/// `certs_dir` holds the certificates hapctl manages (chain and key in one file per name).
 pub(super) fn resolve_api(
     raw: RawApi,
     resolve: impl Fn(Option<PathBuf>, &str) -> PathBuf,
+    certs_dir: &std::path::Path,
 ) -> Result<ApiSettings, Refused> {
-    let tls = match (raw.tls_cert, raw.tls_key) {
+    let (tls_cert, tls_key) = match (raw.certificate, raw.tls_cert, raw.tls_key) {
+        (Some(name), None, None) => {
+            let name: crate::model::CertName = name
+                .parse()
+                .map_err(|e: crate::model::Invalid| refused("api.certificate")(e.to_string()))?;
+            // The file HAProxy loads for it (`tls::crtlist::pem_path`): chain, then key.
+            let pem = certs_dir.join(format!("{name}.pem"));
+            (Some(pem.clone()), Some(pem))
+        }
+        (Some(_), _, _) => {
+            return Err(refused("api.certificate")(
+                "name a certificate hapctl manages, or tls_cert and tls_key: not both".into(),
+            ))
+        }
+        (None, cert, key) => (cert, key),
+    };
+    let tls = match (tls_cert, tls_key) {
         (Some(cert), Some(key)) => Some(ApiTls {
             cert: resolve(Some(cert), ""),
             key: resolve(Some(key), ""),
@@ -99,9 +119,11 @@ mod tests {
 
     fn api(toml: &str) -> Result<ApiSettings, Refused> {
         let raw: RawApi = toml::from_str(toml).unwrap();
-        resolve_api(raw, |p, d| {
-            PathBuf::from("/s").join(p.unwrap_or_else(|| d.into()))
-        })
+        resolve_api(
+            raw,
+            |p, d| PathBuf::from("/s").join(p.unwrap_or_else(|| d.into())),
+            std::path::Path::new("/s/live/certs"),
+        )
     }
 
     #[test]
@@ -128,6 +150,21 @@ mod tests {
         assert_eq!(api("tls_cert = \"c\"").unwrap_err().0, "api.tls_key");
         assert_eq!(api("tls_key = \"k\"").unwrap_err().0, "api.tls_cert");
         assert_eq!(api("client_ca = \"ca\"").unwrap_err().0, "api.client_ca");
+        let managed = api("certificate = \"api.example.com\"")
+            .unwrap()
+            .tls
+            .unwrap();
+        assert_eq!(
+            managed.cert,
+            PathBuf::from("/s/live/certs/api.example.com.pem")
+        );
+        assert_eq!(managed.key, managed.cert, "chain and key in one file");
+        let both = api("certificate = \"a.example.com\"\ntls_cert = \"c\"\ntls_key = \"k\"");
+        assert_eq!(both.unwrap_err().0, "api.certificate");
+        assert_eq!(
+            api("certificate = \"../x\"").unwrap_err().0,
+            "api.certificate"
+        );
         assert_eq!(
             api("audit_retention = \"soon\"").unwrap_err().0,
             "api.audit_retention"

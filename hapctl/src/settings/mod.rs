@@ -266,6 +266,7 @@ listen = "127.0.0.1:9090"
 token_file = "api-token"
 # tls_cert = "api.pem"        # serve the API over TLS (with tls_key); needed off loopback
 # tls_key = "api.key"
+# certificate = "api.example.com" # or a certificate hapctl manages (hapctl cert), renewed in place
 # client_ca = "clients.pem"   # then require client certificates this CA signed
 # allow_plain_http = false    # plain HTTP off loopback: only behind a TLS proxy
 # audit_retention = "90d"     # audit records older than this are deleted
@@ -413,7 +414,7 @@ impl Settings {
             |p| resolve(Some(p), ""),
         )?;
         let fleet = fleet::resolve_fleet(raw.fleet, |p| resolve(Some(p), ""))?;
-        let api = api::resolve_api(raw.api, resolve)?;
+        let api = api::resolve_api(raw.api, resolve, &paths.certs_dir)?;
         Ok(Settings {
             api,
             state_dir,

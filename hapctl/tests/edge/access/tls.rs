@@ -232,3 +232,47 @@ fn a_key_that_does_not_go_with_its_certificate_is_refused_at_start() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("[api] tls_cert"), "{text}");
 }
+
+/// `[api] certificate`: a certificate hapctl manages serves the API, and its replacement
+/// (an import, as a renewal installs one) is served at the next handshake, without a restart.
+#[test]
+fn a_certificate_hapctl_manages_serves_the_api_and_its_replacement_too() {
+    let edge = Edge::started();
+    let ca = TestCa::new("managed");
+    let import = |leaf: &Leaf| {
+        let bundle = edge.path("bundle.pem");
+        std::fs::write(&bundle, ca.bundle(leaf)).unwrap();
+        edge.ok(&["cert", "import", NAME, "--pem", bundle.to_str().unwrap()]);
+    };
+    let first = ca.leaf(&[NAME]);
+    import(&first);
+    edge.set_setting_keys("api", &[("certificate", NAME.to_string())]);
+    std::fs::write(edge.path("clients.pem"), ca.root_pem()).unwrap();
+    let config = client(&ca, None);
+    let api = serve(&edge, &config);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], api.port));
+    let served_serial = || {
+        let served =
+            probe::verified_handshake(addr, NAME, ca.roots(), Duration::from_secs(10)).unwrap();
+        CertInfo::from_der(&served.chain[0]).unwrap().serial
+    };
+    let plain_hex = |s: &str| s.replace(':', "").to_ascii_uppercase();
+    assert_eq!(plain_hex(&served_serial()), plain_hex(&first.serial));
+    assert_eq!(get(&api, &config, "/v1/status", true).unwrap().status, 200);
+
+    let second = ca.leaf(&[NAME]);
+    import(&second);
+    assert_eq!(plain_hex(&served_serial()), plain_hex(&second.serial));
+    let out = curl(
+        &edge,
+        &api,
+        "/v1/status",
+        &["-o", "/dev/null", "-w", "%{http_code}"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        testkit::describe(&out)
+    );
+}
