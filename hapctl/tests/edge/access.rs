@@ -668,3 +668,48 @@ fn a_domain_change_is_recorded_with_the_domain_before_and_what_was_asked() {
         "{records}"
     );
 }
+
+/// The forwarded address is recorded only when the peer is a trusted proxy (`hapctl proxy
+/// add`): from anyone else, an `X-Forwarded-For` header is the client's word and left out.
+#[test]
+fn the_forwarded_address_is_recorded_only_from_a_trusted_proxy() {
+    let edge = Edge::started();
+    let api = Daemon::start(&edge);
+    let bearer = format!("Bearer {}", api.token);
+    let block = |ip: &str| {
+        let body = json!({ "ip": ip }).to_string();
+        let headers = [
+            ("Authorization", bearer.as_str()),
+            ("Content-Type", "application/json"),
+            ("X-Forwarded-For", "198.51.100.1, 203.0.113.9"),
+        ];
+        let r = send(
+            &api,
+            "POST",
+            "/v1/blocked-ips",
+            &headers,
+            Some(body.as_bytes()),
+        );
+        assert!(r.status < 300, "{r:?}");
+    };
+    let record = |ip: &str| {
+        let records = api.get(&format!("/v1/audit?object={ip}")).json;
+        records["records"][0].clone()
+    };
+    block("192.0.2.1");
+    let untrusted = record("192.0.2.1");
+    assert!(untrusted["forwarded"].is_null(), "{untrusted}");
+    assert!(
+        untrusted["peer"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{untrusted}"
+    );
+
+    edge.ok(&["proxy", "add", "127.0.0.0/8"]);
+    block("192.0.2.2");
+    let trusted = record("192.0.2.2");
+    // The address the trusted proxy saw: the last one of the list.
+    assert_eq!(trusted["forwarded"], "203.0.113.9", "{trusted}");
+}
