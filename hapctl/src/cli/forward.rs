@@ -118,6 +118,8 @@ pub fn send(
         .header(hyper::header::HOST, "hapctl")
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
+        // This command's own audit record (as the local user) is written already.
+        .header(hapctl::http::CLI_RECORDED, "1")
         .body(Full::new(Bytes::from(
             serde_json::to_vec(body).map_err(anyhow::Error::from)?,
         )))

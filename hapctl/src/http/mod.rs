@@ -37,6 +37,10 @@ use crate::settings::Settings;
 
 pub use error::ApiError;
 
+/// The header the command line sends with a change it hands over the unix socket: it wrote
+/// the change's audit record itself, as the local user.
+pub const CLI_RECORDED: &str = "x-hapctl-cli-recorded";
+
 /// Largest accepted request body.
 const BODY_LIMIT: usize = 1024 * 1024;
 

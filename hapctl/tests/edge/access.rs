@@ -593,6 +593,15 @@ fn the_command_lines_changes_are_recorded_as_the_local_user() {
         (&json!("hapctl block add"), &json!("cli"), &json!(0))
     );
     assert_eq!(find("not-an-ip")["result"]["status"], 2);
+    // With the daemon running, the command line hands its change over the unix socket:
+    // still one record, the local user's.
+    let api = Daemon::start(&edge);
+    edge.ok(&["block", "add", "192.0.2.13"]);
+    let records = api.get("/v1/audit?object=192.0.2.13").json;
+    let records = records["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["who"], json!(uid), "{records:?}");
+    drop(api);
     // Reads are not recorded; the token commands are, never with their secret.
     edge.ok(&["block", "ls"]);
     let secret = add_token(&edge, "later", "read");
