@@ -17,7 +17,7 @@ use super::{compat, v1, ApiState};
 use crate::access::audit::describe;
 use crate::clock::unix_millis;
 use crate::contract::AuditQuery;
-use crate::model::Domain;
+use crate::model::{BlockKey, BlockQuery, Domain};
 use crate::store::{AuditAttempt, AuditResult};
 
 /// Most bytes of an answer read back for the apply's outcome (larger ones are passed on
@@ -61,7 +61,10 @@ pub async fn record(
         .map(|p| p.iter().map(|(_, v)| v.to_string()).collect())
         .unwrap_or_default();
     let json: Option<Value> = body.and_then(|b| serde_json::from_slice(&b).ok());
-    let (objects, asked) = describe(&params, json.as_ref());
+    let (objects, mut asked) = describe(&params, json.as_ref());
+    if asked.is_empty() && parts.method == axum::http::Method::DELETE {
+        asked = "removed".into();
+    }
     let summary = match before(&app, &route, &objects).await {
         Some(before) => format!("{before} → {asked}"),
         None => asked,
@@ -101,21 +104,36 @@ pub async fn record(
     response
 }
 
-/// What a domain a change names looked like before it (its view's fields, as a summary):
-/// the "before" of the record. Other objects' records say what was asked only.
+/// What the object a change names looked like before it (a domain's fields, whether an
+/// address was blocked, the edge-wide limits): the "before" of the record. Other changes'
+/// records say what was asked only.
 async fn before(app: &ApiState, route: &str, objects: &[String]) -> Option<String> {
-    if !(route.starts_with("/v1/domains/{name}") || route == "/api/domain") {
+    let view = if route.starts_with("/v1/domains/{name}") || route == "/api/domain" {
+        let domain: Domain = objects.first()?.parse().ok()?;
+        let view = app
+            .read(move |edge| edge.with_state(|state| v1::domain_json(state, &domain)))
+            .await
+            .ok()?;
+        view.map(|v| describe(&[], Some(&v)).1)
+    } else if route.starts_with("/v1/blocked-ips") && objects.len() == 1 {
+        let key: BlockKey = objects[0].parse().ok()?;
+        let query = BlockQuery {
+            limit: 1,
+            prefix: Some(key.clone()),
+            ..BlockQuery::default()
+        };
+        let page = app.read(move |edge| edge.blocks_page(&query)).await.ok()?;
+        page.blocks
+            .into_iter()
+            .find(|b| b.key == key)
+            .map(|b| format!("blocked ({})", b.reason))
+    } else if route == "/v1/limits" {
+        let limits = app.read(|edge| edge.limits()).await.ok()?;
+        Some(describe(&[], Some(&serde_json::to_value(limits).ok()?)).1)
+    } else {
         return None;
-    }
-    let domain: Domain = objects.first()?.parse().ok()?;
-    let view = app
-        .read(move |edge| edge.with_state(|state| v1::domain_json(state, &domain)))
-        .await
-        .ok()?;
-    Some(match view {
-        Some(v) => format!("before: {}", describe(&[], Some(&v)).1),
-        None => "before: absent".to_string(),
-    })
+    };
+    Some(format!("before: {}", view.as_deref().unwrap_or("absent")))
 }
 
 /// A record made in one go, attempt and result: a refused request (best effort: nothing was

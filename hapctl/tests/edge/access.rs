@@ -722,3 +722,50 @@ fn the_forwarded_address_is_recorded_only_from_a_trusted_proxy() {
     // The address the trusted proxy saw: the last one of the list.
     assert_eq!(trusted["forwarded"], "203.0.113.9", "{trusted}");
 }
+
+/// A block and the edge-wide limits are recorded with what they were before, as a domain is.
+#[test]
+fn a_block_and_the_limits_are_recorded_with_what_they_were_before() {
+    let edge = Edge::started();
+    let api = Daemon::start(&edge);
+    let summaries = |object: &str| -> Vec<String> {
+        let records = api.get(&format!("/v1/audit?object={object}")).json;
+        records["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["summary"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let block = json!({ "ip": "192.0.2.44", "reason": "scanner" });
+    assert!(api.call("POST", "/v1/blocked-ips", Some(&block)).status < 300);
+    assert!(
+        api.call("DELETE", "/v1/blocked-ips/192.0.2.44", None)
+            .status
+            < 300
+    );
+    // Newest first.
+    let blocks = summaries("192.0.2.44");
+    assert!(blocks[1].starts_with("before: absent →"), "{blocks:?}");
+    assert_eq!(
+        blocks[0], "before: blocked (scanner) → removed",
+        "{blocks:?}"
+    );
+
+    let limits = json!({"preset": "custom", "rules": {"req_rate": "50:deny"}});
+    assert_eq!(api.call("PUT", "/v1/limits", Some(&limits)).status, 200);
+    let records = api.get("/v1/audit?limit=5").json;
+    let put = records["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "PUT /v1/limits")
+        .cloned()
+        .unwrap_or_else(|| panic!("{records}"));
+    let summary = put["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("before: ") && summary.contains(" → "),
+        "{summary}"
+    );
+    assert_ne!(summary, "before: absent → ", "{summary}");
+}
