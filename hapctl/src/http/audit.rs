@@ -119,7 +119,7 @@ async fn before(app: &ApiState, route: &str, objects: &[String]) -> Option<Strin
         let key: BlockKey = objects[0].parse().ok()?;
         let query = BlockQuery {
             limit: 1,
-            prefix: Some(key.clone()),
+            prefix: Some(key),
             ..BlockQuery::default()
         };
         let page = app.read(move |edge| edge.blocks_page(&query)).await.ok()?;
