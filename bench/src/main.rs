@@ -36,6 +36,9 @@ mod stats;
 mod sys;
 mod traffic;
 mod waf;
+mod waf_floor;
+mod waf_report;
+mod waf_round;
 
 use std::cell::OnceCell;
 use std::io::BufRead;

@@ -82,9 +82,7 @@ impl Agent {
             // until libmodsecurity returns, so the bound holds.
             tokio::task::spawn_blocking(move || {
                 let _permit = _permit;
-                let uri = req.uri();
-                let matches = engine.evaluate(&req.request(&uri), req.policy.paranoia);
-                (req, matches)
+                evaluate(&engine, &req)
             })
             .await
             .ok()
@@ -92,21 +90,28 @@ impl Agent {
         let answer = match tokio::time::timeout(self.timeout, job).await {
             Err(_) => Answer::Error("timeout"),
             Ok(None) => Answer::Error("internal"),
-            Ok(Some((_, Err(_)))) => Answer::Error("engine"),
-            Ok(Some((req, Ok(matches)))) => {
-                let v = WafVerdict::score(&matches, &req.policy, &req.path);
-                match (v.over, req.policy.mode) {
-                    (true, WafMode::Block) => Answer::Block(v),
-                    (true, _) => Answer::Detect(v),
-                    // What arrived is clean, but not all the body it must inspect arrived:
-                    // the domain's failure mode decides, never a silent pass.
-                    (false, _) if req.body_cut => Answer::Error("body"),
-                    (false, _) => Answer::Pass(v),
-                }
-            }
+            Ok(Some(answer)) => answer,
         };
         self.metrics.record(answer.outcome(), start.elapsed());
         answer
+    }
+}
+
+/// Evaluates `req` on this thread and scores it under its policy: a worker's whole job (and
+/// the floor `hapctl-bench --only waf` measures the agent against).
+pub fn evaluate(engine: &Engine, req: &Inspect) -> Answer {
+    let uri = req.uri();
+    let Ok(matches) = engine.evaluate(&req.request(&uri), req.policy.paranoia) else {
+        return Answer::Error("engine");
+    };
+    let v = WafVerdict::score(&matches, &req.policy, &req.path);
+    match (v.over, req.policy.mode) {
+        (true, WafMode::Block) => Answer::Block(v),
+        (true, _) => Answer::Detect(v),
+        // What arrived is clean, but not all the body it must inspect arrived:
+        // the domain's failure mode decides, never a silent pass.
+        (false, _) if req.body_cut => Answer::Error("body"),
+        (false, _) => Answer::Pass(v),
     }
 }
 

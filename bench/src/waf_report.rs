@@ -1,0 +1,218 @@
+//! The waf section's tables and issue 38's targets: the floor, the rounds through the edge
+//! beside it (medians of the alternating rounds; the long, single-client and glue rounds one
+//! row each).
+
+use crate::stats::{ms, Summary};
+use crate::waf::{CLIENTS, MEASURE};
+use crate::waf_floor::Floor;
+use crate::waf_round::Round;
+use crate::{Report, Table, Target};
+
+const COLUMNS: [&str; 16] = [
+    "rules",
+    "WAF",
+    "requests",
+    "clients",
+    "req/s",
+    "vs off",
+    "p50",
+    "p99",
+    "added p50",
+    "added p99",
+    "HAProxy cores",
+    "agent cores",
+    "machine cores",
+    "agent CPU µs/req",
+    "vs floor",
+    "failed",
+];
+
+/// What a row's "vs off" and "added" are read against: its WAF-off rounds.
+#[derive(Clone, Copy)]
+struct Base {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+}
+
+impl Base {
+    fn of(off: &[&Round]) -> Base {
+        Base {
+            rate: median(off, Round::per_s),
+            p50: median(off, |r| r.p(50.0)),
+            p99: median(off, |r| r.p(99.0)),
+        }
+    }
+}
+
+pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[Round]) {
+    report.tables.push(floor_table(floors));
+    let alternating = |r: &&Round| {
+        r.plan.rules == "crs" && r.plan.clients == CLIENTS && r.plan.measure == MEASURE
+    };
+    let groups: Vec<Vec<&Round>> = [
+        ("off", "clean"),
+        ("detect", "clean"),
+        ("block", "clean"),
+        ("block", "attack"),
+    ]
+    .iter()
+    .map(|(mode, traffic)| {
+        rounds
+            .iter()
+            .filter(alternating)
+            .filter(|r| r.plan.mode == *mode && r.plan.traffic == *traffic)
+            .collect()
+    })
+    .collect();
+    let base = Base::of(&groups[0]);
+    let floor_of = |rules: &str| {
+        floors
+            .iter()
+            .find(|(r, f)| *r == rules && f.threads == 1)
+            .map_or(f64::NAN, |(_, f)| f.cpu_us())
+    };
+    let mut t = Table::new(
+        format!(
+            "Through the edge, {CLIENTS} kept-alive clients, rounds of {} s alternating (medians); \"added\": over WAF off; \"vs floor\": agent CPU ÷ the floor's CPU per transaction",
+            MEASURE.as_secs()
+        ),
+        &COLUMNS,
+    );
+    for g in groups.iter().filter(|g| !g.is_empty()) {
+        t.row(row(g, &base, floor_of("crs")));
+    }
+    report.tables.push(t);
+    let mut other = Table::new(
+        "Single rounds: the long one (failed answers counted, the agent's errors and timeouts included), one client alone, and the glue (hapctl's base alone, no CRS; added over its own WAF-off round)",
+        &COLUMNS,
+    );
+    let empty_off: Vec<&Round> = rounds
+        .iter()
+        .filter(|r| r.plan.rules == "empty" && r.plan.mode == "off")
+        .collect();
+    for r in rounds.iter().filter(|r| !alternating(r)) {
+        let base = match r.plan.rules {
+            "empty" => Base::of(&empty_off),
+            _ => base,
+        };
+        other.row(row(&[r], &base, floor_of(r.plan.rules)));
+    }
+    report.tables.push(other);
+    report.targets = targets(&groups, rounds, &base, floor_of("crs"));
+}
+
+fn floor_table(floors: &[(&'static str, Floor)]) -> Table {
+    let mut t = Table::new(
+        "The floor: hapctl's evaluation (engine wrapper and scoring) of the edge's clean request, in process, no socket",
+        &["rules", "threads", "transactions/s", "µs per transaction", "CPU µs per transaction"],
+    );
+    for (rules, f) in floors {
+        t.row(vec![
+            rules.to_string(),
+            f.threads.to_string(),
+            format!("{:.0}", f.per_s()),
+            format!("{:.0}", f.wall_us()),
+            format!("{:.0}", f.cpu_us()),
+        ]);
+    }
+    t
+}
+
+fn row(rounds: &[&Round], base: &Base, floor_us: f64) -> Vec<String> {
+    let first = &rounds[0].plan;
+    let rate = median(rounds, Round::per_s);
+    let (p50, p99) = (median(rounds, |r| r.p(50.0)), median(rounds, |r| r.p(99.0)));
+    let agent_us = median(rounds, Round::agent_cpu_us);
+    let inspected = first.mode != "off";
+    let cores =
+        |cpu_secs: fn(&Round) -> f64| format!("{:.2}", median(rounds, |r| cpu_secs(r) / r.secs()));
+    vec![
+        first.rules.to_string(),
+        first.mode.to_string(),
+        if first.traffic == "attack" {
+            "SQL injection (403)".into()
+        } else {
+            "clean (200)".into()
+        },
+        first.clients.to_string(),
+        format!("{rate:.0}"),
+        format!("{:.3}", rate / base.rate),
+        ms(p50),
+        ms(p99),
+        ms(p50 - base.p50),
+        ms(p99 - base.p99),
+        cores(|r| r.haproxy_cpu),
+        cores(|r| r.agent_cpu),
+        cores(|r| r.machine_cores * r.secs()),
+        if inspected {
+            format!("{agent_us:.0}")
+        } else {
+            "-".into()
+        },
+        if inspected {
+            format!("{:.2}", agent_us / floor_us)
+        } else {
+            "-".into()
+        },
+        rounds
+            .iter()
+            .map(|r| r.not_ok + r.agent_failed)
+            .sum::<u64>()
+            .to_string(),
+    ]
+}
+
+fn median(rounds: &[&Round], f: impl Fn(&Round) -> f64) -> f64 {
+    let v: Vec<f64> = rounds.iter().map(|r| f(r)).collect();
+    Summary::of(&v).map_or(f64::NAN, |s| s.median)
+}
+
+fn targets(groups: &[Vec<&Round>], rounds: &[Round], base: &Base, floor_us: f64) -> Vec<Target> {
+    let ratio = |g: &[&Round]| median(g, Round::per_s) / base.rate;
+    let (detect, block) = (&groups[1], &groups[2]);
+    let agent = median(detect, Round::agent_cpu_us) / floor_us;
+    let (p50, p99) = (
+        median(detect, |r| r.p(50.0)) - base.p50,
+        median(detect, |r| r.p(99.0)) - base.p99,
+    );
+    let long: Vec<&Round> = rounds.iter().filter(|r| r.plan.measure > MEASURE).collect();
+    let failed: u64 = long.iter().map(|r| r.not_ok + r.agent_failed).sum();
+    let answered: u64 = long.iter().map(|r| r.ok + r.not_ok).sum();
+    let attacks_passed: u64 = groups[3].iter().map(|r| r.not_ok).sum();
+    vec![
+        Target {
+            goal: "WAF detect ≥ 0.15 × WAF-off req/s (clean)".into(),
+            met: Some(ratio(detect) >= 0.15),
+            detail: format!("{:.3}", ratio(detect)),
+        },
+        Target {
+            goal: "WAF block ≥ 0.15 × WAF-off req/s (clean)".into(),
+            met: Some(ratio(block) >= 0.15),
+            detail: format!("{:.3}", ratio(block)),
+        },
+        Target {
+            goal: "agent CPU per request ≤ 1.3 × the floor's".into(),
+            met: Some(agent <= 1.3),
+            detail: format!(
+                "{:.0} µs vs {floor_us:.0} µs: {agent:.2}×",
+                median(detect, Round::agent_cpu_us)
+            ),
+        },
+        Target {
+            goal: format!("added latency at {CLIENTS} clients: p50 ≤ 2 ms, p99 ≤ 10 ms"),
+            met: Some(p50 <= 2.0 && p99 <= 10.0),
+            detail: format!("p50 +{} ms, p99 +{} ms", ms(p50), ms(p99)),
+        },
+        Target {
+            goal: "0 failed answers in the long round (statuses, agent errors and timeouts)".into(),
+            met: (!long.is_empty()).then_some(failed == 0),
+            detail: format!("{failed} of {answered}"),
+        },
+        Target {
+            goal: "every SQL injection answered 403".into(),
+            met: (!groups[3].is_empty()).then_some(attacks_passed == 0),
+            detail: format!("{attacks_passed} not 403"),
+        },
+    ]
+}
