@@ -1,7 +1,7 @@
 //! The web application firewall (docs/waf.md): hapctl's own SPOE agent over libmodsecurity v3
 //! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
 //! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
-//! `message.rs` parses HAProxy's SPOE message, `ruleset.rs` lists the rules, `trial.rs` evaluates a request without sending it, `agent.rs` speaks SPOP, `metrics.rs` counts
+//! `message.rs` parses HAProxy's SPOE message, `pool.rs` runs the evaluations on the agent's workers, `ruleset.rs` lists the rules, `trial.rs` evaluates a request without sending it, `agent.rs` speaks SPOP, `metrics.rs` counts
 //! and keeps the state file, `status.rs` shows the agent and reloads its rules, `supervise.rs` keeps the agent running under `hapctl serve`.
 //! The HAProxy side is rendered by `render::waf`.
 
@@ -11,6 +11,7 @@ pub mod ffi;
 pub mod matches;
 pub mod message;
 pub mod metrics;
+pub mod pool;
 pub mod ruleset;
 pub mod status;
 pub mod supervise;
@@ -61,7 +62,7 @@ pub async fn serve(
         settings.workers,
         settings.agent_deadline(),
         settings.body_max,
-    ));
+    )?);
     let listener = TcpListener::bind(settings.listen).await?;
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let state = state_file(run_dir);
@@ -153,6 +154,9 @@ async fn accept(
         .await
         .map_err(std::io::Error::other)?;
     let (stream, _) = listener.accept().await?;
+    // An ACK is a small write that must leave at once: with Nagle it waits for HAProxy's
+    // (delayed) acknowledgement of the previous one whenever answers are pipelined.
+    stream.set_nodelay(true)?;
     Ok((stream, permit))
 }
 
@@ -166,7 +170,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(Semaphore::new(1));
         let _a = TcpStream::connect(addr).await.unwrap();
-        let (_first, place) = accept(&listener, &connections).await.unwrap();
+        let (first, place) = accept(&listener, &connections).await.unwrap();
+        assert!(first.nodelay().unwrap(), "answers wait for Nagle");
         let _b = TcpStream::connect(addr).await.unwrap();
         // Full: the second one is not taken, however long it waits (a wait that cannot end
         // early under load, so the short bound proves nothing false).
