@@ -58,7 +58,7 @@ impl Agent {
         timeout: Duration,
         body_max: u32,
     ) -> std::io::Result<Agent> {
-        let pool = Pool::start(workers, MAX_QUEUED)?;
+        let pool = Pool::start(workers)?;
         Ok(Agent::with_pool(engine, pool, timeout, body_max))
     }
 
@@ -306,12 +306,7 @@ mod tests {
         let engine = Engine::from_rules(rules).unwrap_or_else(|e| {
             panic!("{e} (scripts/ensure-test-tools.sh installs libmodsecurity3)")
         });
-        Arc::new(Agent::with_pool(
-            engine,
-            Pool::queue(MAX_QUEUED),
-            timeout,
-            8192,
-        ))
+        Arc::new(Agent::with_pool(engine, Pool::idle(), timeout, 8192))
     }
 
     fn request(query: &str) -> Inspect {

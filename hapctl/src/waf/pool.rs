@@ -1,17 +1,16 @@
-//! The agent's workers: `[waf] workers` threads of their own, each evaluating one request at a
+//! The agent's workers: `[waf] workers` threads of its own, each evaluating one request at a
 //! time from one shared queue, the answer handed back to the connection's task.
 //!
-//! Why threads of their own rather than tokio's blocking pool: they run at a lower scheduling
-//! priority ([`NICE`]). An evaluation is a millisecond of CPU; on an edge whose cores HAProxy
-//! shares, a worker at HAProxy's priority preempts HAProxy threads, and one preempted while it
-//! holds a lock leaves its sibling spinning on it (seen in `perf` as HAProxy's CPU). At a lower
-//! priority an evaluation gives way to HAProxy (and to the agent's own I/O) and uses the CPU
-//! they leave. A request whose requester stopped waiting (its deadline passed) is dropped
-//! without being evaluated, so a backlog drains instead of burning CPU on answers nobody reads.
+//! Why threads of its own rather than tokio's blocking pool behind a semaphore: a worker that
+//! finishes takes the next waiting request itself, where a freed permit woke the waiting
+//! task, which then woke a blocking thread; and a request whose requester stopped waiting
+//! (its deadline passed) is dropped without being evaluated, so a backlog drains instead of
+//! burning CPU on answers nobody reads. One queue under a mutex, one condition variable: a
+//! request wakes one idle worker and no other.
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
@@ -19,37 +18,43 @@ use super::agent::{evaluate, Answer};
 use super::engine::Engine;
 use super::message::Inspect;
 
-/// The workers' nice value: below HAProxy's and the agent's I/O threads' (0).
-pub const NICE: i32 = 10;
-
 struct Job {
     engine: Arc<Engine>,
     req: Inspect,
     reply: oneshot::Sender<Answer>,
 }
 
-type Queue = Arc<Mutex<Receiver<Job>>>;
+/// The waiting requests (bounded by the agent's `MAX_QUEUED` permits), and whether the pool
+/// is gone.
+#[derive(Default)]
+struct Queue {
+    jobs: Mutex<(VecDeque<Job>, bool)>,
+    ready: Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, (VecDeque<Job>, bool)> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 pub struct Pool {
-    jobs: SyncSender<Job>,
-    queue: Queue,
+    queue: Arc<Queue>,
 }
 
 impl Pool {
-    /// A queue of `capacity` requests and `workers` threads taking from it. The threads end
-    /// when the pool is dropped (after the request each one is on).
-    pub fn start(workers: usize, capacity: usize) -> std::io::Result<Pool> {
-        let pool = Pool::queue(capacity);
+    /// `workers` threads taking requests from one queue; they end when the pool is dropped
+    /// (after the request each one is on).
+    pub fn start(workers: usize) -> std::io::Result<Pool> {
+        let pool = Pool::idle();
         pool.add_workers(workers.max(1))?;
         Ok(pool)
     }
 
     /// The queue alone: nothing is evaluated until workers are added.
-    pub fn queue(capacity: usize) -> Pool {
-        let (jobs, rx) = mpsc::sync_channel(capacity);
+    pub fn idle() -> Pool {
         Pool {
-            jobs,
-            queue: Arc::new(Mutex::new(rx)),
+            queue: Arc::default(),
         }
     }
 
@@ -64,43 +69,75 @@ impl Pool {
     }
 
     /// Queues `req` for the next free worker; the answer arrives on the receiver (dropped
-    /// unanswered only if the queue is full or a worker panicked).
+    /// unanswered only if a worker panicked past its guard).
     pub fn submit(&self, engine: Arc<Engine>, req: Inspect) -> oneshot::Receiver<Answer> {
         let (reply, answer) = oneshot::channel();
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
-            self.jobs.try_send(Job { engine, req, reply })
-        {
-            tracing::warn!("waf agent: the workers' queue is full");
-        }
+        self.queue.lock().0.push_back(Job { engine, req, reply });
+        self.queue.ready.notify_one();
         answer
     }
 }
 
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.queue.lock().1 = true;
+        self.queue.ready.notify_all();
+    }
+}
+
 fn work(queue: &Queue) {
-    lower_priority();
     loop {
-        // The lock is held only to take a job, never while evaluating.
-        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
-        let Ok(job) = next else {
-            return; // the pool is gone
+        let job = {
+            let mut q = queue.lock();
+            loop {
+                match q.0.pop_front() {
+                    // Its deadline passed while it waited: nobody reads the answer.
+                    Some(job) if job.reply.is_closed() => continue,
+                    Some(job) => break job,
+                    None if q.1 => return,
+                    None => q = queue.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+                }
+            }
         };
-        if job.reply.is_closed() {
-            continue; // its deadline passed while it waited
-        }
         let answer = catch_unwind(AssertUnwindSafe(|| evaluate(&job.engine, &job.req)))
             .unwrap_or(Answer::Error("internal"));
         let _ = job.reply.send(answer);
     }
 }
 
-/// This thread's nice value to [`NICE`] (Linux sets it per thread).
-fn lower_priority() {
-    // SAFETY: gettid and setpriority have no memory preconditions.
-    let rc = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE)
-    };
-    if rc != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "waf worker: priority not lowered");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Inspect {
+        Inspect {
+            policy: Default::default(),
+            id: "pool-test".into(),
+            client_ip: "127.0.0.1".into(),
+            client_port: 1,
+            method: "GET".into(),
+            path: "/".into(),
+            query: String::new(),
+            version: "1.1".into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            body_cut: false,
+        }
+    }
+
+    #[test]
+    fn requests_queued_before_a_worker_are_answered_when_one_comes() {
+        let engine = Arc::new(
+            Engine::from_rules("SecRuleEngine DetectionOnly").unwrap_or_else(|e| {
+                panic!("{e} (scripts/ensure-test-tools.sh installs libmodsecurity3)")
+            }),
+        );
+        let pool = Pool::idle();
+        drop(pool.submit(engine.clone(), request()));
+        let answer = pool.submit(engine, request());
+        pool.add_workers(1).unwrap();
+        let answer = answer.blocking_recv().unwrap();
+        assert!(matches!(answer, Answer::Pass(_)), "{answer:?}");
+        assert!(pool.queue.lock().0.is_empty());
     }
 }
