@@ -182,6 +182,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             waf_floor::measure(Path::new(DEBIAN_CRS), &req, 2, FLOOR)?,
         ),
         ("empty", waf_floor::measure(&empty_rules, &req, 1, FLOOR)?),
+        ("empty", waf_floor::measure(&empty_rules, &req, 2, FLOOR)?),
     ];
 
     let hapctl = ctx.hapctl_bin()?;
