@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use hapctl::settings::waf::DEBIAN_CRS;
+use hapctl::waf::message::Inspect;
 use hapctl::waf::metrics::CountersSnapshot;
+use hapctl::waf::Engine;
 use serde_json::json;
 use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
@@ -33,7 +35,7 @@ use crate::harness::{new_edge, BenchEdge};
 use crate::memory::{mib, DaemonProcess, Memory};
 use crate::sys::TempDir;
 use crate::traffic::Client;
-use crate::waf_floor;
+use crate::waf_floor::{self, Floor};
 use crate::waf_round::{self, Pids, Plan, Round};
 use crate::{Ctx, Report, Table};
 
@@ -43,7 +45,7 @@ const ROUNDS: usize = 3;
 pub const MEASURE: Duration = Duration::from_secs(5);
 /// The round that counts failed answers (issue 38: none over 60 s).
 const SOAK: Duration = Duration::from_secs(60);
-const FLOOR: Duration = Duration::from_secs(3);
+const FLOOR: Duration = Duration::from_secs(2);
 /// A clean request with a query, so the CRS has arguments to look at.
 pub const CLEAN: &str = "/2026/12/01/hello-world/?page=2&sort=date";
 pub const ATTACK: &str = "/?id=1%27%20OR%20%271%27%3D%271";
@@ -171,19 +173,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let empty_rules = empty.path().join("empty.load");
     std::fs::write(&empty_rules, "# no CRS: hapctl's base alone\n")?;
     let req = waf_floor::request(path, query, &host);
-    eprintln!("waf: the floor, hapctl's evaluation in process…");
-    let floors = [
-        (
-            "crs",
-            waf_floor::measure(Path::new(DEBIAN_CRS), &req, 1, FLOOR)?,
-        ),
-        (
-            "crs",
-            waf_floor::measure(Path::new(DEBIAN_CRS), &req, 2, FLOOR)?,
-        ),
-        ("empty", waf_floor::measure(&empty_rules, &req, 1, FLOOR)?),
-        ("empty", waf_floor::measure(&empty_rules, &req, 2, FLOOR)?),
-    ];
+    let crs = Engine::load(Path::new(DEBIAN_CRS))?;
+    let mut floors = Vec::new();
 
     let hapctl = ctx.hapctl_bin()?;
     let s = Setup::start(&hapctl, Path::new(DEBIAN_CRS))?;
@@ -196,7 +187,13 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let idle = Memory::of(agent)?;
     let reloads0 = s.edge.try_show_proc()?.master.reloads;
     eprintln!("waf: {ROUNDS} x 3 rounds of {MEASURE:?}, {CLIENTS} clients, off/detect/block, then attacks, {SOAK:?} of detect, one client…");
-    let mut rounds = s.rounds(&host, &plans(), &pids)?;
+    // The floor before each turn: other work on the machine changes it as much as the rounds.
+    let mut rounds = Vec::new();
+    for r in 0..ROUNDS {
+        floors.extend(floor("crs", &crs, &req)?);
+        rounds.extend(s.rounds(&host, &turn(r), &pids)?);
+    }
+    rounds.extend(s.rounds(&host, &tail(), &pids)?);
     let reloads = s.edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64;
     let last = s.fresh_snapshot()?;
     if last.pid as i32 != agent {
@@ -209,6 +206,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     drop(s);
 
     eprintln!("waf: the glue, the agent with hapctl's base alone…");
+    floors.extend(floor("empty", &Engine::load(&empty_rules)?, &req)?);
     let g = Setup::start(&hapctl, &empty_rules)?;
     g.wait_agent(&host, "detect", CLEAN, 200)?;
     let (agent, haproxy) = g.pids()?;
@@ -263,19 +261,34 @@ fn plan(
     }
 }
 
-/// The rounds with the CRS: alternating modes, attacks, the long round, one client.
-fn plans() -> Vec<Plan> {
-    let mut plans = Vec::new();
-    for r in 0..ROUNDS {
-        let mut order = MODES;
-        order.rotate_left(r % MODES.len());
-        plans.extend(order.map(|mode| plan("crs", mode, "clean", CLIENTS, MEASURE)));
-    }
-    plans.push(plan("crs", "block", "attack", CLIENTS, MEASURE));
-    plans.push(plan("crs", "detect", "clean", CLIENTS, SOAK));
-    plans.push(plan("crs", "off", "clean", 1, MEASURE));
-    plans.push(plan("crs", "detect", "clean", 1, MEASURE));
-    plans
+/// One turn of the alternating rounds with the CRS: each mode once, the order turned by `r`.
+fn turn(r: usize) -> [Plan; 3] {
+    let mut order = MODES;
+    order.rotate_left(r % MODES.len());
+    order.map(|mode| plan("crs", mode, "clean", CLIENTS, MEASURE))
+}
+
+/// After the turns: attacks, the long round, one client alone.
+fn tail() -> [Plan; 4] {
+    [
+        plan("crs", "block", "attack", CLIENTS, MEASURE),
+        plan("crs", "detect", "clean", CLIENTS, SOAK),
+        plan("crs", "off", "clean", 1, MEASURE),
+        plan("crs", "detect", "clean", 1, MEASURE),
+    ]
+}
+
+/// The floor of `engine` on one thread and on two.
+fn floor(
+    rules: &'static str,
+    engine: &Engine,
+    req: &Inspect,
+) -> anyhow::Result<[(&'static str, Floor); 2]> {
+    eprintln!("  the floor, {rules}…");
+    Ok([
+        (rules, waf_floor::measure(engine, req, 1, FLOOR)?),
+        (rules, waf_floor::measure(engine, req, 2, FLOOR)?),
+    ])
 }
 
 fn memory_table(idle: Memory, peak: Memory) -> Table {

@@ -3,7 +3,6 @@
 //! sends the agent, no socket and no HAProxy. What the agent cannot go below: its CPU per
 //! request is compared with this one's.
 
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -69,20 +68,19 @@ pub fn request(path: &str, query: &str, host: &str) -> Inspect {
     }
 }
 
-/// `threads` threads evaluating `req` through the rules `crs` loads for `measure` (after a
-/// short warm-up); every answer must be a pass.
+/// `threads` threads evaluating `req` through `engine` for `measure` (after a short
+/// warm-up); every answer must be a pass.
 pub fn measure(
-    crs: &Path,
+    engine: &Engine,
     req: &Inspect,
     threads: usize,
     measure: Duration,
 ) -> anyhow::Result<Floor> {
-    let engine = Engine::load(crs)?;
     let warm_until = Instant::now() + Duration::from_millis(300);
     let to = warm_until + measure;
     let counted = thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
-            .map(|_| s.spawn(|| evaluate_until(&engine, req, warm_until, to)))
+            .map(|_| s.spawn(|| evaluate_until(engine, req, warm_until, to)))
             .collect();
         workers
             .into_iter()

@@ -69,13 +69,8 @@ pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[R
     let base = Base::of(&groups[0]);
     // The floor's CPU per transaction on 1 and 2 threads (the agent's default workers).
     let floor_of = |rules: &str| {
-        let at = |threads: usize| {
-            floors
-                .iter()
-                .find(|(r, f)| *r == rules && f.threads == threads)
-                .map_or(f64::NAN, |(_, f)| f.cpu_us())
-        };
-        (at(1), at(2))
+        let cpu = |threads| floor_median(floors, rules, threads, Floor::cpu_us);
+        (cpu(1), cpu(2))
     };
     let mut t = Table::new(
         format!(
@@ -109,19 +104,47 @@ pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[R
 
 fn floor_table(floors: &[(&'static str, Floor)]) -> Table {
     let mut t = Table::new(
-        "The floor: hapctl's evaluation (engine wrapper and scoring) of the edge's clean request, in process, no socket",
-        &["rules", "threads", "transactions/s", "µs per transaction", "CPU µs per transaction"],
+        "The floor: hapctl's evaluation (engine wrapper and scoring) of the edge's clean request, in process, no socket; measured before each turn of rounds (medians, CPU range)",
+        &["rules", "threads", "samples", "transactions/s", "µs per transaction", "CPU µs per transaction", "CPU range"],
     );
-    for (rules, f) in floors {
+    for (rules, threads) in [("crs", 1), ("crs", 2), ("empty", 1), ("empty", 2)] {
+        let of = |f: &dyn Fn(&Floor) -> f64| floor_median(floors, rules, threads, f);
+        let cpu: Vec<f64> = samples(floors, rules, threads)
+            .map(|f| f.cpu_us())
+            .collect();
+        let range = Summary::of(&cpu).map_or("-".into(), |s| format!("{:.0}–{:.0}", s.min, s.max));
         t.row(vec![
             rules.to_string(),
-            f.threads.to_string(),
-            format!("{:.0}", f.per_s()),
-            format!("{:.0}", f.wall_us()),
-            format!("{:.0}", f.cpu_us()),
+            threads.to_string(),
+            cpu.len().to_string(),
+            format!("{:.0}", of(&Floor::per_s)),
+            format!("{:.0}", of(&Floor::wall_us)),
+            format!("{:.0}", of(&Floor::cpu_us)),
+            range,
         ]);
     }
     t
+}
+
+fn samples<'a>(
+    floors: &'a [(&'static str, Floor)],
+    rules: &'a str,
+    threads: usize,
+) -> impl Iterator<Item = &'a Floor> {
+    floors
+        .iter()
+        .filter(move |(r, f)| *r == rules && f.threads == threads)
+        .map(|(_, f)| f)
+}
+
+fn floor_median(
+    floors: &[(&'static str, Floor)],
+    rules: &str,
+    threads: usize,
+    f: impl Fn(&Floor) -> f64,
+) -> f64 {
+    let v: Vec<f64> = samples(floors, rules, threads).map(f).collect();
+    Summary::of(&v).map_or(f64::NAN, |s| s.median)
 }
 
 fn row(rounds: &[&Round], base: &Base, floor_us: (f64, f64)) -> Vec<String> {
