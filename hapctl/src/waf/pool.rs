@@ -24,8 +24,7 @@ struct Job {
     reply: oneshot::Sender<Answer>,
 }
 
-/// The waiting requests (bounded by the agent's `MAX_QUEUED` permits), and whether the pool
-/// is gone.
+/// The waiting requests, and whether the pool is gone.
 #[derive(Default)]
 struct Queue {
     jobs: Mutex<(VecDeque<Job>, bool)>,
@@ -40,21 +39,26 @@ impl Queue {
 
 pub struct Pool {
     queue: Arc<Queue>,
+    /// Past this many waiting requests, those nobody waits for any more are dropped: the
+    /// live ones are bounded by the agent's permits, and the dead ones so too, whatever the
+    /// workers are stuck on.
+    capacity: usize,
 }
 
 impl Pool {
     /// `workers` threads taking requests from one queue; they end when the pool is dropped
     /// (after the request each one is on).
-    pub fn start(workers: usize) -> std::io::Result<Pool> {
-        let pool = Pool::idle();
+    pub fn start(workers: usize, capacity: usize) -> std::io::Result<Pool> {
+        let pool = Pool::idle(capacity);
         pool.add_workers(workers.max(1))?;
         Ok(pool)
     }
 
     /// The queue alone: nothing is evaluated until workers are added.
-    pub fn idle() -> Pool {
+    pub fn idle(capacity: usize) -> Pool {
         Pool {
             queue: Arc::default(),
+            capacity,
         }
     }
 
@@ -72,7 +76,12 @@ impl Pool {
     /// unanswered only if a worker panicked past its guard).
     pub fn submit(&self, engine: Arc<Engine>, req: Inspect) -> oneshot::Receiver<Answer> {
         let (reply, answer) = oneshot::channel();
-        self.queue.lock().0.push_back(Job { engine, req, reply });
+        let mut q = self.queue.lock();
+        if q.0.len() >= self.capacity {
+            q.0.retain(|job| !job.reply.is_closed());
+        }
+        q.0.push_back(Job { engine, req, reply });
+        drop(q);
         self.queue.ready.notify_one();
         answer
     }
@@ -109,6 +118,14 @@ fn work(queue: &Queue) {
 mod tests {
     use super::*;
 
+    /// The real libmodsecurity, no rules.
+    fn engine() -> Arc<Engine> {
+        let engine = Engine::from_rules("SecRuleEngine DetectionOnly").unwrap_or_else(|e| {
+            panic!("{e} (scripts/ensure-test-tools.sh installs libmodsecurity3)")
+        });
+        Arc::new(engine)
+    }
+
     fn request() -> Inspect {
         Inspect {
             policy: Default::default(),
@@ -127,17 +144,33 @@ mod tests {
 
     #[test]
     fn requests_queued_before_a_worker_are_answered_when_one_comes() {
-        let engine = Arc::new(
-            Engine::from_rules("SecRuleEngine DetectionOnly").unwrap_or_else(|e| {
-                panic!("{e} (scripts/ensure-test-tools.sh installs libmodsecurity3)")
-            }),
-        );
-        let pool = Pool::idle();
+        let engine = engine();
+        let pool = Pool::idle(2);
         drop(pool.submit(engine.clone(), request()));
         let answer = pool.submit(engine, request());
         pool.add_workers(1).unwrap();
         let answer = answer.blocking_recv().unwrap();
         assert!(matches!(answer, Answer::Pass(_)), "{answer:?}");
         assert!(pool.queue.lock().0.is_empty());
+    }
+
+    #[test]
+    fn requests_nobody_waits_for_do_not_pile_up_past_the_capacity() {
+        let engine = engine();
+        // No worker: every request stays queued, and each one's requester gives up.
+        let pool = Pool::idle(4);
+        for _ in 0..100 {
+            drop(pool.submit(engine.clone(), request()));
+            assert!(pool.queue.lock().0.len() <= 4);
+        }
+        let waiting: Vec<_> = (0..10)
+            .map(|_| pool.submit(engine.clone(), request()))
+            .collect();
+        assert_eq!(
+            pool.queue.lock().0.len(),
+            10,
+            "the live ones stay, the dead ones go"
+        );
+        drop(waiting);
     }
 }
