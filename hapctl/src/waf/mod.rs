@@ -72,6 +72,7 @@ pub async fn serve(
     // health checks included) with the old engine.
     let mut reloading: Option<tokio::task::JoinHandle<RulesLoad>> = None;
     let mut again = false;
+    let mut writing: Option<tokio::task::JoinHandle<()>> = None;
     tracing::info!(listen = %settings.listen, engine = %loaded.engine, "waf agent ready");
     tokio::pin!(stop);
     loop {
@@ -111,14 +112,25 @@ pub async fn serve(
                 }
             }
             _ = tick.tick() => {
-                let snapshot = agent.metrics.snapshot(&loaded);
-                if let Err(e) = snapshot.write(&state) {
-                    tracing::warn!(error = %e, path = %state.display(), "waf state file not written");
+                // The write syncs to disk, which a busy disk holds for a long time: off the
+                // runtime's two threads, which serve HAProxy's connections (held, they left
+                // requests queued on them past their deadline). One write at a time.
+                if writing.as_ref().is_none_or(|w| w.is_finished()) {
+                    writing = Some(write_state(agent.metrics.snapshot(&loaded), state.clone()));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Writes the state file on a blocking thread.
+fn write_state(snapshot: metrics::CountersSnapshot, path: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = snapshot.write(&path) {
+            tracing::warn!(error = %e, path = %path.display(), "waf state file not written");
+        }
+    })
 }
 
 type RulesLoad = Result<(metrics::Loaded, Engine), EngineError>;
