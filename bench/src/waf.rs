@@ -9,7 +9,9 @@
 //!   noise hits every mode alike), the same clean requests in each; one round of attacks (SQL
 //!   injection in the query) in block mode, answered 403 by HAProxy; a long detect round that
 //!   counts every failed answer; one client alone (latency without queueing);
-//! - the glue: the agent with hapctl's base alone (no CRS), so its cost is the agent's own.
+//! - the glue: the agent with hapctl's base alone (no CRS), so its cost is the agent's own;
+//! - with `HAPCTL_BENCH_BASELINE` naming another hapctl binary, its agent on an edge of its
+//!   own, its turns of rounds between this one's and its glue after (before / after in one run).
 //!
 //! Per round: HAProxy's, the agent's and the whole machine's CPU, and the time the agent took
 //! per request from its own histogram (receipt to answer, waiting for a worker included). The
@@ -30,6 +32,7 @@ use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
 use testkit::Edge;
 
+use crate::blocks_scale::BASELINE_ENV;
 use crate::fixture::{self, Servers};
 use crate::harness::{new_edge, BenchEdge};
 use crate::memory::{mib, DaemonProcess, Memory};
@@ -117,7 +120,8 @@ impl Setup {
                 bail!("WAF off, yet the agent inspected {} requests", r.inspected);
             }
             eprintln!(
-                "  {} {} {} x{}: {:.0} req/s, p50 {:.2} p99 {:.2} ms, agent {:.0} µs CPU/request, {} failed",
+                "  {} {} {} {} x{}: {:.0} req/s, p50 {:.2} p99 {:.2} ms, agent {:.0} µs CPU/request, {} failed",
+                plan.agent,
                 plan.rules,
                 plan.mode,
                 plan.traffic,
@@ -177,12 +181,23 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut floors = Vec::new();
 
     let hapctl = ctx.hapctl_bin()?;
+    let baseline = std::env::var_os(BASELINE_ENV).map(PathBuf::from);
     let s = Setup::start(&hapctl, Path::new(DEBIAN_CRS))?;
     s.wait_agent(&host, "block", ATTACK, 403)?;
     let (agent, haproxy) = s.pids()?;
     let pids = Pids {
         agent,
         haproxy: &haproxy,
+    };
+    // The baseline's edge beside it, its turns between this one's.
+    let b = match &baseline {
+        Some(bin) => {
+            let b = Setup::start(bin, Path::new(DEBIAN_CRS))?;
+            b.wait_agent(&host, "block", ATTACK, 403)?;
+            let pids = b.pids()?;
+            Some((b, pids))
+        }
+        None => None,
     };
     let idle = Memory::of(agent)?;
     let reloads0 = s.edge.try_show_proc()?.master.reloads;
@@ -192,7 +207,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     for r in 0..ROUNDS {
         floors.extend(floor("crs", &crs, &req)?);
         rounds.extend(s.rounds(&host, &turn(r), &pids)?);
+        if let Some((b, (agent, haproxy))) = &b {
+            let pids = Pids {
+                agent: *agent,
+                haproxy,
+            };
+            rounds.extend(b.rounds(&host, &turn(r).map(Plan::baseline), &pids)?);
+        }
     }
+    drop(b);
     rounds.extend(s.rounds(&host, &tail(), &pids)?);
     let reloads = s.edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64;
     let last = s.fresh_snapshot()?;
@@ -207,21 +230,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 
     eprintln!("waf: the glue, the agent with hapctl's base alone…");
     floors.extend(floor("empty", &Engine::load(&empty_rules)?, &req)?);
-    let g = Setup::start(&hapctl, &empty_rules)?;
-    g.wait_agent(&host, "detect", CLEAN, 200)?;
-    let (agent, haproxy) = g.pids()?;
     let glue = [
         plan("empty", "off", "clean", CLIENTS, MEASURE),
         plan("empty", "detect", "clean", CLIENTS, MEASURE),
     ];
-    rounds.extend(g.rounds(
-        &host,
-        &glue,
-        &Pids {
-            agent,
-            haproxy: &haproxy,
-        },
-    )?);
+    rounds.extend(glue_rounds(&hapctl, &empty_rules, &host, glue)?);
+    if let Some(bin) = &baseline {
+        let glue = glue.map(Plan::baseline);
+        rounds.extend(glue_rounds(bin, &empty_rules, &host, glue)?);
+    }
 
     let mut report = Report::default();
     crate::waf_report::report(&mut report, &floors, &rounds);
@@ -253,12 +270,30 @@ fn plan(
     measure: Duration,
 ) -> Plan {
     Plan {
+        agent: "this",
         rules,
         mode,
         traffic,
         clients,
         measure,
     }
+}
+
+/// `plans` on an edge whose agent (`hapctl`) loads `rules`.
+fn glue_rounds(
+    hapctl: &Path,
+    rules: &Path,
+    host: &str,
+    plans: [Plan; 2],
+) -> anyhow::Result<Vec<Round>> {
+    let g = Setup::start(hapctl, rules)?;
+    g.wait_agent(host, "detect", CLEAN, 200)?;
+    let (agent, haproxy) = g.pids()?;
+    let pids = Pids {
+        agent,
+        haproxy: &haproxy,
+    };
+    g.rounds(host, &plans, &pids)
 }
 
 /// One turn of the alternating rounds with the CRS: each mode once, the order turned by `r`.

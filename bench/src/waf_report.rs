@@ -8,7 +8,8 @@ use crate::waf_floor::Floor;
 use crate::waf_round::Round;
 use crate::{Report, Table, Target};
 
-const COLUMNS: [&str; 17] = [
+const COLUMNS: [&str; 18] = [
+    "agent",
     "rules",
     "WAF",
     "requests",
@@ -46,12 +47,9 @@ impl Base {
     }
 }
 
-pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[Round]) {
-    report.tables.push(floor_table(floors));
-    let alternating = |r: &&Round| {
-        r.plan.rules == "crs" && r.plan.clients == CLIENTS && r.plan.measure == MEASURE
-    };
-    let groups: Vec<Vec<&Round>> = [
+/// The alternating rounds' groups of one agent: off, detect, block (clean), block (attacks).
+fn groups<'a>(rounds: &'a [Round], agent: &str) -> Vec<Vec<&'a Round>> {
+    [
         ("off", "clean"),
         ("detect", "clean"),
         ("block", "clean"),
@@ -61,12 +59,19 @@ pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[R
     .map(|(mode, traffic)| {
         rounds
             .iter()
-            .filter(alternating)
+            .filter(|r| alternating(r) && r.plan.agent == agent)
             .filter(|r| r.plan.mode == *mode && r.plan.traffic == *traffic)
             .collect()
     })
-    .collect();
-    let base = Base::of(&groups[0]);
+    .collect()
+}
+
+fn alternating(r: &Round) -> bool {
+    r.plan.rules == "crs" && r.plan.clients == CLIENTS && r.plan.measure == MEASURE
+}
+
+pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[Round]) {
+    report.tables.push(floor_table(floors));
     // The floor's CPU per transaction on 1 and 2 threads (the agent's default workers).
     let floor_of = |rules: &str| {
         let cpu = |threads| floor_median(floors, rules, threads, Floor::cpu_us);
@@ -74,32 +79,41 @@ pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[R
     };
     let mut t = Table::new(
         format!(
-            "Through the edge, {CLIENTS} kept-alive clients, rounds of {} s alternating (medians); \"added\": over WAF off; \"vs floor\": agent CPU ÷ the floor's CPU per transaction on 1 or 2 threads",
+            "Through the edge, {CLIENTS} kept-alive clients, rounds of {} s alternating (medians; a baseline agent's turns between this one's); \"added\": over WAF off; \"vs floor\": agent CPU ÷ the floor's CPU per transaction on 1 or 2 threads",
             MEASURE.as_secs()
         ),
         &COLUMNS,
     );
-    for g in groups.iter().filter(|g| !g.is_empty()) {
-        t.row(row(g, &base, floor_of("crs")));
+    for agent in ["this", "baseline"] {
+        let groups = groups(rounds, agent);
+        let base = Base::of(&groups[0]);
+        for g in groups.iter().filter(|g| !g.is_empty()) {
+            t.row(row(g, &base, floor_of("crs")));
+        }
     }
     report.tables.push(t);
     let mut other = Table::new(
         "Single rounds: the long one (failed answers counted, the agent's errors and timeouts included), one client alone, and the glue (hapctl's base alone, no CRS; added over its own WAF-off round)",
         &COLUMNS,
     );
-    let empty_off: Vec<&Round> = rounds
-        .iter()
-        .filter(|r| r.plan.rules == "empty" && r.plan.mode == "off")
-        .collect();
     for r in rounds.iter().filter(|r| !alternating(r)) {
-        let base = match r.plan.rules {
-            "empty" => Base::of(&empty_off),
-            _ => base,
-        };
-        other.row(row(&[r], &base, floor_of(r.plan.rules)));
+        let off: Vec<&Round> = rounds
+            .iter()
+            .filter(|o| o.plan.mode == "off" && o.plan.agent == r.plan.agent)
+            .filter(|o| o.plan.rules == r.plan.rules && o.plan.clients == CLIENTS)
+            .collect();
+        other.row(row(&[r], &Base::of(&off), floor_of(r.plan.rules)));
     }
     report.tables.push(other);
-    report.targets = targets(&groups, rounds, &base, floor_of("crs"));
+    let groups = groups(rounds, "this");
+    let engine_rate = floor_median(floors, "crs", 2, Floor::per_s);
+    report.targets = targets(
+        &groups,
+        rounds,
+        &Base::of(&groups[0]),
+        floor_of("crs"),
+        engine_rate,
+    );
 }
 
 fn floor_table(floors: &[(&'static str, Floor)]) -> Table {
@@ -163,6 +177,7 @@ fn row(rounds: &[&Round], base: &Base, floor_us: (f64, f64)) -> Vec<String> {
     let cores =
         |cpu_secs: fn(&Round) -> f64| format!("{:.2}", median(rounds, |r| cpu_secs(r) / r.secs()));
     vec![
+        first.agent.to_string(),
         first.rules.to_string(),
         first.mode.to_string(),
         if first.traffic == "attack" {
@@ -205,15 +220,28 @@ fn targets(
     rounds: &[Round],
     base: &Base,
     (floor_1, floor_2): (f64, f64),
+    engine_rate: f64,
 ) -> Vec<Target> {
     let ratio = |g: &[&Round]| median(g, Round::per_s) / base.rate;
+    // Beside it, what the engine alone evaluates on 2 threads on the same machine meanwhile.
+    let rate = |g: &[&Round]| {
+        let r = median(g, Round::per_s);
+        format!(
+            "{:.3} ({r:.0} req/s; the floor on 2 threads {engine_rate:.0}/s: {:.2} of it)",
+            r / base.rate,
+            r / engine_rate
+        )
+    };
     let (detect, block) = (&groups[1], &groups[2]);
     let agent_us = median(detect, Round::agent_cpu_us);
     let (p50, p99) = (
         median(detect, |r| r.p(50.0)) - base.p50,
         median(detect, |r| r.p(99.0)) - base.p99,
     );
-    let long: Vec<&Round> = rounds.iter().filter(|r| r.plan.measure > MEASURE).collect();
+    let long: Vec<&Round> = rounds
+        .iter()
+        .filter(|r| r.plan.measure > MEASURE && r.plan.agent == "this")
+        .collect();
     let failed: u64 = long.iter().map(|r| r.not_ok + r.agent_failed).sum();
     let answered: u64 = long.iter().map(|r| r.ok + r.not_ok).sum();
     let attacks_passed: u64 = groups[3].iter().map(|r| r.not_ok).sum();
@@ -221,12 +249,12 @@ fn targets(
         Target {
             goal: "WAF detect ≥ 0.15 × WAF-off req/s (clean)".into(),
             met: Some(ratio(detect) >= 0.15),
-            detail: format!("{:.3}", ratio(detect)),
+            detail: rate(detect),
         },
         Target {
             goal: "WAF block ≥ 0.15 × WAF-off req/s (clean)".into(),
             met: Some(ratio(block) >= 0.15),
-            detail: format!("{:.3}", ratio(block)),
+            detail: rate(block),
         },
         Target {
             goal: "agent CPU per request ≤ 1.3 × the floor's, on as many threads as workers (2)"

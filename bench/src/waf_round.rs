@@ -18,6 +18,8 @@ pub const WARMUP: Duration = Duration::from_millis(500);
 /// What one round is: the domain's mode, the traffic, the clients and the window.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
+    /// `this` (the hapctl under test) or `baseline` (`HAPCTL_BENCH_BASELINE`'s).
+    pub agent: &'static str,
     /// The agent's rules: `crs` or `empty` (hapctl's base only: the glue).
     pub rules: &'static str,
     pub mode: &'static str,
@@ -27,6 +29,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The same round for the baseline's edge.
+    pub fn baseline(self) -> Plan {
+        Plan {
+            agent: "baseline",
+            ..self
+        }
+    }
+
     /// The request path and the status every answer must have.
     pub fn request(&self) -> (&'static str, u16) {
         match (self.traffic, self.mode) {
@@ -111,7 +121,7 @@ impl Round {
 
     pub fn to_json(&self) -> Value {
         json!({
-            "rules": self.plan.rules, "mode": self.plan.mode, "traffic": self.plan.traffic,
+            "agent": self.plan.agent, "rules": self.plan.rules, "mode": self.plan.mode, "traffic": self.plan.traffic,
             "clients": self.plan.clients, "secs": self.secs(),
             "req_per_s": self.per_s(), "ok": self.ok, "not_ok": self.not_ok,
             "p50_ms": self.p(50.0), "p99_ms": self.p(99.0), "haproxy_cpu_s": self.haproxy_cpu,
