@@ -100,7 +100,7 @@ pub fn report(report: &mut Report, floors: &[(&'static str, Floor)], rounds: &[R
         let off: Vec<&Round> = rounds
             .iter()
             .filter(|o| o.plan.mode == "off" && o.plan.agent == r.plan.agent)
-            .filter(|o| o.plan.rules == r.plan.rules && o.plan.clients == CLIENTS)
+            .filter(|o| o.plan.rules == r.plan.rules && o.plan.clients == r.plan.clients)
             .collect();
         other.row(row(&[r], &Base::of(&off), floor_of(r.plan.rules)));
     }
