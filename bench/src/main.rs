@@ -37,6 +37,9 @@ mod stats;
 mod sys;
 mod traffic;
 mod waf;
+mod waf_floor;
+mod waf_report;
+mod waf_round;
 
 use std::cell::OnceCell;
 use std::io::BufRead;
@@ -138,7 +141,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         name: "waf",
-        about: "the WAF agent: req/s and p99 through the edge with a domain's WAF off, detect-only and blocking (alternating rounds), the agent's time per request, CPU and RSS",
+        about: "the WAF agent beside its floor (hapctl's evaluation in process): req/s, latency and CPU through the edge with a domain's WAF off, detect-only and blocking (alternating rounds), a 60 s round counting failed answers, one client alone, the agent without the CRS (the glue), RSS",
         run: waf::run,
         long: false,
     },

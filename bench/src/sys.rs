@@ -70,6 +70,24 @@ pub fn load_average() -> Option<f64> {
         .ok()
 }
 
+/// The whole machine's CPU time from /proc/stat, in clock ticks: busy (all but idle and
+/// iowait) and total.
+pub fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
 /// A folder removed (with everything in it) on drop, also when a panic unwinds.
 pub struct TempDir {
     path: PathBuf,

@@ -1,99 +1,58 @@
 //! waf: the web application firewall of issue 14 on one edge, `hapctl serve` running the
-//! agent (`hapctl waf serve`, libmodsecurity and Debian's CRS) as in direct mode.
+//! agent (`hapctl waf serve`, libmodsecurity and Debian's CRS) as in direct mode, beside the
+//! floor it cannot go below (issue 38), all in one run:
 //!
-//! Requests/s and latency (p50, p99) through the edge with the domain's WAF off, detect-only
-//! and blocking, in alternating rounds (the order turns each round, so machine noise hits every
-//! mode alike), the same clean requests in each; then one round of attacks (SQL injection in
-//! the query) in block mode, answered 403 by HAProxy. Per round: HAProxy's and the agent's CPU,
-//! and the time the agent took per request from its own histogram (receipt to answer, waiting
-//! for a worker included: what a request waits for the agent, less the loopback hop). The
+//! - the floor (`waf_floor.rs`): hapctl's own evaluation of the edge's clean request in
+//!   process, no socket, on one and two threads, with the CRS and with hapctl's base alone;
+//! - through the edge (`waf_round.rs`): requests/s and latency with the domain's WAF off,
+//!   detect-only and blocking, in alternating rounds (the order turns each round, so machine
+//!   noise hits every mode alike), the same clean requests in each; one round of attacks (SQL
+//!   injection in the query) in block mode, answered 403 by HAProxy; a long detect round that
+//!   counts every failed answer; one client alone (latency without queueing);
+//! - the glue: the agent with hapctl's base alone (no CRS), so its cost is the agent's own;
+//! - with `HAPCTL_BENCH_BASELINE` naming another hapctl binary, its agent on an edge of its
+//!   own, its turns of rounds between this one's and its glue after (before / after in one run).
+//!
+//! Per round: HAProxy's, the agent's and the whole machine's CPU, and the time the agent took
+//! per request from its own histogram (receipt to answer, waiting for a worker included). The
 //! agent's memory idle after loading the rules and its peak after the rounds. Mode changes are
 //! `hapctl waf policy` runs: runtime map changes, counted to make sure none reloads.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use hapctl::waf::metrics::{CountersSnapshot, LATENCY_BUCKETS_US};
-use serde_json::{json, Value};
+use anyhow::bail;
+use hapctl::settings::waf::DEBIAN_CRS;
+use hapctl::waf::message::Inspect;
+use hapctl::waf::metrics::CountersSnapshot;
+use hapctl::waf::Engine;
+use serde_json::json;
 use testkit::daemon::{Daemon, Serve};
 use testkit::Backend;
 use testkit::Edge;
 
+use crate::blocks_scale::BASELINE_ENV;
 use crate::fixture::{self, Servers};
 use crate::harness::{new_edge, BenchEdge};
 use crate::memory::{mib, DaemonProcess, Memory};
-use crate::stats::{ms, percentile, Summary};
-use crate::traffic::{cpu_secs, Client};
+use crate::sys::TempDir;
+use crate::traffic::Client;
+use crate::waf_floor::{self, Floor};
+use crate::waf_round::{self, Pids, Plan, Round};
 use crate::{Ctx, Report, Table};
 
 const BODY: &str = "hapctl-bench backend\n";
-const CLIENTS: usize = 8;
+pub const CLIENTS: usize = 8;
 const ROUNDS: usize = 3;
-const WARMUP: Duration = Duration::from_millis(500);
-const MEASURE: Duration = Duration::from_secs(5);
+pub const MEASURE: Duration = Duration::from_secs(5);
+/// The round that counts failed answers (issue 38: none over 60 s).
+const SOAK: Duration = Duration::from_secs(60);
+const FLOOR: Duration = Duration::from_secs(2);
 /// A clean request with a query, so the CRS has arguments to look at.
-const CLEAN: &str = "/2026/12/01/hello-world/?page=2&sort=date";
-const ATTACK: &str = "/?id=1%27%20OR%20%271%27%3D%271";
+pub const CLEAN: &str = "/2026/12/01/hello-world/?page=2&sort=date";
+pub const ATTACK: &str = "/?id=1%27%20OR%20%271%27%3D%271";
 const MODES: [&str; 3] = ["off", "detect", "block"];
-
-/// One round's results.
-struct Round {
-    mode: &'static str,
-    traffic: &'static str,
-    /// Answers with the expected status in the window, and the others.
-    ok: u64,
-    not_ok: u64,
-    secs: f64,
-    latencies_ms: Vec<f64>,
-    haproxy_cpu: f64,
-    agent_cpu: f64,
-    /// The agent's counters over the round (warm-up included).
-    inspected: u64,
-    agent_sum_us: u64,
-    agent_buckets: Vec<u64>,
-}
-
-impl Round {
-    /// What the agent counted between two snapshots of its state file.
-    fn count_agent(&mut self, before: &CountersSnapshot, after: &CountersSnapshot) {
-        self.inspected = after.inspected - before.inspected;
-        self.agent_sum_us = after.latency_sum_us - before.latency_sum_us;
-        self.agent_buckets = after
-            .latency_buckets
-            .iter()
-            .zip(&before.latency_buckets)
-            .map(|(a, b)| a - b)
-            .collect();
-    }
-
-    fn per_s(&self) -> f64 {
-        self.ok as f64 / self.secs
-    }
-
-    fn p(&self, q: f64) -> f64 {
-        if self.latencies_ms.is_empty() {
-            return f64::NAN;
-        }
-        let mut v = self.latencies_ms.clone();
-        v.sort_by(f64::total_cmp);
-        percentile(&v, q)
-    }
-
-    /// The agent's mean time per request, ms.
-    fn agent_mean_ms(&self) -> Option<f64> {
-        (self.inspected > 0).then(|| self.agent_sum_us as f64 / self.inspected as f64 / 1000.0)
-    }
-
-    /// The bucket bound (ms) under which 99 % of the agent's answers fell.
-    fn agent_p99_bound_ms(&self) -> Option<f64> {
-        let want = (self.inspected as f64 * 0.99).ceil() as u64;
-        let i = self.agent_buckets.iter().position(|n| *n >= want)?;
-        (self.inspected > 0).then(|| LATENCY_BUCKETS_US[i] as f64 / 1000.0)
-    }
-}
 
 struct Setup {
     daemon: Daemon,
@@ -103,15 +62,18 @@ struct Setup {
 }
 
 impl Setup {
-    /// An edge with the WAF agent on a free port and 10 fixture domains, HAProxy and the
-    /// daemon (which starts the agent) running.
-    fn start(hapctl: &Path) -> anyhow::Result<Setup> {
+    /// An edge with the WAF agent on a free port (its rules from the loader `crs`) and 10
+    /// fixture domains, HAProxy and the daemon (which starts the agent) running.
+    fn start(hapctl: &Path, crs: &Path) -> anyhow::Result<Setup> {
         let backend = Backend::keep_alive(BODY)?;
         let edge = new_edge(hapctl)?;
         let settings = edge.path("hapctl.toml");
         let agent_port = testkit::free_port();
         let mut text = std::fs::read_to_string(&settings)?;
-        text += &format!("\n[waf]\nlisten = \"127.0.0.1:{agent_port}\"\n");
+        text += &format!(
+            "\n[waf]\nlisten = \"127.0.0.1:{agent_port}\"\ncrs = \"{}\"\n",
+            crs.display()
+        );
         std::fs::write(&settings, text)?;
         edge.load(&fixture::state(10, Servers::At(&backend.addr())))?;
         edge.start()?;
@@ -125,20 +87,61 @@ impl Setup {
         })
     }
 
-    /// Block mode on `host`, then waits (bounded) until the edge blocks an SQL injection.
-    fn wait_blocking(&self, host: &str) -> anyhow::Result<()> {
-        self.set_mode(host, "block")?;
+    /// `mode` on `host`, then waits (bounded) until the agent answers for the edge: `path`
+    /// answered `want` and counted by the agent.
+    fn wait_agent(&self, host: &str, mode: &str, path: &str, want: u16) -> anyhow::Result<()> {
+        self.set_mode(host, mode)?;
+        let before = self.fresh_snapshot()?.inspected;
         let deadline = Instant::now() + Duration::from_secs(30);
-        while Client::connect(self.edge.port, host, ATTACK, "")?.get()? != 403 {
+        loop {
+            let status = Client::connect(self.edge.port, host, path, "")?.get()?;
+            if status == want && self.fresh_snapshot()?.inspected > before {
+                return Ok(());
+            }
             if Instant::now() > deadline {
                 bail!(
-                    "the edge does not block an SQL injection with the WAF on: {}",
+                    "the edge does not answer {path} with {want} through the agent in {mode} mode: {}",
                     self.daemon.log_tail()
                 );
             }
             thread::sleep(Duration::from_millis(200));
         }
-        Ok(())
+    }
+
+    /// Runs `plans` in order, each in its own mode, the agent's counters read around each.
+    fn rounds(&self, host: &str, plans: &[Plan], pids: &Pids) -> anyhow::Result<Vec<Round>> {
+        let mut out = Vec::new();
+        for plan in plans {
+            self.set_mode(host, plan.mode)?;
+            let before = self.fresh_snapshot()?;
+            let mut r = waf_round::run(self.edge.port, host, *plan, pids)?;
+            r.count_agent(&before, &self.fresh_snapshot()?);
+            if plan.mode == "off" && r.inspected > 0 {
+                bail!("WAF off, yet the agent inspected {} requests", r.inspected);
+            }
+            eprintln!(
+                "  {} {} {} {} x{}: {:.0} req/s, p50 {:.2} p99 {:.2} ms, agent {:.0} µs CPU/request, {} failed",
+                plan.agent,
+                plan.rules,
+                plan.mode,
+                plan.traffic,
+                plan.clients,
+                r.per_s(),
+                r.p(50.0),
+                r.p(99.0),
+                r.agent_cpu_us(),
+                r.not_ok + r.agent_failed
+            );
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// The agent's and HAProxy's processes.
+    fn pids(&self) -> anyhow::Result<(i32, Vec<i32>)> {
+        let agent = self.fresh_snapshot()?.pid as i32;
+        let proc = self.edge.try_show_proc()?;
+        Ok((agent, proc.workers.iter().map(|w| w.pid).collect()))
     }
 
     /// The agent's state file once it was rewritten after `since` (it is, every second).
@@ -168,100 +171,159 @@ impl Setup {
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
-    let s = Setup::start(&ctx.hapctl_bin()?)?;
     let host = fixture::domain(0).to_string();
+    let (path, query) = CLEAN.split_once('?').expect("a query");
+    let empty = TempDir::new("waf-empty")?;
+    let empty_rules = empty.path().join("empty.load");
+    std::fs::write(&empty_rules, "# no CRS: hapctl's base alone\n")?;
+    let req = waf_floor::request(path, query, &host);
+    let crs = Engine::load(Path::new(DEBIAN_CRS))?;
+    let mut floors = Vec::new();
 
-    // The agent up, and HAProxy using it (its health check takes it in within a second).
-    let first = s
-        .fresh_snapshot()
-        .context("the agent (started by hapctl serve)")?;
-    let idle = Memory::of(first.pid as i32)?;
-    s.wait_blocking(&host)?;
-    let haproxy: Vec<i32> = s
-        .edge
-        .try_show_proc()?
-        .workers
-        .iter()
-        .map(|w| w.pid)
-        .collect();
+    let hapctl = ctx.hapctl_bin()?;
+    let baseline = std::env::var_os(BASELINE_ENV).map(PathBuf::from);
+    let s = Setup::start(&hapctl, Path::new(DEBIAN_CRS))?;
+    s.wait_agent(&host, "block", ATTACK, 403)?;
+    let (agent, haproxy) = s.pids()?;
+    let pids = Pids {
+        agent,
+        haproxy: &haproxy,
+    };
+    // The baseline's edge beside it, its turns between this one's.
+    let b = match &baseline {
+        Some(bin) => {
+            let b = Setup::start(bin, Path::new(DEBIAN_CRS))?;
+            b.wait_agent(&host, "block", ATTACK, 403)?;
+            let pids = b.pids()?;
+            Some((b, pids))
+        }
+        None => None,
+    };
+    let idle = Memory::of(agent)?;
     let reloads0 = s.edge.try_show_proc()?.master.reloads;
-
-    eprintln!("waf: {ROUNDS} x 3 rounds of {MEASURE:?}, {CLIENTS} clients, off/detect/block…");
+    eprintln!("waf: {ROUNDS} x 3 rounds of {MEASURE:?}, {CLIENTS} clients, off/detect/block, then attacks, {SOAK:?} of detect, one client…");
+    // The floor before each turn: other work on the machine changes it as much as the rounds.
     let mut rounds = Vec::new();
     for r in 0..ROUNDS {
-        let mut order = MODES;
-        order.rotate_left(r % MODES.len());
-        for mode in order {
-            s.set_mode(&host, mode)?;
-            rounds.push(round(&s, &host, mode, "clean", first.pid as i32, &haproxy)?);
+        floors.extend(floor("crs", &crs, &req)?);
+        rounds.extend(s.rounds(&host, &turn(r), &pids)?);
+        if let Some((b, (agent, haproxy))) = &b {
+            let pids = Pids {
+                agent: *agent,
+                haproxy,
+            };
+            rounds.extend(b.rounds(&host, &turn(r).map(Plan::baseline), &pids)?);
         }
     }
-    s.set_mode(&host, "block")?;
-    rounds.push(round(
-        &s,
-        &host,
-        "block",
-        "attack",
-        first.pid as i32,
-        &haproxy,
-    )?);
+    drop(b);
+    rounds.extend(s.rounds(&host, &tail(), &pids)?);
     let reloads = s.edge.try_show_proc()?.master.reloads as i64 - reloads0 as i64;
     let last = s.fresh_snapshot()?;
-    if last.pid != first.pid {
+    if last.pid as i32 != agent {
         bail!(
-            "the agent was restarted during the rounds (pid {} then {})",
-            first.pid,
+            "the agent was restarted during the rounds (pid {agent} then {})",
             last.pid
         );
     }
-    let peak = Memory::of(last.pid as i32)?;
+    let peak = Memory::of(agent)?;
+    drop(s);
+
+    eprintln!("waf: the glue, the agent with hapctl's base alone…");
+    floors.extend(floor("empty", &Engine::load(&empty_rules)?, &req)?);
+    let glue = [
+        plan("empty", "off", "clean", CLIENTS, MEASURE),
+        plan("empty", "detect", "clean", CLIENTS, MEASURE),
+    ];
+    rounds.extend(glue_rounds(&hapctl, &empty_rules, &host, glue)?);
+    if let Some(bin) = &baseline {
+        let glue = glue.map(Plan::baseline);
+        rounds.extend(glue_rounds(bin, &empty_rules, &host, glue)?);
+    }
 
     let mut report = Report::default();
-    report_rounds(&mut report, &rounds);
+    crate::waf_report::report(&mut report, &floors, &rounds);
     report.tables.push(memory_table(idle, peak));
     report.notes.push(format!(
-        "{} mode changes (hapctl waf policy, runtime map changes): {reloads} reloads of HAProxy; agent {}, {} requests inspected in all",
+        "{} mode changes (hapctl waf policy, runtime map changes): {reloads} reloads of HAProxy; agent {}, {} requests inspected with the CRS",
         rounds.len() + 1,
         last.engine,
         last.inspected
     ));
     report.json = json!({
         "clients": CLIENTS,
-        "rounds": rounds.iter().map(round_json).collect::<Vec<_>>(),
+        "floor": floors.iter().map(|(rules, f)| json!({
+            "rules": rules, "threads": f.threads, "transactions": f.transactions, "secs": f.secs,
+            "cpu_secs": f.cpu_secs, "cpu_us": f.cpu_us(), "wall_us": f.wall_us(),
+        })).collect::<Vec<_>>(),
+        "rounds": rounds.iter().map(Round::to_json).collect::<Vec<_>>(),
         "agent_rss_kb": {"idle": idle.rss_kb, "after": peak.rss_kb, "peak": peak.hwm_kb},
         "reloads": reloads,
     });
     Ok(report)
 }
 
-/// One client's closed loop from the barrier to `to`: answers as wanted, not, and the
-/// latencies of those sent from `from` on.
-fn closed_loop(
-    mut c: Client,
-    barrier: Arc<Barrier>,
-    (from, to): (Instant, Instant),
-    want: u16,
-) -> thread::JoinHandle<anyhow::Result<(u64, u64, Vec<f64>)>> {
-    thread::spawn(move || {
-        barrier.wait();
-        let (mut ok, mut not_ok, mut lat) = (0, 0, Vec::new());
-        loop {
-            let t0 = Instant::now();
-            let status = c.get()?;
-            let now = Instant::now();
-            if now >= to {
-                return Ok((ok, not_ok, lat));
-            }
-            if t0 >= from {
-                lat.push((now - t0).as_secs_f64() * 1000.0);
-                if status == want {
-                    ok += 1;
-                } else {
-                    not_ok += 1;
-                }
-            }
-        }
-    })
+fn plan(
+    rules: &'static str,
+    mode: &'static str,
+    traffic: &'static str,
+    clients: usize,
+    measure: Duration,
+) -> Plan {
+    Plan {
+        agent: "this",
+        rules,
+        mode,
+        traffic,
+        clients,
+        measure,
+    }
+}
+
+/// `plans` on an edge whose agent (`hapctl`) loads `rules`.
+fn glue_rounds(
+    hapctl: &Path,
+    rules: &Path,
+    host: &str,
+    plans: [Plan; 2],
+) -> anyhow::Result<Vec<Round>> {
+    let g = Setup::start(hapctl, rules)?;
+    g.wait_agent(host, "detect", CLEAN, 200)?;
+    let (agent, haproxy) = g.pids()?;
+    let pids = Pids {
+        agent,
+        haproxy: &haproxy,
+    };
+    g.rounds(host, &plans, &pids)
+}
+
+/// One turn of the alternating rounds with the CRS: each mode once, the order turned by `r`.
+fn turn(r: usize) -> [Plan; 3] {
+    let mut order = MODES;
+    order.rotate_left(r % MODES.len());
+    order.map(|mode| plan("crs", mode, "clean", CLIENTS, MEASURE))
+}
+
+/// After the turns: attacks, the long round, one client alone.
+fn tail() -> [Plan; 4] {
+    [
+        plan("crs", "block", "attack", CLIENTS, MEASURE),
+        plan("crs", "detect", "clean", CLIENTS, SOAK),
+        plan("crs", "off", "clean", 1, MEASURE),
+        plan("crs", "detect", "clean", 1, MEASURE),
+    ]
+}
+
+/// The floor of `engine` on one thread and on two.
+fn floor(
+    rules: &'static str,
+    engine: &Engine,
+    req: &Inspect,
+) -> anyhow::Result<[(&'static str, Floor); 2]> {
+    eprintln!("  the floor, {rules}…");
+    Ok([
+        (rules, waf_floor::measure(engine, req, 1, FLOOR)?),
+        (rules, waf_floor::measure(engine, req, 2, FLOOR)?),
+    ])
 }
 
 fn memory_table(idle: Memory, peak: Memory) -> Table {
@@ -278,148 +340,4 @@ fn memory_table(idle: Memory, peak: Memory) -> Table {
         ]);
     }
     t
-}
-
-/// `CLIENTS` kept-alive clients in a closed loop for `WARMUP` and then `MEASURE`, every
-/// answer timed; the agent's counters before and after.
-fn round(
-    s: &Setup,
-    host: &str,
-    mode: &'static str,
-    traffic: &'static str,
-    agent: i32,
-    haproxy: &[i32],
-) -> anyhow::Result<Round> {
-    let (path, want) = match (traffic, mode) {
-        ("attack", "block") => (ATTACK, 403),
-        ("attack", _) => (ATTACK, 200),
-        _ => (CLEAN, 200),
-    };
-    let before = s.fresh_snapshot()?;
-    let clients = (0..CLIENTS)
-        .map(|_| Client::connect(s.edge.port, host, path, ""))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let barrier = Arc::new(Barrier::new(CLIENTS + 1));
-    let from = Instant::now() + WARMUP;
-    let to = from + MEASURE;
-    let threads: Vec<_> = clients
-        .into_iter()
-        .map(|c| closed_loop(c, barrier.clone(), (from, to), want))
-        .collect();
-    barrier.wait();
-    thread::sleep(from.saturating_duration_since(Instant::now()));
-    let cpu = || {
-        (
-            haproxy
-                .iter()
-                .map(|p| cpu_secs(&p.to_string()))
-                .sum::<f64>(),
-            cpu_secs(&agent.to_string()),
-        )
-    };
-    let (h0, a0) = cpu();
-    thread::sleep(to.saturating_duration_since(Instant::now()));
-    let (h1, a1) = cpu();
-    let mut r = Round {
-        mode,
-        traffic,
-        ok: 0,
-        not_ok: 0,
-        secs: MEASURE.as_secs_f64(),
-        latencies_ms: Vec::new(),
-        haproxy_cpu: h1 - h0,
-        agent_cpu: a1 - a0,
-        inspected: 0,
-        agent_sum_us: 0,
-        agent_buckets: Vec::new(),
-    };
-    for t in threads {
-        let (ok, not_ok, lat) = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("a client panicked"))??;
-        r.ok += ok;
-        r.not_ok += not_ok;
-        r.latencies_ms.extend(lat);
-    }
-    let after = s.snapshot_after(hapctl::clock::unix_now().max(0) as u64)?;
-    r.count_agent(&before, &after);
-    if mode == "off" && r.inspected > 0 {
-        bail!("WAF off, yet the agent inspected {} requests", r.inspected);
-    }
-    if r.not_ok > 0 {
-        bail!("{mode} {traffic}: {} answers were not {want}", r.not_ok);
-    }
-    eprintln!(
-        "  {mode} {traffic}: {:.0} req/s, p50 {} p99 {}, agent {} per request",
-        r.per_s(),
-        ms(r.p(50.0)),
-        ms(r.p(99.0)),
-        r.agent_mean_ms().map_or("-".into(), ms)
-    );
-    Ok(r)
-}
-
-fn report_rounds(report: &mut Report, rounds: &[Round]) {
-    let mut t = Table::new(
-        format!(
-            "Through the edge, {CLIENTS} kept-alive clients, {ROUNDS} rounds of {} s per mode, alternating (medians of the rounds)",
-            MEASURE.as_secs()
-        ),
-        &["WAF", "requests", "req/s", "vs off", "p50", "p99", "p99 vs off", "HAProxy cores", "agent cores", "agent mean", "agent p99 ≤"],
-    );
-    let med = |v: Vec<f64>| Summary::of(&v).map_or(f64::NAN, |s| s.median);
-    let of = |mode: &'static str, traffic: &'static str| {
-        rounds
-            .iter()
-            .filter(move |r| r.mode == mode && r.traffic == traffic)
-    };
-    let base_rate = med(of("off", "clean").map(Round::per_s).collect());
-    let base_p99 = med(of("off", "clean").map(|r| r.p(99.0)).collect());
-    for (mode, traffic) in [
-        ("off", "clean"),
-        ("detect", "clean"),
-        ("block", "clean"),
-        ("block", "attack"),
-    ] {
-        let rate = med(of(mode, traffic).map(Round::per_s).collect());
-        let p99 = med(of(mode, traffic).map(|r| r.p(99.0)).collect());
-        let agent_mean = med(of(mode, traffic).filter_map(Round::agent_mean_ms).collect());
-        let agent_p99 = med(of(mode, traffic)
-            .filter_map(Round::agent_p99_bound_ms)
-            .collect());
-        let show = |v: f64| if v.is_nan() { "-".to_string() } else { ms(v) };
-        t.row(vec![
-            mode.to_string(),
-            if traffic == "attack" {
-                "SQL injection (403)".into()
-            } else {
-                "clean (200)".into()
-            },
-            format!("{rate:.0}"),
-            format!("{:.2}", rate / base_rate),
-            ms(med(of(mode, traffic).map(|r| r.p(50.0)).collect())),
-            ms(p99),
-            format!("{:.2}", p99 / base_p99),
-            format!(
-                "{:.2}",
-                med(of(mode, traffic).map(|r| r.haproxy_cpu / r.secs).collect())
-            ),
-            format!(
-                "{:.2}",
-                med(of(mode, traffic).map(|r| r.agent_cpu / r.secs).collect())
-            ),
-            show(agent_mean),
-            show(agent_p99),
-        ]);
-    }
-    report.tables.push(t);
-}
-
-fn round_json(r: &Round) -> Value {
-    json!({
-        "mode": r.mode, "traffic": r.traffic, "req_per_s": r.per_s(), "ok": r.ok, "not_ok": r.not_ok,
-        "p50_ms": r.p(50.0), "p99_ms": r.p(99.0), "haproxy_cpu_s": r.haproxy_cpu, "agent_cpu_s": r.agent_cpu,
-        "inspected": r.inspected, "agent_mean_ms": r.agent_mean_ms(), "agent_p99_bound_ms": r.agent_p99_bound_ms(),
-        "agent_buckets": r.agent_buckets,
-    })
 }

@@ -133,21 +133,10 @@ pub(super) fn proc_ticks(pid: i32) -> u64 {
 }
 
 pub(super) fn cpu_now(t0: Instant, haproxy: &[i32]) -> Cpu {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().sum();
-    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    let (busy, total) = crate::sys::machine_ticks();
     Cpu {
         at_ms: elapsed_ms(t0),
-        machine_busy: total - idle,
+        machine_busy: busy,
         machine_total: total,
         haproxy: haproxy.iter().map(|p| proc_ticks(*p)).sum(),
         children_us: rusage_us(libc::RUSAGE_CHILDREN),

@@ -150,7 +150,9 @@ fn policy(dir: &Path, args: PolicyArgs) -> Result<u8, Failure> {
 fn serve(waf: &WafSettings, run_dir: &Path) -> Result<u8, Failure> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(waf.workers + 2)
+        // Rule loads and the state file; the evaluations run on the agent's own workers
+        // (waf/pool.rs).
+        .max_blocking_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async {

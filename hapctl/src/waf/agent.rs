@@ -1,5 +1,5 @@
 //! The SPOE agent: SPOP (the `spop` crate's frames and codec) over one HAProxy connection.
-//! Each NOTIFY is evaluated on a blocking thread under a global bound (`workers`) and a
+//! Each NOTIFY is evaluated by one of the agent's `workers` threads (`pool.rs`) within a
 //! deadline; answers go back as they finish (pipelining), in ACK frames that set
 //! `txn.waf.verdict` (`block`, `detect`, `pass`), `txn.waf.rules`, `txn.waf.score` or, on a
 //! failure of the agent's own, `txn.waf.error`.
@@ -25,6 +25,7 @@ use crate::model::WafMode;
 use super::engine::Engine;
 use super::message::{Inspect, MESSAGE};
 use super::metrics::{AgentMetrics, InspectionOutcome};
+use super::pool::Pool;
 use super::verdict::WafVerdict;
 
 /// Requests one connection may have in evaluation before the agent stops reading it.
@@ -34,12 +35,14 @@ pub const MAX_QUEUED: usize = 1024;
 /// A connection silent this long is closed: HAProxy closes its idle ones at `timeout idle`
 /// (30 s, templates/waf-spoe.conf.j2) and health checks at once, so this is not HAProxy.
 const IDLE: Duration = Duration::from_secs(60);
+/// Answers gathered into one write at most (HAProxy reads them in one go from its buffer).
+const WRITE_BATCH: usize = 16 * 1024;
 /// The largest frame the agent accepts (HAProxy offers tune.bufsize - 4, 16380 by default).
 const MAX_FRAME: u32 = 256 * 1024;
 
 pub struct Agent {
     engine: RwLock<Arc<Engine>>,
-    workers: Arc<Semaphore>,
+    pool: Pool,
     queued: Arc<Semaphore>,
     timeout: Duration,
     /// `[waf] body_max`: what HAProxy sends of a body, to tell a cut one.
@@ -48,10 +51,21 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(engine: Engine, workers: usize, timeout: Duration, body_max: u32) -> Agent {
+    /// `workers` threads of the agent's own evaluate requests (`pool.rs`).
+    pub fn new(
+        engine: Engine,
+        workers: usize,
+        timeout: Duration,
+        body_max: u32,
+    ) -> std::io::Result<Agent> {
+        let pool = Pool::start(workers, MAX_QUEUED)?;
+        Ok(Agent::with_pool(engine, pool, timeout, body_max))
+    }
+
+    fn with_pool(engine: Engine, pool: Pool, timeout: Duration, body_max: u32) -> Agent {
         Agent {
             engine: RwLock::new(Arc::new(engine)),
-            workers: Arc::new(Semaphore::new(workers.max(1))),
+            pool,
             queued: Arc::new(Semaphore::new(MAX_QUEUED)),
             timeout,
             body_max,
@@ -74,39 +88,34 @@ impl Agent {
     /// Inspects one request within the deadline (waiting for a worker counts).
     pub async fn inspect(&self, req: Inspect) -> Answer {
         let start = Instant::now();
-        let engine = self.engine();
-        let workers = self.workers.clone();
-        let job = async move {
-            let _permit = workers.acquire_owned().await.ok()?;
-            // The permit moves into the thread: a request past its deadline keeps its worker
-            // until libmodsecurity returns, so the bound holds.
-            tokio::task::spawn_blocking(move || {
-                let _permit = _permit;
-                let uri = req.uri();
-                let matches = engine.evaluate(&req.request(&uri), req.policy.paranoia);
-                (req, matches)
-            })
-            .await
-            .ok()
-        };
-        let answer = match tokio::time::timeout(self.timeout, job).await {
+        let answer = self.pool.submit(self.engine(), req);
+        // Past the deadline the receiver is dropped: a worker that has not taken the request
+        // yet skips it; one evaluating it finishes, and the bound on workers holds.
+        let answer = match tokio::time::timeout(self.timeout, answer).await {
             Err(_) => Answer::Error("timeout"),
-            Ok(None) => Answer::Error("internal"),
-            Ok(Some((_, Err(_)))) => Answer::Error("engine"),
-            Ok(Some((req, Ok(matches)))) => {
-                let v = WafVerdict::score(&matches, &req.policy, &req.path);
-                match (v.over, req.policy.mode) {
-                    (true, WafMode::Block) => Answer::Block(v),
-                    (true, _) => Answer::Detect(v),
-                    // What arrived is clean, but not all the body it must inspect arrived:
-                    // the domain's failure mode decides, never a silent pass.
-                    (false, _) if req.body_cut => Answer::Error("body"),
-                    (false, _) => Answer::Pass(v),
-                }
-            }
+            Ok(Err(_)) => Answer::Error("internal"),
+            Ok(Ok(answer)) => answer,
         };
         self.metrics.record(answer.outcome(), start.elapsed());
         answer
+    }
+}
+
+/// Evaluates `req` on this thread and scores it under its policy: a worker's whole job (and
+/// the floor `hapctl-bench --only waf` measures the agent against).
+pub fn evaluate(engine: &Engine, req: &Inspect) -> Answer {
+    let uri = req.uri();
+    let Ok(matches) = engine.evaluate(&req.request(&uri), req.policy.paranoia) else {
+        return Answer::Error("engine");
+    };
+    let v = WafVerdict::score(&matches, &req.policy, &req.path);
+    match (v.over, req.policy.mode) {
+        (true, WafMode::Block) => Answer::Block(v),
+        (true, _) => Answer::Detect(v),
+        // What arrived is clean, but not all the body it must inspect arrived:
+        // the domain's failure mode decides, never a silent pass.
+        (false, _) if req.body_cut => Answer::Error("body"),
+        (false, _) => Answer::Pass(v),
     }
 }
 
@@ -185,21 +194,30 @@ where
 
 type Frame = Box<dyn SpopFrame>;
 
-/// Writes the frames `rx` hands over until a disconnect, or every sender is gone.
+/// Writes the frames `rx` hands over until a disconnect, or every sender is gone. The answers
+/// ready together leave in one write (one segment, one wake-up of HAProxy's applet).
 async fn write_frames<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::Receiver<Frame>,
 ) -> std::io::Result<()> {
     let mut out = BytesMut::new();
     let mut enc = SpopCodec::new(MAX_FRAME);
-    while let Some(frame) = rx.recv().await {
+    let mut next = rx.recv().await;
+    while let Some(frame) = next.take() {
         let close = *frame.frame_type() == FrameType::AgentDisconnect;
-        out.clear();
         enc.encode(frame, &mut out)?;
+        if !close && out.len() < WRITE_BATCH {
+            next = rx.try_recv().ok();
+            if next.is_some() {
+                continue;
+            }
+        }
         wr.write_all(&out).await?;
+        out.clear();
         if close {
             break;
         }
+        next = rx.recv().await;
     }
     wr.shutdown().await
 }
@@ -280,14 +298,20 @@ mod tests {
     use super::*;
     use crate::model::WafPolicy;
 
-    /// The real libmodsecurity with one rule that counts (an id in the CRS's request range).
-    fn agent(workers: usize, timeout: Duration) -> Arc<Agent> {
+    /// The real libmodsecurity with one rule that counts (an id in the CRS's request range),
+    /// and no worker yet.
+    fn agent(timeout: Duration) -> Arc<Agent> {
         let rules = "SecRuleEngine DetectionOnly\n\
             SecRule ARGS \"@contains attack\" \"id:942999,phase:1,pass,log,severity:CRITICAL,msg:'test'\"";
         let engine = Engine::from_rules(rules).unwrap_or_else(|e| {
             panic!("{e} (scripts/ensure-test-tools.sh installs libmodsecurity3)")
         });
-        Arc::new(Agent::new(engine, workers, timeout, 8192))
+        Arc::new(Agent::with_pool(
+            engine,
+            Pool::idle(MAX_QUEUED),
+            timeout,
+            8192,
+        ))
     }
 
     fn request(query: &str) -> Inspect {
@@ -311,17 +335,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_waits_for_a_worker_and_its_deadline_answers_for_it() {
-        let agent = agent(1, Duration::from_millis(300));
-        // The only worker is busy: the request waits, and the agent's own deadline answers
-        // (an error HAProxy turns into the domain's failure mode) before HAProxy gives up.
-        let busy = agent.workers.clone().acquire_owned().await.unwrap();
+        let agent = agent(Duration::from_millis(300));
+        // No worker free: the request waits, and the agent's own deadline answers (an error
+        // HAProxy turns into the domain's failure mode) before HAProxy gives up.
         let waited = Instant::now();
         assert_eq!(
             agent.inspect(request("q=attack")).await,
             Answer::Error("timeout")
         );
         assert!(waited.elapsed() >= Duration::from_millis(300));
-        drop(busy);
+        // The worker that comes skips the request nobody waits for any more.
+        agent.pool.add_workers(1).unwrap();
         let blocked = agent.inspect(request("q=attack")).await;
         assert!(
             matches!(&blocked, Answer::Block(v) if v.rules == [942999] && v.score == 5),
@@ -338,9 +362,36 @@ mod tests {
         assert_eq!(s.by_rule.get(&942999), Some(&1));
     }
 
+    #[tokio::test]
+    async fn answers_ready_together_leave_in_order_and_a_disconnect_ends_the_writing() {
+        let (mut peer, ours) = tokio::io::duplex(64 * 1024);
+        let (tx, rx) = mpsc::channel::<Frame>(PER_CONNECTION);
+        let mut acks = BytesMut::new();
+        let mut enc = SpopCodec::new(MAX_FRAME);
+        for id in 1..=3 {
+            let ack = Answer::Pass(WafVerdict::score(&[], &WafPolicy::default(), "/"))
+                .ack(Ack::new(id, id));
+            enc.encode(Box::new(ack.clone()) as Frame, &mut acks)
+                .unwrap();
+            tx.send(Box::new(ack)).await.unwrap();
+        }
+        tx.send(disconnect(StatusCode::None)).await.unwrap();
+        // Behind the disconnect: never written.
+        tx.send(Box::new(Ack::new(9, 9))).await.unwrap();
+        write_frames(ours, rx).await.unwrap();
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).await.unwrap();
+        assert!(got.starts_with(&acks), "the answers, in order");
+        // Then the disconnect alone (its key-value list has no fixed order, and the codec
+        // reads only HAProxy's frames): one frame of type AGENT-DISCONNECT (102) to the end.
+        let rest = &got[acks.len()..];
+        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+        assert_eq!((len + 4, rest[4]), (rest.len(), 102), "{rest:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_is_closed() {
-        let agent = agent(1, Duration::from_millis(300));
+        let agent = agent(Duration::from_millis(300));
         let (mut peer, ours) = tokio::io::duplex(1024);
         let start = tokio::time::Instant::now();
         // Paused time: the runtime jumps to the idle deadline once nothing else can run.

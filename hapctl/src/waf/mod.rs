@@ -1,7 +1,7 @@
 //! The web application firewall (docs/waf.md): hapctl's own SPOE agent over libmodsecurity v3
 //! and the OWASP CRS. `ffi.rs` loads the library, `engine.rs` the rules and evaluates a
 //! request, `matches.rs` reads a matched rule, `verdict.rs` scores under a domain's policy,
-//! `message.rs` parses HAProxy's SPOE message, `ruleset.rs` lists the rules, `trial.rs` evaluates a request without sending it, `agent.rs` speaks SPOP, `metrics.rs` counts
+//! `message.rs` parses HAProxy's SPOE message, `pool.rs` runs the evaluations on the agent's workers, `ruleset.rs` lists the rules, `trial.rs` evaluates a request without sending it, `agent.rs` speaks SPOP, `metrics.rs` counts
 //! and keeps the state file, `status.rs` shows the agent and reloads its rules, `supervise.rs` keeps the agent running under `hapctl serve`.
 //! The HAProxy side is rendered by `render::waf`.
 
@@ -11,6 +11,7 @@ pub mod ffi;
 pub mod matches;
 pub mod message;
 pub mod metrics;
+pub mod pool;
 pub mod ruleset;
 pub mod status;
 pub mod supervise;
@@ -61,7 +62,7 @@ pub async fn serve(
         settings.workers,
         settings.agent_deadline(),
         settings.body_max,
-    ));
+    )?);
     let listener = TcpListener::bind(settings.listen).await?;
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let state = state_file(run_dir);
@@ -71,6 +72,7 @@ pub async fn serve(
     // health checks included) with the old engine.
     let mut reloading: Option<tokio::task::JoinHandle<RulesLoad>> = None;
     let mut again = false;
+    let mut writing: Option<tokio::task::JoinHandle<()>> = None;
     tracing::info!(listen = %settings.listen, engine = %loaded.engine, "waf agent ready");
     tokio::pin!(stop);
     loop {
@@ -110,14 +112,25 @@ pub async fn serve(
                 }
             }
             _ = tick.tick() => {
-                let snapshot = agent.metrics.snapshot(&loaded);
-                if let Err(e) = snapshot.write(&state) {
-                    tracing::warn!(error = %e, path = %state.display(), "waf state file not written");
+                // The write syncs to disk, which a busy disk holds for a long time: off the
+                // runtime's two threads, which serve HAProxy's connections (held, they left
+                // requests queued on them past their deadline). One write at a time.
+                if writing.as_ref().is_none_or(|w| w.is_finished()) {
+                    writing = Some(write_state(agent.metrics.snapshot(&loaded), state.clone()));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Writes the state file on a blocking thread.
+fn write_state(snapshot: metrics::CountersSnapshot, path: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = snapshot.write(&path) {
+            tracing::warn!(error = %e, path = %path.display(), "waf state file not written");
+        }
+    })
 }
 
 type RulesLoad = Result<(metrics::Loaded, Engine), EngineError>;
@@ -153,6 +166,9 @@ async fn accept(
         .await
         .map_err(std::io::Error::other)?;
     let (stream, _) = listener.accept().await?;
+    // An ACK is a small write that must leave at once: with Nagle it waits for HAProxy's
+    // (delayed) acknowledgement of the previous one whenever answers are pipelined.
+    stream.set_nodelay(true)?;
     Ok((stream, permit))
 }
 
@@ -166,7 +182,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(Semaphore::new(1));
         let _a = TcpStream::connect(addr).await.unwrap();
-        let (_first, place) = accept(&listener, &connections).await.unwrap();
+        let (first, place) = accept(&listener, &connections).await.unwrap();
+        assert!(first.nodelay().unwrap(), "answers wait for Nagle");
         let _b = TcpStream::connect(addr).await.unwrap();
         // Full: the second one is not taken, however long it waits (a wait that cannot end
         // early under load, so the short bound proves nothing false).
