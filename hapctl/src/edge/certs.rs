@@ -138,8 +138,8 @@ impl Edge {
             CertSource::Upload,
             if name.is_default() { vec![] } else { sans },
         );
-        // The default certificate answers unknown names on this edge: it stays its own.
-        match self.fleet_certs()?.filter(|_| !name.is_default()) {
+        let fleet = self.fleet_certs_for(name)?;
+        match fleet {
             Some(fleet) => self.publish_certificate(&fleet, record, &bundle, None),
             None => Ok(Certs::new(&self.settings).install(&mut self.store, record, &bundle)?),
         }
@@ -363,7 +363,8 @@ impl Edge {
     }
 
     pub fn remove_certificate(&mut self, name: &CertName) -> Result<InstallReport, EdgeError> {
-        match self.fleet_certs()?.filter(|_| !name.is_default()) {
+        let fleet = self.fleet_certs_for(name)?;
+        match fleet {
             Some(fleet) => self.remove_from_fleet(&fleet, name),
             None => Ok(Certs::new(&self.settings).remove(&mut self.store, name)?),
         }

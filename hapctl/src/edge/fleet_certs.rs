@@ -41,6 +41,15 @@ impl Edge {
         }))
     }
 
+    /// [`Edge::fleet_certs`] for a change of `name`: none for the default certificate, which
+    /// answers unknown names on each edge and stays its own (no fleet key needed).
+    pub(super) fn fleet_certs_for(&self, name: &CertName) -> Result<Option<FleetCerts>, EdgeError> {
+        if name.is_default() {
+            return Ok(None);
+        }
+        self.fleet_certs()
+    }
+
     /// Puts a checked bundle in the fleet (every edge installs it), then installs it here.
     pub(super) fn publish_certificate(
         &mut self,

@@ -179,6 +179,21 @@ fn an_uploaded_certificate_reaches_every_edge_and_its_removal_too() {
         !etcd_dump(&lab).contains("/hapctl/certs/"),
         "nothing in the fleet"
     );
+    // The default certificate stays each edge's own: no fleet key needed, nothing in etcd.
+    let default = ca.leaf(&["edge-default.test"]);
+    let default_pem = lab.edge(1).path("default.pem");
+    std::fs::write(&default_pem, ca.bundle(&default)).unwrap();
+    lab.edge(1).ok(&[
+        "cert",
+        "import",
+        "default",
+        "--pem",
+        default_pem.to_str().unwrap(),
+    ]);
+    assert!(
+        !etcd_dump(&lab).contains("/hapctl/certs/"),
+        "the default stays local"
+    );
 
     // e2 has the key: every edge with it serves the certificate, without a reload.
     copy_fleet_key(lab.edge(0), lab.edge(2)).unwrap();
