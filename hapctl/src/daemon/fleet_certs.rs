@@ -74,10 +74,9 @@ impl CertFollower {
             .await?;
         let tokens = etcd.read_prefix(&self.layout().acme_tokens()).await?;
         *failing = None;
-        let from = certs.revision.max(tokens.revision) + 1;
-        let mut in_fleet = Vec::new();
+        let mut in_fleet = std::collections::BTreeSet::new();
         for kv in &certs.kvs {
-            in_fleet.push(kv.key.clone());
+            in_fleet.insert(kv.key.clone());
             self.cert_put(&kv.key, &kv.value).await;
         }
         // What this edge installed from the fleet and the fleet no longer has.
@@ -93,7 +92,8 @@ impl CertFollower {
                 self.cert_deleted(&cert_key).await;
             }
         }
-        let live: Vec<String> = tokens.kvs.iter().map(|kv| kv.key.clone()).collect();
+        let live: std::collections::BTreeSet<&String> =
+            tokens.kvs.iter().map(|kv| &kv.key).collect();
         let gone: Vec<String> = self
             .tokens
             .keys()
@@ -106,8 +106,15 @@ impl CertFollower {
         for kv in &tokens.kvs {
             self.token_put(&kv.key, &kv.value, kv.lease).await;
         }
-        let mut cert_watch = etcd.watch(&self.layout().certs(), from).await?;
-        let mut token_watch = etcd.watch(&self.layout().acme_tokens(), from).await?;
+        // Each watch from the revision after its own read: nothing between is missed (what is
+        // seen twice is installed or answered once).
+        let mut cert_watch = etcd
+            .watch(&self.layout().certs(), certs.revision + 1)
+            .await?;
+        let tokens_from = tokens.revision + 1;
+        let mut token_watch = etcd
+            .watch(&self.layout().acme_tokens(), tokens_from)
+            .await?;
         let mut retry = tokio::time::interval(INSTALL_RETRY);
         loop {
             tokio::select! {
