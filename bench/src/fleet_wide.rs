@@ -36,10 +36,12 @@ const BOUND: Duration = Duration::from_secs(10);
 const SERVED_TARGET_MS: f64 = 2000.0;
 const DENIED_TARGET_MS: f64 = 1000.0;
 
+/// Fields drop in order: the generations are stopped while the edges' folders (their
+/// pidfiles) still exist.
 struct Lab {
+    _generations: GenerationsGuard,
     lab: FleetLab,
     pebble: Pebble,
-    _generations: GenerationsGuard,
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
@@ -86,9 +88,9 @@ fn start(ctx: &Ctx) -> anyhow::Result<Lab> {
         lab.edge(i).try_wait_for_body(HOST, "1.0\n")?;
     }
     Ok(Lab {
+        _generations: generations,
         lab,
         pebble: acme.into_pebble(),
-        _generations: generations,
     })
 }
 

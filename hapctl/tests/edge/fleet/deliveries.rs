@@ -80,6 +80,7 @@ fn wait_live(lab: &FleetLab, version: &str) {
 
 #[test]
 fn a_delivery_goes_edge_by_edge_proved_and_a_failure_rolls_back_the_edges_cut_over() {
+    // `_generations` drops first (bindings drop in reverse), while the pidfiles still exist.
     let (lab, _generations) = app_fleet();
     let ports: Vec<u16> = lab.edges.iter().map(|(e, _)| e.port).collect();
     let probe = SpreadProbe::start(ports.clone(), HOST, 100);
