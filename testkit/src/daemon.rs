@@ -270,8 +270,8 @@ impl Daemon {
     }
 
     /// Starts `serve` on a free loopback port and waits until `GET /health` answers 200.
-    /// A port another test took between `free_port`'s probe and this bind (each test is its
-    /// own process, so their probes do not know of each other) is tried again on a new one.
+    /// A port something outside the tests took between `free_port`'s probe and this bind is
+    /// tried again on a new one.
     pub fn try_start(edge: &Edge, serve: &Serve) -> anyhow::Result<Daemon> {
         let mut tries = 0;
         loop {
