@@ -28,6 +28,7 @@ pub mod resolve;
 pub mod settings;
 pub mod store;
 pub mod tls;
+pub mod traffic;
 pub mod waf;
 
 // The test kit's TLS corpus, which the unit tests compile in (`tls::corpus`), names this crate

@@ -74,7 +74,7 @@ impl DaemonAnswer {
         ChangeAnswer::deserialize(&self.body).ok()
     }
 
-    fn failure(&self) -> Failure {
+    pub fn failure(&self) -> Failure {
         let answer = ErrorAnswer::deserialize(&self.body).ok();
         let message = answer
             .as_ref()

@@ -26,6 +26,7 @@ mod prove;
 mod proxy;
 mod serve;
 mod token;
+mod top;
 mod waf;
 
 const EXIT_CODES: &str = "\
@@ -98,6 +99,8 @@ enum Command {
     Boot,
     /// The access log (one line per request): last lines, filtered, or followed.
     Logs(logs::LogsArgs),
+    /// Traffic per domain, live: requests, answers, time, bytes, what turned requests away.
+    Top(top::TopArgs),
     /// Run the HTTP API daemon (starts HAProxy if needed; stopping it leaves HAProxy running).
     Serve(serve::ServeArgs),
     /// Generations of each app: current, previous, retired; PID, port, ready.
@@ -213,6 +216,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Rollback(args) => deliver::rollback(dir, args),
         Command::Boot => deliver::boot(dir),
         Command::Logs(args) => logs::run(dir, args),
+        Command::Top(args) => top::run(dir, args),
         Command::Serve(args) => serve::run(dir, args),
         Command::Generations(out) => deliver::generations(dir, out),
         Command::Prove(args) => prove::run(dir, args),

@@ -76,13 +76,8 @@ fn parse_since(value: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::query::pairs;
     use super::*;
-
-    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn parameters_parse_and_bad_ones_are_named() {

@@ -16,6 +16,7 @@ mod log_query;
 mod proxies;
 mod query;
 mod schemas;
+mod traffic_query;
 mod waf;
 
 use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema};
@@ -33,6 +34,7 @@ pub use limits::{ClearRequest, ExemptRequest, LimitsRequest, PolicyRequest, Wind
 pub use log_query::LogQuery;
 pub use proxies::TrustRequest;
 pub use query::QueryError;
+pub use traffic_query::{TrafficQuery, MAX_LIMIT as TRAFFIC_MAX_LIMIT};
 pub use waf::{WafTest, WafTestHeader, WafTestRequest};
 
 /// `GET /v1/blocked-ips`'s query (and `hapctl block ls`'s): the model's, as the store runs it;

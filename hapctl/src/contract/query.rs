@@ -28,6 +28,14 @@ pub fn parse_limit(value: &str, max: usize) -> Result<usize, String> {
         .ok_or_else(|| format!("must be a number from 1 to {max}"))
 }
 
+/// Query pairs as the router decodes them, for tests.
+#[cfg(test)]
+pub(super) fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// Asserts that `T`'s documented `limit` parameter has the bounds its parser applies.
 #[cfg(test)]
 pub(super) fn assert_limit<T: utoipa::IntoParams>(default: usize, max: usize) {

@@ -16,6 +16,7 @@ mod renewals;
 mod services;
 mod supervision;
 mod tls;
+mod traffic;
 mod waf;
 mod workers;
 
@@ -26,12 +27,14 @@ use std::sync::{Arc, Mutex};
 use crate::access::Access;
 use crate::edge::{Edge, EdgeError};
 use crate::settings::{LogTarget, Mode, Settings};
+use crate::traffic::Traffic;
 
 pub use metrics::Metrics;
 use notify::Notifier;
 use services::Parts;
 pub use services::Services;
 use supervision::SupervisionLoop;
+pub use traffic::NOT_COLLECTED;
 pub use waf::WafRunError;
 pub use workers::JobError;
 
@@ -98,12 +101,13 @@ pub fn serve(
         .as_ref()
         .map(tls::server_config)
         .transpose()?;
-    let _companions = Companions::start(state_dir, &edge.settings)?;
+    let traffic = traffic_book(&edge.settings);
+    let _companions = Companions::start(state_dir, &edge.settings, traffic.clone())?;
     bring_up_haproxy(&mut edge)?;
     // The follower's applies make the apply worker's background check give way.
     let fleet_applying = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _fleet = join_fleet(&mut edge, fleet_applying.clone())?;
-    let (services, _supervision) = start_workers(state_dir, edge, fleet_applying)?;
+    let (services, _supervision) = start_workers(state_dir, edge, fleet_applying, traffic)?;
     let socket = services.settings().paths.api_socket();
     let router = router(services.clone(), auth);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -160,6 +164,18 @@ fn api_auth(edge: &Edge, listen: SocketAddr, no_auth: bool) -> Result<ApiAuth, S
     })
 }
 
+/// The traffic counts (`[traffic] collect`), fed by the access log's receiver: `None` when
+/// off or when the log goes elsewhere (syslog, journald), as nothing reaches this daemon.
+fn traffic_book(settings: &Settings) -> Option<Arc<Traffic>> {
+    let on = settings.traffic.collect && settings.logs.target == LogTarget::File;
+    on.then(|| {
+        Arc::new(Traffic::new(
+            crate::clock::unix_now().max(0) as u64,
+            settings.traffic.max_domains.get(),
+        ))
+    })
+}
+
 /// What runs beside HAProxy for as long as the daemon does (stopped on drop).
 struct Companions {
     _access_log: Option<crate::logs::Receiver>,
@@ -169,11 +185,19 @@ struct Companions {
 impl Companions {
     /// The access log is read before HAProxy may start, so its first lines are kept; hapctl's
     /// WAF agent (direct mode) is up before HAProxy may send it requests (docs/waf.md).
-    fn start(state_dir: &Path, settings: &Settings) -> Result<Companions, ServeError> {
+    fn start(
+        state_dir: &Path,
+        settings: &Settings,
+        traffic: Option<Arc<Traffic>>,
+    ) -> Result<Companions, ServeError> {
+        let tap = traffic.map(|t| -> crate::logs::LineTap {
+            Arc::new(move |line| t.record_line(crate::clock::unix_now().max(0) as u64, line))
+        });
         let access_log = match settings.logs.target {
             LogTarget::File => Some(crate::logs::Receiver::start(
                 &settings.logs,
                 settings.haproxy.privileges.worker_user(),
+                tap,
             )?),
             _ => None,
         };
@@ -253,6 +277,7 @@ fn start_workers(
     state_dir: &Path,
     edge: Edge,
     fleet_applying: Arc<std::sync::atomic::AtomicBool>,
+    traffic: Option<Arc<Traffic>>,
 ) -> Result<(Services, SupervisionLoop), ServeError> {
     let metrics = Arc::new(Metrics::default());
     let supervision = supervision::start(edge.connection()?, metrics.clone());
@@ -267,6 +292,7 @@ fn start_workers(
         blocks,
         metrics,
         orders,
+        traffic,
     });
     Ok((services, supervision))
 }

@@ -13,6 +13,7 @@ use crate::apply::ApplyReport;
 use crate::blocks::{BlockChange, BlockReport, ChangeResult};
 use crate::edge::{DomainChange, DomainResult, Edge, EdgeError, RenewOutcome};
 use crate::settings::Settings;
+use crate::traffic::Traffic;
 
 /// A cheap handle on the daemon's services, shared by every request.
 #[derive(Clone)]
@@ -27,6 +28,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Bounds the ACME orders in flight, shared with the renewal worker.
     orders: Arc<OrderGate>,
+    /// The traffic counts, `None` when not collected (`[traffic] collect`, `[logs] target`).
+    traffic: Option<Arc<Traffic>>,
 }
 
 /// The parts [`Services`] is made of, as the bootstrap started them.
@@ -37,6 +40,7 @@ pub(super) struct Parts {
     pub blocks: mpsc::Sender<BlockJob>,
     pub metrics: Arc<Metrics>,
     pub orders: Arc<OrderGate>,
+    pub traffic: Option<Arc<Traffic>>,
 }
 
 impl Services {
@@ -48,6 +52,7 @@ impl Services {
             blocks: p.blocks,
             metrics: p.metrics,
             orders: p.orders,
+            traffic: p.traffic,
         }))
     }
 
@@ -57,6 +62,11 @@ impl Services {
 
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The traffic counts, `None` when this daemon does not collect them.
+    pub fn traffic(&self) -> Option<&Arc<Traffic>> {
+        self.0.traffic.as_ref()
     }
 
     /// Counts and logs renewals run outside the renewal worker (the renew routes).

@@ -17,6 +17,7 @@ mod profiles;
 mod proving;
 mod proxies;
 mod routes;
+mod traffic;
 mod ui;
 mod v1;
 mod waf;

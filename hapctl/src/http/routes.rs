@@ -23,12 +23,12 @@ use utoipa::{IntoParams, PartialSchema};
 use super::error::ApiError;
 use super::{
     audit, auth, certs, compat, count_requests, history, limits, logs, master, policies, profiles,
-    proving, proxies, ui, v1, waf, ApiState, BODY_LIMIT,
+    proving, proxies, traffic, ui, v1, waf, ApiState, BODY_LIMIT,
 };
 use crate::contract::{
     one_or_list, AuditQuery, BlockQuery, BlockRequest, ClearRequest, DeliveryRequest, DomainQuery,
     ErrorAnswer, ExemptRequest, HttpsRequest, ImportRequest, LimitsRequest, LogQuery, OrderRequest,
-    PolicyRequest, ProfilesRequest, PutDomainRequest, RollbackRequest, TrustRequest,
+    PolicyRequest, ProfilesRequest, PutDomainRequest, RollbackRequest, TrafficQuery, TrustRequest,
     WafTestRequest,
 };
 use crate::model::Scope;
@@ -178,6 +178,8 @@ pub fn table() -> Vec<(RouteDoc, MethodRouter<ApiState>)> {
         (doc(Get, "/v1/proofs/{name}", READ, "One proof's journal: {name, markdown} (its checks, timeline, failures and the way back)", None), get(history::get_proof)),
         (doc(Get, "/v1/logs", READ, "The access log (hapctl logs; [logs] target = \"file\"), newest first: {records: [{ts, id, client, peer, host, method, path, status, bytes, tq, tw, tc, tr, ta, term, backend, tls, sni, denied_by}], next, partial}; next is the `before` of the older page, null on the last one; partial: at most 16 MiB of lines past `before` are searched, so a filter that matches little may answer fewer records, and next searches on; 409 when the log goes to syslog or journald; a bad parameter is a 400 naming it", None)
             .with_query::<LogQuery>(), get(logs::list)),
+        (doc(Get, "/v1/traffic", READ, "Traffic per domain from the access log this daemon received (hapctl top; docs/traffic.md): {since, now, tracked_domains, edge, domains: [{domain, windows: [{window: 1m|15m|1h, seconds, requests, requests_per_second, status: {none, 1xx..5xx}, bytes_in, bytes_out, time_ms: {p50, p95, p99}, turned_away, by_reason: {REASON: n}}], totals}], backends, backends_error}; since: when the counts begin (a restart empties them); backends=true adds HAProxy's counters per backend (show stat); points=DOMAIN answers {domain, since, points: [{at, seconds, requests, errors, turned_away, by_reason, p95_ms}]} over the hour (`*`: the edge, by minute); 409 when traffic is not counted", None)
+            .with_query::<TrafficQuery>(), get(traffic::get)),
         (doc(Get, "/v1/audit", ADMIN, "The audit trail (hapctl audit), newest first: {records: [{id, at_ms, who, via, peer, forwarded, action, objects, summary, result: {at_ms, status, outcome} | null}]}; result null: the daemon stopped during the change", None)
             .with_query::<AuditQuery>(), get(audit::list)),
         (doc(Get, "/metrics", READ, "Prometheus metrics", None), get(v1::metrics)),

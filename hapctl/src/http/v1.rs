@@ -515,5 +515,6 @@ pub async fn metrics(State(app): State<ApiState>) -> Result<Response, ApiError> 
         .await?;
     let mut text = app.services().metrics().render(blocked, &certs, unix_now());
     text += &app.services().waf_metrics();
+    text += &app.services().traffic_metrics();
     Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }

@@ -63,6 +63,10 @@ pub fn access_log_file(settings: &LogSettings) -> Result<&std::path::Path, LogEr
     }
 }
 
+/// Sees each access line (not HAProxy's notices) as it is written, on the writer's thread:
+/// it must be quick (the traffic counts).
+pub type LineTap = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
 /// What the receiver did since it started.
 #[derive(Debug, Default)]
 pub struct ReceiverStats {
@@ -91,7 +95,12 @@ impl Receiver {
     /// Listens on `settings.listen` and starts writing what HAProxy sends to `settings.file`.
     /// `worker_uid` is the user HAProxy's workers drop to (`Privileges::worker_user`): their
     /// connections are read, like root's and this process user's; anyone else's are closed.
-    pub fn start(settings: &LogSettings, worker_uid: Option<u32>) -> Result<Receiver, LogError> {
+    /// `tap`, if any, sees every access line written.
+    pub fn start(
+        settings: &LogSettings,
+        worker_uid: Option<u32>,
+        tap: Option<LineTap>,
+    ) -> Result<Receiver, LogError> {
         let addr = settings.listen;
         let listen_error = |source: io::Error| match source.kind() {
             io::ErrorKind::AddrInUse => LogError::ListenInUse(addr),
@@ -116,7 +125,7 @@ impl Receiver {
         let stats = Arc::new(ReceiverStats::default());
         let stop = Arc::new(AtomicBool::new(false));
         let senders = peer::Senders::haproxy(worker_uid);
-        let threads = receive::start(listener, senders, file, stats.clone(), stop.clone())
+        let threads = receive::start(listener, senders, (file, tap), stats.clone(), stop.clone())
             .map_err(listen_error)?;
         Ok(Receiver {
             stats,
@@ -193,10 +202,10 @@ mod tests {
     fn streams_become_whole_lines_and_a_second_receiver_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = settings(dir.path());
-        let receiver = Receiver::start(&s, None).unwrap();
+        let receiver = Receiver::start(&s, None, None).unwrap();
         s.listen = receiver.listen();
         assert!(matches!(
-            Receiver::start(&s, None),
+            Receiver::start(&s, None, None),
             Err(LogError::ListenInUse(a)) if a == s.listen
         ));
         // Two workers at once (a reload), lines cut across writes, a notice, an empty line.
@@ -225,13 +234,13 @@ mod tests {
         lines.sort_by_key(|l| l.len());
         assert!(lines.contains(&"{\"n\":499}") && lines.contains(&"{\"n\":500}"));
         // The port is free again: the next receiver takes it.
-        drop(Receiver::start(&s, None).unwrap());
+        drop(Receiver::start(&s, None, None).unwrap());
     }
 
     #[test]
     fn a_stop_flushes_what_an_open_connection_sent() {
         let dir = tempfile::tempdir().unwrap();
-        let receiver = Receiver::start(&settings(dir.path()), None).unwrap();
+        let receiver = Receiver::start(&settings(dir.path()), None, None).unwrap();
         let mut worker = connect(&receiver, 1);
         worker.write_all(b"{\"a\":1}\n{\"a\":2}\n").unwrap();
         wait_for("2 lines", || {
@@ -251,7 +260,7 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         assert_eq!(unsafe { libc::geteuid() }, 0, "run the tests as root");
         let dir = tempfile::tempdir().unwrap();
-        let receiver = Receiver::start(&settings(dir.path()), Some(108)).unwrap();
+        let receiver = Receiver::start(&settings(dir.path()), Some(108), None).unwrap();
         let addr = receiver.listen();
         // Holds the connection open (as HAProxy does) so the receiver sees who owns it.
         let forge = format!(

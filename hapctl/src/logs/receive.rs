@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::peer::Senders;
-use super::{ReceiverStats, RotatingFile};
+use super::{LineTap, ReceiverStats, RotatingFile};
 
 /// Bound on one wait (accept poll, socket read, channel receive): how soon a stop is seen.
 const WAIT: Duration = Duration::from_millis(100);
@@ -35,7 +35,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 pub(super) fn start(
     listener: TcpListener,
     senders: Senders,
-    file: RotatingFile,
+    (file, tap): (RotatingFile, Option<LineTap>),
     stats: Arc<ReceiverStats>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<[JoinHandle<()>; 2]> {
@@ -43,7 +43,7 @@ pub(super) fn start(
     let writer_stats = stats.clone();
     let writer = std::thread::Builder::new()
         .name("access-log-write".into())
-        .spawn(move || write(rx, file, &writer_stats))?;
+        .spawn(move || write(rx, file, tap, &writer_stats))?;
     let acceptor = std::thread::Builder::new()
         .name("access-log-accept".into())
         .spawn(move || accept(listener, &senders, tx, &stats, &stop))?;
@@ -185,14 +185,14 @@ fn reset(stream: &TcpStream) {
 }
 
 /// Writes what the readers send until every sender is gone, then flushes.
-fn write(rx: Rx<Vec<u8>>, mut file: RotatingFile, stats: &ReceiverStats) {
+fn write(rx: Rx<Vec<u8>>, mut file: RotatingFile, tap: Option<LineTap>, stats: &ReceiverStats) {
     let mut dirty = false;
     let mut last_flush = Instant::now();
     let mut failing = false;
     loop {
         let result = match rx.recv_timeout(WAIT) {
             Ok(chunk) => {
-                let written = write_chunk(&chunk, &mut file, stats);
+                let written = write_chunk(&chunk, &mut file, tap.as_ref(), stats);
                 dirty = true;
                 if last_flush.elapsed() >= FLUSH_EVERY {
                     last_flush = Instant::now();
@@ -230,7 +230,12 @@ fn write(rx: Rx<Vec<u8>>, mut file: RotatingFile, stats: &ReceiverStats) {
 
 /// Writes the chunk's access lines; HAProxy's own notices (a proxy stopped at a reload, a
 /// server went down) share the stream and go to the daemon's log instead.
-fn write_chunk(chunk: &[u8], file: &mut RotatingFile, stats: &ReceiverStats) -> io::Result<()> {
+fn write_chunk(
+    chunk: &[u8],
+    file: &mut RotatingFile,
+    tap: Option<&LineTap>,
+    stats: &ReceiverStats,
+) -> io::Result<()> {
     for line in chunk.split(|b| *b == b'\n') {
         let line = trim_line(line);
         if line.is_empty() {
@@ -240,6 +245,9 @@ fn write_chunk(chunk: &[u8], file: &mut RotatingFile, stats: &ReceiverStats) -> 
             stats.notices.fetch_add(1, Ordering::Relaxed);
             tracing::info!("haproxy: {}", String::from_utf8_lossy(line));
             continue;
+        }
+        if let Some(tap) = tap {
+            tap(line);
         }
         file.write_line(line)?;
         stats.lines.fetch_add(1, Ordering::Relaxed);

@@ -21,6 +21,7 @@ mod paths;
 mod privileges;
 mod resolvers;
 mod tls;
+mod traffic;
 mod unknown_host;
 pub mod waf;
 
@@ -33,6 +34,7 @@ pub use paths::Paths;
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
 pub use resolvers::{ResolverSettings, RESOLVERS_NAME};
 pub use tls::{AcmeSettings, TlsSettings, TlsVersion, KEY_TYPES, LETS_ENCRYPT};
+pub use traffic::{MaxDomains, TopDomains, TrafficSettings};
 pub use unknown_host::UnknownHost;
 
 /// Name of the settings file inside the state directory.
@@ -83,6 +85,8 @@ pub struct Settings {
     pub logs: LogSettings,
     /// `[resolvers]`, if the servers' names are resolved at runtime.
     pub resolvers: Option<ResolverSettings>,
+    /// `[traffic]`: traffic per domain from the access log.
+    pub traffic: TrafficSettings,
     pub waf: Option<waf::WafSettings>,
     /// `[fleet]`, if this edge shares its desired state with others through etcd.
     pub fleet: Option<FleetSettings>,
@@ -152,6 +156,8 @@ struct RawSettings {
     #[serde(default)]
     logs: logs::RawLogs,
     resolvers: Option<resolvers::RawResolvers>,
+    #[serde(default)]
+    traffic: traffic::RawTraffic,
     waf: Option<waf::RawWaf>,
     fleet: Option<fleet::RawFleet>,
 }
@@ -311,6 +317,13 @@ buffer = "16MiB"
 # nameservers = ["127.0.0.11:53"]
 # hold_valid = "10s"
 
+[traffic]
+# Traffic per domain (hapctl top, GET /v1/traffic, /metrics, the dashboard; docs/traffic.md),
+# counted by hapctl serve from the access log (target "file") in memory: 1 min, 15 min, 1 h.
+collect = true
+top_domains = 20           # domains with their own series in /metrics; the rest as "(other)"
+max_domains = 20000        # host names counted apart (about 3 KiB each); the rest as "(other)"
+
 # [waf]: the web application firewall agent (listen, crs, workers, timeout; docs/waf.md).
 
 # [fleet]: several edges share one desired state in etcd (docs/fleet.md). Without it this edge
@@ -405,6 +418,7 @@ impl Settings {
         let acme = tls::resolve_acme(raw.acme, |p| resolve(Some(p), ""))?;
         let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))?;
         let resolvers = resolvers::resolve_resolvers(raw.resolvers)?;
+        let traffic = traffic::resolve_traffic(raw.traffic)?;
         haproxy.privileges = privileges::resolve(
             raw.haproxy.user,
             raw.haproxy.group,
@@ -429,6 +443,7 @@ impl Settings {
             acme,
             logs,
             resolvers,
+            traffic,
             waf: waf::resolve_waf(raw.waf)?,
             fleet,
             haproxy,

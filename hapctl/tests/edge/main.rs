@@ -24,4 +24,5 @@ mod properties;
 mod protections;
 mod prove;
 mod supervision;
+mod traffic;
 mod waf;

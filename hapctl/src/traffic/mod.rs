@@ -1,0 +1,143 @@
+//! Traffic per domain (`docs/traffic.md`): what the access log says, counted in memory as the
+//! daemon receives it (`crate::logs` hands each line to [`Traffic::record_line`]), over the
+//! windows 1 min, 15 min and 1 h; and HAProxy's own counters per backend (`stat.rs`).
+//!
+//! `sample.rs` reads a line, `window.rs` keeps counts in rings of time slots, `book.rs` keeps
+//! them per domain within a bound, `report.rs` is what `GET /v1/traffic`, `hapctl top`, the
+//! metrics and the dashboard read. All of it is pure but for the lock here and `stat.rs`.
+//! Nothing is written to disk: a restarted daemon starts with an empty history (`since`).
+
+mod book;
+mod expose;
+mod report;
+mod sample;
+mod stat;
+mod window;
+
+use std::sync::Mutex;
+
+pub use book::{Book, NO_HOST, OTHER};
+pub use expose::render_metrics;
+pub use report::{
+    BackendStat, DomainReport, Point, Reasons, StatusClasses, TimeQuantiles, Totals, TrafficReport,
+    WindowReport,
+};
+pub use stat::{parse as parse_stat, read_backends};
+pub use window::Window;
+
+/// What a list of domains is sorted by (largest first; `domain`: by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SortKey {
+    #[default]
+    Requests,
+    Errors,
+    TurnedAway,
+    Bytes,
+    P95,
+    Domain,
+}
+
+impl SortKey {
+    const ALL: [SortKey; 6] = [
+        SortKey::Requests,
+        SortKey::Errors,
+        SortKey::TurnedAway,
+        SortKey::Bytes,
+        SortKey::P95,
+        SortKey::Domain,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortKey::Requests => "requests",
+            SortKey::Errors => "errors",
+            SortKey::TurnedAway => "turned_away",
+            SortKey::Bytes => "bytes",
+            SortKey::P95 => "p95",
+            SortKey::Domain => "domain",
+        }
+    }
+}
+
+impl std::str::FromStr for SortKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SortKey, String> {
+        SortKey::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!("{s:?} is not a sort key: requests, errors (5xx), turned_away, bytes, p95 or domain")
+            })
+    }
+}
+
+/// Sorts `domains` by `key` over `window`, largest first (names break ties).
+pub fn sort(domains: &mut [DomainReport], key: SortKey, window: Window) {
+    let value = |d: &DomainReport| -> f64 {
+        let Some(w) = d.window(window.as_str()) else {
+            return 0.0;
+        };
+        match key {
+            SortKey::Requests => w.requests as f64,
+            SortKey::Errors => w.status.s5xx as f64,
+            SortKey::TurnedAway => w.turned_away as f64,
+            SortKey::Bytes => (w.bytes_in + w.bytes_out) as f64,
+            SortKey::P95 => w.time_ms.p95.unwrap_or(0.0),
+            SortKey::Domain => 0.0,
+        }
+    };
+    domains.sort_by(|a, b| {
+        value(b)
+            .total_cmp(&value(a))
+            .then_with(|| a.domain.cmp(&b.domain))
+    });
+}
+
+/// The daemon's traffic book, shared by the access log's writer and the readers.
+#[derive(Debug)]
+pub struct Traffic {
+    book: Mutex<Book>,
+}
+
+impl Traffic {
+    pub fn new(started: u64, max_domains: usize) -> Traffic {
+        Traffic {
+            book: Mutex::new(Book::new(started, max_domains)),
+        }
+    }
+
+    /// Counts one access-log line received at `at` (Unix seconds); other lines are ignored.
+    pub fn record_line(&self, at: u64, line: &[u8]) {
+        if let Some(sample) = sample::parse(line) {
+            self.with(|b| b.record(at, &sample));
+        }
+    }
+
+    /// Runs `f` on the book (a short read or a count).
+    pub fn with<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
+        f(&mut self.book.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The report of the edge and its domains sorted by `key` over `window`, at most `limit`.
+    pub fn report(&self, now: u64, key: SortKey, window: Window, limit: usize) -> TrafficReport {
+        let (since, tracked, edge, mut domains) = self.with(|b| {
+            (
+                b.started(),
+                b.domain_count(),
+                b.edge_report(now),
+                b.domain_reports(now),
+            )
+        });
+        sort(&mut domains, key, window);
+        domains.truncate(limit);
+        TrafficReport {
+            since,
+            now,
+            tracked_domains: tracked,
+            edge,
+            domains,
+            backends: None,
+            backends_error: None,
+        }
+    }
+}
