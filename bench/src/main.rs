@@ -36,6 +36,7 @@ mod server_change;
 mod stats;
 mod sys;
 mod traffic;
+mod traffic_collect;
 mod waf;
 mod waf_floor;
 mod waf_report;
@@ -128,6 +129,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "traffic-collect",
+        about: "traffic per domain: req/s with [traffic] collect on ÷ off (alternating rounds), /v1/traffic against a fixed number of requests per domain, heap for an hour of series at 10,000 domains",
+        run: traffic_collect::run,
+        long: false,
+    },
+    Section {
         name: "log-idle",
         about: "HAProxy's CPU on an idle edge while nothing takes the access log, with `hapctl serve`, and with the unix socket of before (same run)",
         run: log_idle::run,
@@ -169,7 +176,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, log-idle, waf, and (long, only with --only or --all) certs, fleet, fleet-wide, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, traffic-collect, log-idle, waf, and (long, only with --only or --all) certs, fleet, fleet-wide, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
