@@ -14,4 +14,6 @@ dpkg -s libmodsecurity3 >/dev/null 2>&1 || need+=(libmodsecurity3)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+# promtool tests dist/prometheus/hapctl.rules.yml (tests/edge/alerts.rs).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 apt_install_missing "${need[@]+"${need[@]}"}"

@@ -4,6 +4,7 @@
 //! `model` and `render` are pure; see `ARCHITECTURE.md` for the map.
 
 pub mod access;
+pub mod alerts;
 pub mod apply;
 pub mod blocks;
 pub mod clock;

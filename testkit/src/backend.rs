@@ -6,9 +6,10 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::TcpListener as StdListener;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
+use http_body_util::BodyExt;
 use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -30,8 +31,11 @@ const ECHOED: [(&str, &str); 5] = [
 /// Real HAProxy heads carry up to its own bound of 101 headers; hyper's default is 100.
 const MAX_HEADERS: usize = 1024;
 
+/// What a recording backend received: each request's body, in order.
+pub type Recorded = Arc<Mutex<Vec<Vec<u8>>>>;
+
 /// How a backend answers.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Mode {
     /// Echo the request in `x-seen-*` headers and close after one answer.
     Echo,
@@ -39,6 +43,8 @@ enum Mode {
     KeepAlive,
     /// 404 with an empty body, and close.
     NotFound,
+    /// Keeps each request's body (a webhook receiver) and answers 200.
+    Record(Recorded),
 }
 
 /// A backend server on 127.0.0.1 answering every request with 200 and a fixed body. It runs
@@ -54,6 +60,14 @@ impl Backend {
     /// `connection: close`, so each connection serves one request.
     pub fn start(body: &str) -> Backend {
         Backend::spawn(body, Mode::Echo).expect("start a backend on 127.0.0.1")
+    }
+
+    /// A webhook receiver: keeps the body of every request it gets, answers 200.
+    pub fn recording() -> (Backend, Recorded) {
+        let bodies = Recorded::default();
+        let backend = Backend::spawn("ok", Mode::Record(bodies.clone()))
+            .expect("start a recording backend on 127.0.0.1");
+        (backend, bodies)
     }
 
     /// Answers many requests per connection, without the echo.
@@ -117,14 +131,23 @@ async fn accept_all(listener: TcpListener, body: Arc<str>, mode: Mode) {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let body = body.clone();
+        let (body, mode) = (body.clone(), mode.clone());
         let answer = move |request: Request<hyper::body::Incoming>| {
-            let response = match mode {
-                Mode::Echo => echo(&request, &body),
-                Mode::KeepAlive => plain(&body),
-                Mode::NotFound => not_found(),
-            };
-            async move { Ok::<_, Infallible>(response) }
+            let (body, mode) = (body.clone(), mode.clone());
+            async move {
+                let response = match mode {
+                    Mode::Echo => echo(&request, &body),
+                    Mode::KeepAlive => plain(&body),
+                    Mode::NotFound => not_found(),
+                    Mode::Record(bodies) => {
+                        let got = request.into_body().collect().await;
+                        let bytes = got.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+                        bodies.lock().unwrap_or_else(|e| e.into_inner()).push(bytes);
+                        plain(&body)
+                    }
+                };
+                Ok::<_, Infallible>(response)
+            }
         };
         let connection = http.serve_connection(TokioIo::new(stream), service_fn(answer));
         tokio::spawn(connection);

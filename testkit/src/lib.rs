@@ -27,9 +27,10 @@ pub mod pages;
 pub mod pebble;
 pub mod pki;
 pub mod seed;
+pub mod smtp;
 pub mod tls_corpus;
 
-pub use backend::Backend;
+pub use backend::{Backend, Recorded};
 pub use client::{connect_source, http_get, http_send, try_http_get, Response};
 pub use demo::{demo_app_edge, generation_pids, DemoApp, DemoEdge, GenerationsGuard, Stream};
 pub use edge::{print_tail, Edge, EdgeSetup};

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use hapctl::edge::{self, Edge};
 
+mod alerts;
 mod apply;
 mod audit;
 mod block;
@@ -99,6 +100,9 @@ enum Command {
     Boot,
     /// The access log (one line per request): last lines, filtered, or followed.
     Logs(logs::LogsArgs),
+    /// Alerts of [alerts]: `test` sends one of each kind.
+    #[command(subcommand)]
+    Alerts(alerts::AlertsCommand),
     /// Traffic per domain, live: requests, answers, time, bytes, what turned requests away.
     Top(top::TopArgs),
     /// Run the HTTP API daemon (starts HAProxy if needed; stopping it leaves HAProxy running).
@@ -217,6 +221,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Boot => deliver::boot(dir),
         Command::Logs(args) => logs::run(dir, args),
         Command::Top(args) => top::run(dir, args),
+        Command::Alerts(cmd) => alerts::run(dir, cmd),
         Command::Serve(args) => serve::run(dir, args),
         Command::Generations(out) => deliver::generations(dir, out),
         Command::Prove(args) => prove::run(dir, args),

@@ -124,6 +124,20 @@ impl Metrics {
         });
     }
 
+    /// Restarts of a dead master so far (the alert loop's events).
+    pub fn haproxy_restarts(&self) -> u64 {
+        self.counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .haproxy_restarts
+    }
+
+    /// Applies that ended with `outcome` so far.
+    pub fn applies_with(&self, outcome: &str) -> u64 {
+        let c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        c.applies.get(outcome).copied().unwrap_or(0)
+    }
+
     pub fn request(&self, method: &str, route: &str, status: u16) {
         self.with(|c| {
             *c.requests

@@ -7,6 +7,7 @@
 //! workers' queues, fresh connections for long work, and the metrics.
 
 mod access_log;
+mod alerts;
 mod fleet;
 mod fleet_certs;
 mod fleet_deliveries;
@@ -290,10 +291,11 @@ fn start_workers(
         reads,
         domains,
         blocks,
-        metrics,
+        metrics: metrics.clone(),
         orders,
         traffic,
     });
+    alerts::start(services.clone(), metrics);
     Ok((services, supervision))
 }
 

@@ -83,6 +83,11 @@ impl Services {
             .clone()
     }
 
+    /// Runs `f` on the shared read connection, on this thread (a worker's, not an async one).
+    pub(super) fn read_now<T>(&self, f: impl FnOnce(&Edge) -> T) -> T {
+        f(&self.0.reads.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Runs `f` on the shared read connection, off the async threads.
     pub async fn read<T: Send + 'static>(
         &self,

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::model::bounded;
 
+mod alerts;
 mod api;
 mod apps;
 mod fleet;
@@ -26,6 +27,7 @@ mod unknown_host;
 pub mod waf;
 
 pub use crate::model::EdgeName;
+pub use alerts::{AlertSettings, SmtpSecurity, SmtpSettings, WebhookFormat, WebhookUrl};
 pub use api::{ApiSettings, ApiTls, PlainHttpRefused};
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use fleet::{without_fleet, FleetPrefix, FleetSettings, FleetTls, Rollout};
@@ -87,6 +89,8 @@ pub struct Settings {
     pub resolvers: Option<ResolverSettings>,
     /// `[traffic]`: traffic per domain from the access log.
     pub traffic: TrafficSettings,
+    /// `[alerts]`, if alerts are sent.
+    pub alerts: Option<AlertSettings>,
     pub waf: Option<waf::WafSettings>,
     /// `[fleet]`, if this edge shares its desired state with others through etcd.
     pub fleet: Option<FleetSettings>,
@@ -158,6 +162,7 @@ struct RawSettings {
     resolvers: Option<resolvers::RawResolvers>,
     #[serde(default)]
     traffic: traffic::RawTraffic,
+    alerts: Option<alerts::RawAlerts>,
     waf: Option<waf::RawWaf>,
     fleet: Option<fleet::RawFleet>,
 }
@@ -324,6 +329,14 @@ collect = true
 top_domains = 20           # domains with their own series in /metrics; the rest as "(other)"
 max_domains = 20000        # host names counted apart (about 3 KiB each); the rest as "(other)"
 
+# [alerts]: who hears when something needs a person (docs/alerts.md).
+# webhook = "https://hooks.example.com/…"   # or a list; webhook_format = "slack" for {"text"}
+# smtp = "smtp+starttls://mail.example.com:587"   # smtp://, smtp+starttls://, smtps://
+# smtp_user = "hapctl"; smtp_password_file = "smtp-password"   # 0600, never in this file
+# email_from = "hapctl@edge.example.com"; email_to = ["ops@example.com"]
+# cert_expiry = "14d"; error_ratio = 0.05; error_min_requests = 20
+# restart_loop = 3; restart_window = "10m"; quiet = "5m"; check_every = "10s"; timeout = "10s"
+
 # [waf]: the web application firewall agent (listen, crs, workers, timeout; docs/waf.md).
 
 # [fleet]: several edges share one desired state in etcd (docs/fleet.md). Without it this edge
@@ -419,6 +432,7 @@ impl Settings {
         let logs = logs::resolve_logs(raw.logs, |p| resolve(Some(p), ""))?;
         let resolvers = resolvers::resolve_resolvers(raw.resolvers)?;
         let traffic = traffic::resolve_traffic(raw.traffic)?;
+        let alerts = alerts::resolve_alerts(raw.alerts, |p| resolve(Some(p), ""))?;
         haproxy.privileges = privileges::resolve(
             raw.haproxy.user,
             raw.haproxy.group,
@@ -444,6 +458,7 @@ impl Settings {
             logs,
             resolvers,
             traffic,
+            alerts,
             waf: waf::resolve_waf(raw.waf)?,
             fleet,
             haproxy,

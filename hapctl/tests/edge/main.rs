@@ -5,6 +5,7 @@
 //! is its own binary (`tests/systemd_lab.rs`). The harness is the `testkit` crate.
 
 mod access;
+mod alerts;
 mod apply;
 mod blocks;
 mod certs;
