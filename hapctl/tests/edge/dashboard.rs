@@ -11,7 +11,8 @@
 //! policy enforced by the real agent; `recovery.rs` apply now and HAProxy reload / stop /
 //! start from the Overview; `proxies.rs` trusted proxies believed through the edge; `logs.rs`
 //! a request through the edge on the Logs page; `states.rs` a limits preset, renew all due,
-//! a block rebuild, error states. Every page is saved to target/dashboard-screenshots/.
+//! a block rebuild, error states; `traffic.rs` a known traffic pattern read back from the
+//! charts. Every page is saved to target/dashboard-screenshots/.
 
 mod webdriver;
 // More scenarios; `session` is the serving and sign-in over plain HTTP, no browser.
@@ -26,6 +27,7 @@ mod recovery;
 mod scale;
 mod session;
 mod states;
+mod traffic;
 mod waf;
 
 use std::collections::BTreeSet;
@@ -50,8 +52,9 @@ const UNNAMED: &str = r#"return [...document.querySelectorAll('button, input, se
   .map(e => e.outerHTML.slice(0, 120))"#;
 
 /// Every page of the dashboard: its hash and its heading.
-const PAGES: [(&str, &str); 8] = [
+const PAGES: [(&str, &str); 9] = [
     ("overview", "Overview"),
+    ("traffic", "Traffic"),
     ("domains", "Domains"),
     ("blocks", "Blocks"),
     ("certificates", "Certificates"),

@@ -11,19 +11,19 @@ use serde_json::Value;
 use testkit::daemon::Daemon;
 use testkit::{free_port, Backend, Edge};
 
-const SHOP: &str = "shop.example.com";
-const API: &str = "api.example.com";
-const BROKEN: &str = "broken.example.com";
+pub(crate) const SHOP: &str = "shop.example.com";
+pub(crate) const API: &str = "api.example.com";
+pub(crate) const BROKEN: &str = "broken.example.com";
 const BLOCKED: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const LIMITED: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 
 /// The pattern: answered by shop, blocked at shop, let through and limited at api, failing.
-const N: u64 = 30;
-const M: u64 = 4;
-const API_ALLOWED: u64 = 5;
-const K: u64 = 7;
-const F: u64 = 6;
-const TOTAL: u64 = N + M + API_ALLOWED + K + F;
+pub(crate) const N: u64 = 30;
+pub(crate) const M: u64 = 4;
+pub(crate) const API_ALLOWED: u64 = 5;
+pub(crate) const K: u64 = 7;
+pub(crate) const F: u64 = 6;
+pub(crate) const TOTAL: u64 = N + M + API_ALLOWED + K + F;
 
 struct Setup {
     edge: Edge,
@@ -32,9 +32,8 @@ struct Setup {
 }
 
 /// An edge with the three domains, limits only on api (5 requests per window per client),
-/// 127.0.0.2 blocked, broken's server a port nobody listens on; the pattern sent, and
-/// counted by the daemon.
-fn traffic_sent() -> Setup {
+/// 127.0.0.2 blocked, broken's server a port nobody listens on; `hapctl serve` on it.
+pub(crate) fn pattern_edge() -> (Edge, Backend, Daemon) {
     let edge = Edge::started();
     let app = Backend::start("ok");
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
@@ -53,7 +52,12 @@ fn traffic_sent() -> Setup {
     ]);
     edge.ok(&["block", "add", &BLOCKED.to_string()]);
     let daemon = Daemon::start(&edge);
+    (edge, app, daemon)
+}
 
+/// The pattern through the edge: N answered and M blocked at shop, 5 let through and K
+/// limited at api, F 5xx at broken.
+pub(crate) fn send_pattern(edge: &Edge) {
     for _ in 0..N {
         assert_eq!(edge.get(SHOP, "/").status, 200);
     }
@@ -72,6 +76,12 @@ fn traffic_sent() -> Setup {
     for _ in 0..F {
         assert_eq!(edge.get(BROKEN, "/").status, 503);
     }
+}
+
+/// [`pattern_edge`] with the pattern sent and counted by the daemon.
+fn traffic_sent() -> Setup {
+    let (edge, app, daemon) = pattern_edge();
+    send_pattern(&edge);
     let setup = Setup {
         edge,
         daemon,

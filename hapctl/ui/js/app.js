@@ -10,9 +10,10 @@ import protections from './pages/protections.js';
 import deliveries from './pages/deliveries.js';
 import applies from './pages/applies.js';
 import logs from './pages/logs.js';
+import traffic from './pages/traffic.js';
 import audit from './pages/audit.js';
 
-const pages = { overview, domains, blocks, certificates, protections, deliveries, applies, logs, audit };
+const pages = { overview, traffic, domains, blocks, certificates, protections, deliveries, applies, logs, audit };
 const main = document.getElementById('main');
 let unmount = null;
 

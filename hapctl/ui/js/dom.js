@@ -20,6 +20,16 @@ function append(el, children) {
   }
 }
 
+/** An SVG element: attributes only (the style sheet colours it; no inline style, for the CSP). */
+export function svg(tag, attrs, ...children) {
+  const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== null && v !== undefined) el.setAttribute(k, String(v));
+  }
+  append(el, children);
+  return el;
+}
+
 export function fill(el, ...children) {
   el.replaceChildren();
   append(el, children);

@@ -25,6 +25,7 @@ static ASSETS: &[Asset] = assets![
     "js/api.js" => JS,
     "js/app.js" => JS,
     "js/dom.js" => JS,
+    "js/charts.js" => JS,
     "js/format.js" => JS,
     "js/live.js" => JS,
     "js/pages/overview.js" => JS,
@@ -40,6 +41,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/applies.js" => JS,
     "js/pages/audit.js" => JS,
     "js/pages/logs.js" => JS,
+    "js/pages/traffic.js" => JS,
 ];
 
 /// The file served at `/ui/<path>`.
