@@ -15,7 +15,7 @@ cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 ./scripts/build-deb.sh --dev
 cargo nextest run -j2 --workspace --no-fail-fast
 # Again on HAProxy 3.0 LTS, the suites that talk to HAProxy most (reload confirmation, the
-# runtime API, certificates, the log ring, adoption, kills at every crash point), by module
+# runtime API, certificates, the log ring and the traffic counted from it, adoption, kills at every crash point), by module
 # of the integration binary: docs/haproxy-versions.md.
 HAPCTL_HAPROXY_BIN="$HAPROXY30_BIN" cargo nextest run -j2 -p hapctl --no-fail-fast -E \
-  '(binary(edge) & test(/^(apply|blocks|certs::tls|crash|deliveries|domains::runtime|domains::servers|logs)::/)) | (kind(lib) & test(/^haproxy::/))'
+  '(binary(edge) & test(/^(apply|blocks|certs::tls|crash|deliveries|domains::runtime|domains::servers|logs|traffic)::/)) | (kind(lib) & test(/^haproxy::/))'

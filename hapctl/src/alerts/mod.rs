@@ -1,16 +1,18 @@
 //! Alerts (`docs/alerts.md`): what needs a person, said once per condition until it clears,
 //! then "resolved". `tracker.rs` (pure) turns what the daemon sees at each look into those
-//! notices; `message.rs` (pure) writes them for a webhook (JSON or Slack's shape) and an
+//! notices; `rules.rs` (pure) computes conditions from figures; `message.rs` (pure) writes them for a webhook (JSON or Slack's shape) and an
 //! e-mail; `send.rs` delivers them, every call bounded by `[alerts] timeout`. The looking is
 //! the daemon's (`daemon/alerts.rs`).
 
 mod message;
+mod rules;
 mod send;
 mod tracker;
 
 use serde::Serialize;
 
 pub use message::{email_subject, email_text, webhook_body};
+pub use rules::domain_errors;
 pub use send::{Delivery, SendError, Sender};
 pub use tracker::Tracker;
 

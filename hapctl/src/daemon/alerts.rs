@@ -13,7 +13,6 @@ use crate::alerts::{Alert, Kind, Sender, Tracker};
 use crate::apply::RuntimeCheck;
 use crate::clock::unix_now;
 use crate::settings::AlertSettings;
-use crate::traffic::{SortKey, Window};
 
 /// Bound on reading the fleet's view from etcd.
 const FLEET_TIMEOUT: Duration = Duration::from_secs(5);
@@ -194,28 +193,8 @@ fn domain_errors(services: &Services, s: &AlertSettings) -> Vec<Alert> {
         return Vec::new();
     };
     let now = unix_now().max(0) as u64;
-    let report = traffic.report(now, SortKey::Errors, Window::OneMinute, usize::MAX);
-    report
-        .domains
-        .iter()
-        .filter_map(|d| {
-            let w = d.window(Window::OneMinute.as_str())?;
-            let ratio = w.status.s5xx as f64 / w.requests.max(1) as f64;
-            (w.requests >= s.error_min_requests && ratio > s.error_ratio).then(|| {
-                Alert::new(
-                    Kind::DomainErrors,
-                    d.domain.clone(),
-                    format!(
-                        "{:.1} % of {} requests answered 5xx over the last {} s (threshold {:.1} %)",
-                        ratio * 100.0,
-                        w.requests,
-                        w.seconds,
-                        s.error_ratio * 100.0
-                    ),
-                )
-            })
-        })
-        .collect()
+    let domains = traffic.with(|b| b.domain_reports(now));
+    crate::alerts::domain_errors(&domains, s.error_ratio, s.error_min_requests)
 }
 
 /// Edges of the fleet that lag, and edges seen before whose status key is gone.

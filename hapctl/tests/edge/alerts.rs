@@ -1,7 +1,9 @@
 //! Alerts end to end: `hapctl serve` with `[alerts]` pointing at a local webhook receiver and
 //! a local SMTP sink (both from the kit). A killed master, a failing renewal (Pebble gone) and
-//! a defect alarm each give one "firing" notice, and one "resolved" once they clear;
-//! `hapctl alerts test` sends one of each kind to both.
+//! a defect alarm each give one "firing" notice, and one "resolved" once they clear; a domain
+//! answering 5xx gives one "firing" (its window takes a minute or two to clear, so its
+//! "resolved" is left to the tracker's unit test). `hapctl alerts test` sends one of each
+//! kind to both.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,12 +15,13 @@ use testkit::smtp::SmtpSink;
 use testkit::{Backend, Edge, Recorded};
 
 const SHOP: &str = "shop.example.com";
+const BROKEN: &str = "broken.example.com";
 
 /// `[alerts]` sending to `hook` and `sink`, looking every second; an event resolves after 2 s.
 fn alerts_to(edge: &Edge, hook: &Backend, sink: &SmtpSink) {
     let text = edge.settings_text()
         + &format!(
-            "\n[alerts]\nwebhook = \"http://127.0.0.1:{}/hook/secret-token\"\nsmtp = \"smtp://127.0.0.1:{}\"\nemail_to = [\"ops@example.com\"]\nemail_from = \"edge@example.com\"\ncheck_every = \"1s\"\nquiet = \"2s\"\ntimeout = \"5s\"\n",
+            "\n[alerts]\nwebhook = \"http://127.0.0.1:{}/hook/secret-token\"\nsmtp = \"smtp://127.0.0.1:{}\"\nemail_to = [\"ops@example.com\"]\nemail_from = \"edge@example.com\"\ncheck_every = \"1s\"\nquiet = \"2s\"\ntimeout = \"5s\"\nerror_min_requests = 5\n",
             hook.port, sink.port
         );
     edge.write_settings(&text);
@@ -93,7 +96,7 @@ fn alerts_test_sends_one_of_each_kind_to_the_webhook_and_by_mail() {
 }
 
 #[test]
-fn a_killed_master_a_failing_renewal_and_a_defect_alarm_fire_once_then_resolve() {
+fn a_killed_master_a_failing_renewal_a_defect_alarm_and_5xx_fire_once() {
     let edge = Edge::new();
     let pebble = Pebble::start(edge.port);
     edge.set_acme(&pebble.directory_url(), &pebble.ca_root_path(), None);
@@ -168,6 +171,28 @@ fn a_killed_master_a_failing_renewal_and_a_defect_alarm_fire_once_then_resolve()
             .count();
         assert_eq!(n, 2, "{kind}: {mails:#?}");
     }
+    // A domain answering 5xx (its server is a port nobody listens on): over the share of the
+    // last minute with enough requests.
+    let dead = format!("127.0.0.1:{}", testkit::free_port());
+    edge.ok(&["domain", "add", BROKEN, "--server", &dead]);
+    for _ in 0..6 {
+        assert_eq!(edge.get(BROKEN, "/").status, 503);
+    }
+    wait_notice(&bodies, "domain-errors", "firing");
+    let errors: Vec<Value> = notices(&bodies)
+        .into_iter()
+        .filter(|n| n["kind"] == "domain-errors")
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0]["subject"], BROKEN);
+    assert!(
+        errors[0]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("100.0 % of 6 requests"),
+        "{errors:#?}"
+    );
+
     let log = api.log_text();
     assert!(!log.contains("secret-token"), "{log}");
 }
