@@ -8,6 +8,7 @@
 
 mod access_log;
 mod alerts;
+mod events;
 mod fleet;
 mod fleet_certs;
 mod fleet_deliveries;
@@ -30,6 +31,7 @@ use crate::edge::{Edge, EdgeError};
 use crate::settings::{LogTarget, Mode, Settings};
 use crate::traffic::Traffic;
 
+pub use events::EdgeEvent;
 pub use metrics::Metrics;
 use notify::Notifier;
 use services::Parts;
@@ -296,6 +298,7 @@ fn start_workers(
         traffic,
     });
     alerts::start(services.clone(), metrics);
+    events::start(services.clone());
     Ok((services, supervision))
 }
 

@@ -6,6 +6,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use tokio::sync::oneshot;
 
+use super::events::{EdgeEvent, Events};
 use super::metrics::Metrics;
 use super::renewals::{self, OrderGate};
 use super::workers::{BlockJob, DomainJob, JobError};
@@ -30,6 +31,8 @@ struct Shared {
     orders: Arc<OrderGate>,
     /// The traffic counts, `None` when not collected (`[traffic] collect`, `[logs] target`).
     traffic: Option<Arc<Traffic>>,
+    /// Events no history table keeps (the WAF agent's), for the dashboard's timeline.
+    events: Arc<Events>,
 }
 
 /// The parts [`Services`] is made of, as the bootstrap started them.
@@ -53,6 +56,7 @@ impl Services {
             metrics: p.metrics,
             orders: p.orders,
             traffic: p.traffic,
+            events: Arc::default(),
         }))
     }
 
@@ -67,6 +71,15 @@ impl Services {
     /// The traffic counts, `None` when this daemon does not collect them.
     pub fn traffic(&self) -> Option<&Arc<Traffic>> {
         self.0.traffic.as_ref()
+    }
+
+    /// Events no history table keeps, oldest first.
+    pub fn edge_events(&self) -> Vec<EdgeEvent> {
+        self.0.events.all()
+    }
+
+    pub(super) fn events(&self) -> &Arc<Events> {
+        &self.0.events
     }
 
     /// Counts and logs renewals run outside the renewal worker (the renew routes).

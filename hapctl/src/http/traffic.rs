@@ -22,10 +22,15 @@ pub async fn get(
             .traffic_points(domain)
             .ok_or_else(|| ApiError::conflict(NOT_COLLECTED))?;
         let since = services.traffic().map(|t| t.with(|b| b.started()));
-        return Ok(Json(
-            json!({"domain": domain, "since": since, "points": points.unwrap_or_default()}),
-        )
-        .into_response());
+        // The whole edge's hour comes with the events no history route has (the WAF agent's).
+        let events = (domain == "*").then(|| services.edge_events());
+        let answer = json!({
+            "domain": domain,
+            "since": since,
+            "points": points.unwrap_or_default(),
+            "events": events,
+        });
+        return Ok(Json(answer).into_response());
     }
     let report = tokio::task::spawn_blocking(move || services.traffic_report(&query))
         .await

@@ -502,6 +502,18 @@ fn serve_keeps_the_agent_running() {
         agent_pid(edge).is_some_and(|p| p != first)
     });
     wait_for("the new agent blocks", &|| get(edge, SQLI).status == 403);
+    // The dashboard's timeline has it: down then up, or a new PID if no look fell between.
+    let api = lab.daemon.client();
+    wait_for("the agent's restart among the edge's events", &|| {
+        let events = api.get("/v1/traffic?points=*").json["events"].clone();
+        let kinds: Vec<&str> = events
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["kind"].as_str())
+            .collect();
+        kinds.ends_with(&["waf-restarted"]) || kinds.ends_with(&["waf-down", "waf-up"])
+    });
     // The daemon stops its agent with it.
     let second = agent_pid(edge).unwrap();
     drop(lab);

@@ -41,9 +41,9 @@ export function xOf(at, from, to, width) {
 /**
  * The events between `from` and `to` (Unix seconds), oldest first: applies (a restart of
  * HAProxy is one, by its trigger) with their reload reasons, deliveries, proofs, and
- * certificates issued (their not_before).
+ * certificates issued (their not_before), and the WAF agent's ups and downs.
  */
-export function events({ applies = [], deliveries = [], proofs = [], certificates = [] }, from, to) {
+export function events({ applies = [], deliveries = [], proofs = [], certificates = [], agent = [] }, from, to) {
   const out = [];
   for (const a of applies) {
     const restart = a.trigger.startsWith('haproxy restarted');
@@ -55,6 +55,7 @@ export function events({ applies = [], deliveries = [], proofs = [], certificate
   }
   for (const p of proofs) out.push({ at: p.modified, kind: 'proof', text: `proof ${p.title || p.name}` });
   for (const c of certificates) out.push({ at: c.not_before, kind: 'certificate', text: `certificate ${c.name} issued` });
+  for (const e of agent) out.push({ at: e.at, kind: e.kind === 'waf-down' ? 'waf-down' : 'waf', text: e.text });
   return out.filter((e) => e.at >= from && e.at <= to).sort((a, b) => a.at - b.at);
 }
 

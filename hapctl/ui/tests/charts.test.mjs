@@ -30,8 +30,9 @@ test('events of the window, oldest first, restarts told apart', () => {
       { started_at_ms: 10_000, trigger: 'old', outcome: 'applied', reload_reasons: [] },
     ],
     certificates: [{ name: 'shop', not_before: 1800, not_after: 9000 }],
+    agent: [{ at: 2500, kind: 'waf-down', text: 'WAF agent down: x' }, { at: 2600, kind: 'waf-up', text: 'WAF agent up' }],
   }, 1000, 3000);
-  assert.deepEqual(e.map((x) => x.kind), ['apply', 'certificate', 'restart']);
+  assert.deepEqual(e.map((x) => x.kind), ['apply', 'certificate', 'restart', 'waf-down', 'waf']);
   assert.equal(e[0].text, 'domain add: applied (reload: new backend)');
 });
 

@@ -1,6 +1,6 @@
 // Traffic: the edge's last hour minute by minute (requests, 5xx, turned away by reason), the
 // events of that hour on the same time axis (applies and their reload reasons, HAProxy
-// restarts, deliveries, proofs, certificates issued), the busiest domains with a chart each
+// restarts, deliveries, proofs, certificates issued, the WAF agent down, up or restarted), the busiest domains with a chart each
 // (five-minute points), and certificate expiry on a time axis. The series live in hapctl
 // serve's memory (GET /v1/traffic): a restart empties them, which the page says.
 
@@ -62,7 +62,7 @@ export default {
     const domainBox = h('div', { class: 'panel chart-box', id: 't-domain', hidden: true });
     const expiryBox = h('div', { class: 'panel', id: 't-expiry' });
     const t = table('Busiest domains, last hour', ['Domain', 'Requests', '5xx', 'Turned away', 'p95', 'Chart']);
-    const seen = { applies: [], deliveries: [], proofs: [], certificates: [] };
+    const seen = { applies: [], deliveries: [], proofs: [], certificates: [], agent: [] };
     let hour = null;
     let domainPoll = null;
     const redrawEvents = () => { if (hour) drawEvents(eventBox, events(seen, hour.from, hour.to), hour.from, hour.to); };
@@ -81,6 +81,7 @@ export default {
         stamp();
         since.textContent = `Counted by hapctl serve since ${new Date(r.since * 1000).toLocaleString()}: a restart of hapctl serve empties this history.`;
         drawChart(edgeBox, r.points, 'The edge, last hour');
+        seen.agent = r.events || [];
         const last = r.points[r.points.length - 1];
         hour = { from: r.points[0].at, to: last.at + last.seconds };
         redrawEvents();
