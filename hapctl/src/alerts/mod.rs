@@ -1,8 +1,9 @@
-//! Alerts (`docs/alerts.md`): what needs a person, said once per condition until it clears,
-//! then "resolved". `tracker.rs` (pure) turns what the daemon sees at each look into those
-//! notices; `rules.rs` (pure) computes conditions from figures; `message.rs` (pure) writes them for a webhook (JSON or Slack's shape) and an
-//! e-mail; `send.rs` delivers them, every call bounded by `[alerts] timeout`. The looking is
-//! the daemon's (`daemon/alerts.rs`).
+//! Alerts (`docs/alerts.md`): what needs a person, said once per condition until it has not
+//! held for `[alerts] quiet`, then "resolved". `tracker.rs` (pure) turns what the daemon sees
+//! at each look into those notices; `rules.rs` (pure) computes conditions from figures;
+//! `message.rs` (pure) writes them for a webhook (JSON or Slack's shape) and an e-mail;
+//! `send.rs` delivers them, every call bounded by `[alerts] timeout`. The looking is the
+//! daemon's (`daemon/alerts.rs`).
 
 mod message;
 mod rules;

@@ -92,8 +92,8 @@ pub struct AlertSettings {
     /// This many HAProxy restarts within `restart_window` is a restart loop.
     pub restart_loop: u32,
     pub restart_window: Duration,
-    /// An alert for an event (a restart, a failed rollback) is resolved after this long without
-    /// another.
+    /// A condition is resolved once it has not held for this long (an event: since the last
+    /// one); one that comes back sooner stays the same alert.
     pub quiet: Duration,
     /// How often the conditions are looked at.
     pub check_every: Duration,
