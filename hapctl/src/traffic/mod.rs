@@ -71,26 +71,19 @@ impl std::str::FromStr for SortKey {
     }
 }
 
-/// Sorts `domains` by `key` over `window`, largest first (names break ties).
-pub fn sort(domains: &mut [DomainReport], key: SortKey, window: Window) {
-    let value = |d: &DomainReport| -> f64 {
-        let Some(w) = d.window(window.as_str()) else {
-            return 0.0;
-        };
-        match key {
-            SortKey::Requests => w.requests as f64,
-            SortKey::Errors => w.status.s5xx as f64,
-            SortKey::TurnedAway => w.turned_away as f64,
-            SortKey::Bytes => (w.bytes_in + w.bytes_out) as f64,
-            SortKey::P95 => w.time_ms.p95.unwrap_or(0.0),
+impl SortKey {
+    /// What a domain's counts over a window weigh in this order (larger first; `domain`:
+    /// all the same, so names decide).
+    fn rank(self) -> impl Fn(&window::Counts) -> f64 {
+        move |c| match self {
+            SortKey::Requests => c.requests() as f64,
+            SortKey::Errors => f64::from(c.classes[5]),
+            SortKey::TurnedAway => f64::from(c.turned_away),
+            SortKey::Bytes => (c.bytes_in + c.bytes_out) as f64,
+            SortKey::P95 => c.times.quantile(0.95).unwrap_or(0.0),
             SortKey::Domain => 0.0,
         }
-    };
-    domains.sort_by(|a, b| {
-        value(b)
-            .total_cmp(&value(a))
-            .then_with(|| a.domain.cmp(&b.domain))
-    });
+    }
 }
 
 /// The daemon's traffic book, shared by the access log's writer and the readers.
@@ -118,18 +111,16 @@ impl Traffic {
         f(&mut self.book.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The report of the edge and its domains sorted by `key` over `window`, at most `limit`.
+    /// The report of the edge and its first `limit` domains by `key` over `window`.
     pub fn report(&self, now: u64, key: SortKey, window: Window, limit: usize) -> TrafficReport {
-        let (since, tracked, edge, mut domains) = self.with(|b| {
+        let (since, tracked, edge, domains) = self.with(|b| {
             (
                 b.started(),
                 b.domain_count(),
                 b.edge_report(now),
-                b.domain_reports(now),
+                b.top_reports(now, window, limit, key.rank()),
             )
         });
-        sort(&mut domains, key, window);
-        domains.truncate(limit);
         TrafficReport {
             since,
             now,
