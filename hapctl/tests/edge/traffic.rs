@@ -40,9 +40,11 @@ pub(crate) const K: u64 = 7;
 pub(crate) const F: u64 = 6;
 pub(crate) const TOTAL: u64 = N + M + API_ALLOWED + K + F;
 
+/// Dropped in field order: the daemon first, so that its supervision does not start the
+/// master again after the edge stopped it (that master would outlive the test).
 struct Setup {
-    edge: Edge,
     daemon: Daemon,
+    edge: Edge,
     _app: Backend,
 }
 
