@@ -193,9 +193,7 @@ impl Companions {
         settings: &Settings,
         traffic: Option<Arc<Traffic>>,
     ) -> Result<Companions, ServeError> {
-        let tap = traffic.map(|t| -> crate::logs::LineTap {
-            Arc::new(move |line| t.record_line(crate::clock::unix_now().max(0) as u64, line))
-        });
+        let tap = traffic.and_then(traffic::tap);
         let access_log = match settings.logs.target {
             LogTarget::File => Some(crate::logs::Receiver::start(
                 &settings.logs,

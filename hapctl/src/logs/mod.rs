@@ -63,8 +63,8 @@ pub fn access_log_file(settings: &LogSettings) -> Result<&std::path::Path, LogEr
     }
 }
 
-/// Sees each access line (not HAProxy's notices) as it is written, on the writer's thread:
-/// it must be quick (the traffic counts).
+/// Sees each chunk of whole lines (HAProxy's notices among them) before it is written, on the
+/// writer's thread: it must be quick (the traffic counts hand it to a thread of their own).
 pub type LineTap = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// What the receiver did since it started.
@@ -95,7 +95,7 @@ impl Receiver {
     /// Listens on `settings.listen` and starts writing what HAProxy sends to `settings.file`.
     /// `worker_uid` is the user HAProxy's workers drop to (`Privileges::worker_user`): their
     /// connections are read, like root's and this process user's; anyone else's are closed.
-    /// `tap`, if any, sees every access line written.
+    /// `tap`, if any, sees every chunk of lines before it is written.
     pub fn start(
         settings: &LogSettings,
         worker_uid: Option<u32>,

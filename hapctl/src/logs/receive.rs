@@ -192,7 +192,10 @@ fn write(rx: Rx<Vec<u8>>, mut file: RotatingFile, tap: Option<LineTap>, stats: &
     loop {
         let result = match rx.recv_timeout(WAIT) {
             Ok(chunk) => {
-                let written = write_chunk(&chunk, &mut file, tap.as_ref(), stats);
+                if let Some(tap) = &tap {
+                    tap(&chunk);
+                }
+                let written = write_chunk(&chunk, &mut file, stats);
                 dirty = true;
                 if last_flush.elapsed() >= FLUSH_EVERY {
                     last_flush = Instant::now();
@@ -230,12 +233,7 @@ fn write(rx: Rx<Vec<u8>>, mut file: RotatingFile, tap: Option<LineTap>, stats: &
 
 /// Writes the chunk's access lines; HAProxy's own notices (a proxy stopped at a reload, a
 /// server went down) share the stream and go to the daemon's log instead.
-fn write_chunk(
-    chunk: &[u8],
-    file: &mut RotatingFile,
-    tap: Option<&LineTap>,
-    stats: &ReceiverStats,
-) -> io::Result<()> {
+fn write_chunk(chunk: &[u8], file: &mut RotatingFile, stats: &ReceiverStats) -> io::Result<()> {
     for line in chunk.split(|b| *b == b'\n') {
         let line = trim_line(line);
         if line.is_empty() {
@@ -245,9 +243,6 @@ fn write_chunk(
             stats.notices.fetch_add(1, Ordering::Relaxed);
             tracing::info!("haproxy: {}", String::from_utf8_lossy(line));
             continue;
-        }
-        if let Some(tap) = tap {
-            tap(line);
         }
         file.write_line(line)?;
         stats.lines.fetch_add(1, Ordering::Relaxed);

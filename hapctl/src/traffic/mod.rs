@@ -101,8 +101,18 @@ impl Traffic {
 
     /// Counts one access-log line received at `at` (Unix seconds); other lines are ignored.
     pub fn record_line(&self, at: u64, line: &[u8]) {
-        if let Some(sample) = sample::parse(line) {
-            self.with(|b| b.record(at, &sample));
+        self.record_lines(at, line);
+    }
+
+    /// Counts the access-log lines of `chunk` (newline-separated) received at `at`; other
+    /// lines are ignored. Parsed before the lock is taken, counted under one lock.
+    pub fn record_lines(&self, at: u64, chunk: &[u8]) {
+        let samples: Vec<_> = chunk
+            .split(|b| *b == b'\n')
+            .filter_map(sample::parse)
+            .collect();
+        if !samples.is_empty() {
+            self.with(|b| samples.iter().for_each(|s| b.record(at, s)));
         }
     }
 
