@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds HAProxy 3.0 LTS from Debian 13's upstream tarball once (Debian 13's binary package
-# needs a newer glibc), cached outside the checkout; exports HAPROXY30_BIN. Sourced by test.sh
-# after ensure-haproxy.sh (which defines apt_install_missing).
+# needs a newer glibc), cached outside the checkout; exports HAPROXY30_BIN. Built as Debian
+# builds it: QUIC on OpenSSL's compatibility layer (Debian 12's OpenSSL 3.0 has no QUIC API),
+# which serves HTTP/3 with `limited-quic`. Sourced by test.sh after ensure-haproxy.sh (which
+# defines apt_install_missing).
 set -euo pipefail
 
 HAPROXY30_VERSION=3.0.11
@@ -34,16 +36,16 @@ build_haproxy30() (
   [ -f "$tarball" ] || { echo "no haproxy_$HAPROXY30_VERSION.orig.tar.gz from trixie's sources" >&2; return 1; }
   tar -xzf "$tarball" -C "$work"
   make -C "$work/haproxy-$HAPROXY30_VERSION" -j2 TARGET=linux-glibc USE_OPENSSL=1 USE_PCRE2=1 \
-    USE_PROMEX=1 >/dev/null
+    USE_PROMEX=1 USE_QUIC=1 USE_QUIC_OPENSSL_COMPAT=1 >/dev/null
   mkdir -p "$HAPROXY30_CACHE"
   install -m 0755 "$work/haproxy-$HAPROXY30_VERSION/haproxy" "$HAPROXY30_BIN.tmp"
   mv "$HAPROXY30_BIN.tmp" "$HAPROXY30_BIN"
 )
 
-# Not `haproxy -v | grep -q`: under pipefail, grep quitting early fails the pipeline.
-cached_version=$("$HAPROXY30_BIN" -v 2>/dev/null || true)
+# Not `haproxy -vv | grep -q`: under pipefail, grep quitting early fails the pipeline.
+cached_version=$("$HAPROXY30_BIN" -vv 2>/dev/null || true)
 case "$cached_version" in
-  *"version $HAPROXY30_VERSION"*) ;;
+  *"version $HAPROXY30_VERSION"*"+QUIC_OPENSSL_COMPAT"*) ;;
   *)
     echo "building HAProxy $HAPROXY30_VERSION (cached in $HAPROXY30_CACHE)" >&2
     build_haproxy30

@@ -6,6 +6,8 @@ source scripts/ensure-haproxy.sh
 source scripts/ensure-test-tools.sh
 source scripts/ensure-systemd-image.sh
 source scripts/ensure-haproxy30.sh
+# HAProxy 3.2 LTS and 3.4 as Debian sid/experimental ship them, run from a cached folder.
+source scripts/ensure-haproxy-sid.sh
 # The fleet's suites run a real etcd cluster (tests/edge/fleet/).
 source scripts/ensure-etcd.sh
 cargo fmt --all -- --check
@@ -14,8 +16,13 @@ cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # The package tests/systemd_lab.rs installs in a booted Debian container.
 ./scripts/build-deb.sh --dev
 cargo nextest run -j2 --workspace --no-fail-fast
-# Again on HAProxy 3.0 LTS, the suites that talk to HAProxy most (reload confirmation, the
-# runtime API, certificates, the log ring and the traffic counted from it, adoption, kills at every crash point), by module
-# of the integration binary: docs/haproxy-versions.md.
-HAPCTL_HAPROXY_BIN="$HAPROXY30_BIN" cargo nextest run -j2 -p hapctl --no-fail-fast -E \
-  '(binary(edge) & test(/^(apply|blocks|certs::tls|crash|deliveries|domains::runtime|domains::servers|logs|traffic)::/)) | (kind(lib) & test(/^haproxy::/))'
+# Again on HAProxy 3.0, 3.2 and 3.4, the suites that talk to HAProxy most (reload
+# confirmation, the runtime API, certificates, the log ring and the traffic counted from it,
+# adoption, kills at every crash point, HTTP/3: QUIC on OpenSSL's compatibility layer on 3.0,
+# native on 3.2 and 3.4), by module of the integration binary: docs/haproxy-versions.md.
+for haproxy in "$HAPROXY30_BIN" "$HAPROXY32_BIN" "$HAPROXY34_BIN"; do
+  echo "=== the HAProxy-facing suites on $("$haproxy" -v | sed -n 1p)" >&2
+  HAPCTL_HAPROXY_BIN="$haproxy" HAPCTL_QUIC_HAPROXY_BIN="$haproxy" \
+    cargo nextest run -j2 -p hapctl --no-fail-fast -E \
+    '(binary(edge) & test(/^(apply|blocks|certs::tls|crash|deliveries|domains::runtime|domains::servers|http3|logs|traffic)::/)) | (kind(lib) & test(/^haproxy::/))'
+done

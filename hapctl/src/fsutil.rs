@@ -78,11 +78,13 @@ pub struct Staged {
 
 impl Staged {
     /// Writes and syncs the temp file of `path` (creating parent folders). It gets the mode of
-    /// the file it replaces, or `new_mode`.
+    /// the file it replaces, or `new_mode` — always a private `new_mode` (no group or other
+    /// bits): what holds a secret never inherits an older copy's wider mode.
     pub fn write(path: &Path, bytes: &[u8], new_mode: u32) -> io::Result<Staged> {
         let dir = parent(path);
         fs::create_dir_all(dir)?;
         let mode = match fs::metadata(path) {
+            Ok(_) if new_mode & 0o077 == 0 => new_mode,
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(e) if e.kind() == io::ErrorKind::NotFound => new_mode,
             Err(e) => return Err(e),

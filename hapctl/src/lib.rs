@@ -24,6 +24,7 @@ pub mod model;
 pub mod process;
 pub mod protect;
 pub mod prove;
+pub mod quic;
 pub mod render;
 pub mod resolve;
 pub mod settings;

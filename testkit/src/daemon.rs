@@ -410,11 +410,9 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            super::print_tail("the daemon's log", &self.log, 60);
-        }
+impl Daemon {
+    /// SIGTERM, then SIGKILL if it is still there after 5 s; nothing once it exited.
+    pub fn stop(&mut self) {
         if self.child.is_none() {
             return;
         }
@@ -423,6 +421,15 @@ impl Drop for Daemon {
             self.signal(libc::SIGKILL);
             let _ = self.wait_exit(Duration::from_secs(5));
         }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            super::print_tail("the daemon's log", &self.log, 60);
+        }
+        self.stop();
     }
 }
 

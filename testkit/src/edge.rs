@@ -113,6 +113,18 @@ impl Edge {
         Ok(edge)
     }
 
+    /// A fresh edge on a HAProxy that serves QUIC ([`crate::quic_haproxy_bin`]), running:
+    /// `[edge] http3` ("auto") turns HTTP/3 on.
+    pub fn started_with_quic() -> Edge {
+        let mut edge = Edge::new();
+        edge.set_env(
+            HAPROXY_BIN_ENV,
+            &crate::quic_haproxy_bin().display().to_string(),
+        );
+        edge.start().unwrap_or_else(|e| panic!("{e:#}"));
+        edge
+    }
+
     /// A fresh edge with HAProxy running.
     pub fn started() -> Edge {
         let edge = Edge::new();

@@ -18,6 +18,16 @@ pub struct FleetLab {
     setup: EdgeSetup,
 }
 
+/// Every daemon stops before any edge's folder goes: a daemon that outlived its edge restarted
+/// the HAProxy the edge had stopped, which then outlived the test.
+impl Drop for FleetLab {
+    fn drop(&mut self) {
+        for (_, daemon) in &mut self.edges {
+            daemon.stop();
+        }
+    }
+}
+
 impl FleetLab {
     /// `members` etcd members and `edges` edges; `e0` publishes its (fresh) state first.
     pub fn start(members: usize, edges: usize) -> FleetLab {

@@ -47,6 +47,25 @@ pub fn counting_haproxy(dir: &Path) -> (PathBuf, PathBuf) {
     (script, log)
 }
 
+/// A HAProxy that serves QUIC, for the HTTP/3 suites: `HAPCTL_QUIC_HAPROXY_BIN`, else Debian's
+/// 3.4 where `scripts/ensure-haproxy-sid.sh` caches it (`scripts/test.sh` runs it first).
+pub fn quic_haproxy_bin() -> PathBuf {
+    let bin = std::env::var_os("HAPCTL_QUIC_HAPROXY_BIN").map_or_else(
+        || {
+            let cache = std::env::var_os("HAPCTL_TEST_CACHE")
+                .unwrap_or_else(|| "/var/cache/hapctl-tests".into());
+            Path::new(&cache).join("haproxy-sid/haproxy-3.4")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        bin.is_file(),
+        "no QUIC-capable HAProxy at {}: run ./scripts/test.sh (or scripts/ensure-haproxy-sid.sh), which fetches one",
+        bin.display()
+    );
+    bin
+}
+
 /// Writes an executable shell script.
 fn write_script(path: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;

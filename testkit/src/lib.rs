@@ -22,6 +22,7 @@ pub mod app;
 pub mod daemon;
 pub mod etcd;
 pub mod fleet;
+pub mod h3;
 pub mod http;
 pub mod pages;
 pub mod pebble;
@@ -34,7 +35,9 @@ pub use backend::{Backend, Recorded};
 pub use client::{connect_source, http_get, http_send, try_http_get, Response};
 pub use demo::{demo_app_edge, generation_pids, DemoApp, DemoEdge, GenerationsGuard, Stream};
 pub use edge::{print_tail, Edge, EdgeSetup};
-pub use haproxy::{check_runs, counting_haproxy, haproxy_bin, haproxy_version, refusing_haproxy};
+pub use haproxy::{
+    check_runs, counting_haproxy, haproxy_bin, haproxy_version, quic_haproxy_bin, refusing_haproxy,
+};
 pub use ports::{free_port, free_port_in};
 
 pub fn describe(out: &Output) -> String {

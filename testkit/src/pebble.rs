@@ -413,6 +413,20 @@ impl Pebble {
             .count()
     }
 
+    /// [`Pebble::issued_count`] once it reaches `n`, or what it is after `within`: Pebble
+    /// answers a finalization before it issues, so a client killed right after its finalize
+    /// call may be gone before the certificate exists.
+    pub fn issued_count_once(&self, n: usize, within: std::time::Duration) -> usize {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let count = self.issued_count();
+            if count >= n || std::time::Instant::now() >= deadline {
+                return count;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The last lines of both logs, for panic messages.
     pub fn log_tail(&self) -> String {
         let mut s = String::new();

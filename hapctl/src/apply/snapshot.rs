@@ -81,7 +81,7 @@ impl Snapshot {
             before_each(n);
             let path = id.path(paths);
             match self.get(id) {
-                Some(bytes) => fsutil::write_atomic(&path, bytes, DEFAULT_MODE)?,
+                Some(bytes) => fsutil::write_atomic(&path, bytes, id.mode())?,
                 None => fsutil::remove_durable(&path)?,
             }
         }
@@ -98,22 +98,22 @@ impl Snapshot {
         marker: fsutil::FileWrite,
     ) -> io::Result<()> {
         let differing = self.differing(current);
-        let targets: Vec<(PathBuf, Option<&[u8]>)> = differing
+        let targets: Vec<(PathBuf, Option<&[u8]>, u32)> = differing
             .iter()
-            .map(|id| (id.path(paths), self.get(*id)))
+            .map(|id| (id.path(paths), self.get(*id), id.mode()))
             .collect();
         let writes: Vec<fsutil::FileWrite> = targets
             .iter()
-            .filter_map(|(path, bytes)| {
+            .filter_map(|(path, bytes, mode)| {
                 bytes.map(|bytes| fsutil::FileWrite {
                     path,
                     bytes,
-                    new_mode: DEFAULT_MODE,
+                    new_mode: *mode,
                 })
             })
             .collect();
         fsutil::write_atomic_stages(&[&[marker], &writes])?;
-        for (path, bytes) in &targets {
+        for (path, bytes, _) in &targets {
             if bytes.is_none() {
                 fsutil::remove_durable(path)?;
             }
@@ -198,7 +198,7 @@ impl KnownGood {
                 .filter(|old| fs::read(old).is_ok_and(|b| b == *bytes));
             match same {
                 Some(old) if fs::hard_link(&old, &path).is_ok() => {}
-                _ => fsutil::write_new(&path, bytes, DEFAULT_MODE)?,
+                _ => fsutil::write_new(&path, bytes, id.mode())?,
             }
             manifest.push_str(id.name());
             manifest.push('\n');

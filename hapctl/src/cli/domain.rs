@@ -122,6 +122,10 @@ pub enum DomainCommand {
         /// No HSTS header (the default).
         #[arg(long)]
         no_hsts: bool,
+        /// on (the default) or off: HTTPS answers announce HTTP/3 with alt-svc where the edge
+        /// serves it.
+        #[arg(long, value_name = "on|off", default_value = "on")]
+        alt_svc: String,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -158,8 +162,12 @@ pub fn run(dir: &Path, cmd: DomainCommand) -> Result<u8, Failure> {
             hsts,
             hsts_subdomains,
             no_hsts: _,
+            alt_svc,
             out,
-        } => https(dir, &name, &redirect, hsts, hsts_subdomains, out.json),
+        } => {
+            let hsts = hsts.map(|age| (age, hsts_subdomains));
+            https(dir, &name, &redirect, hsts, &alt_svc, out.json)
+        }
         DomainCommand::Limits {
             name,
             rules,
@@ -292,13 +300,14 @@ fn sse(dir: &Path, name: &str, state: &str, json: bool) -> Result<u8, Failure> {
     Ok(output::print_report(&report, json))
 }
 
-/// `domain https NAME`: the redirect and HSTS, through the daemon when one runs.
+/// `domain https NAME`: the redirect, HSTS (max-age, subdomains) and alt-svc, through the
+/// daemon when one runs.
 fn https(
     dir: &Path,
     name: &str,
     redirect: &str,
-    hsts: Option<u32>,
-    hsts_subdomains: bool,
+    hsts: Option<(u32, bool)>,
+    alt_svc: &str,
     json: bool,
 ) -> Result<u8, Failure> {
     let parsed = match redirect {
@@ -307,20 +316,27 @@ fn https(
         "308" => Redirect::Permanent308,
         other => return Err(Invalid::new("redirect", other, "must be off, 301 or 308").into()),
     };
+    let alt_svc = match alt_svc {
+        "on" => true,
+        "off" => false,
+        other => return Err(Invalid::new("alt-svc", other, "must be on or off").into()),
+    };
     let hsts = hsts
-        .map(|age| Hsts::new(age, hsts_subdomains))
+        .map(|(age, subdomains)| Hsts::new(age, subdomains))
         .transpose()?;
     let domain: Domain = name.parse()?;
     let body = HttpsRequest {
         redirect: redirect.to_string(),
         hsts_max_age: hsts.map(|h| u64::from(h.max_age())),
         hsts_include_subdomains: hsts.is_some_and(|h| h.include_subdomains),
+        alt_svc,
     };
     let path = format!("/v1/domains/{domain}/https");
     forwarded_or(dir, "PUT", &path, body, json, || {
         let policy = HttpsPolicy {
             redirect: parsed,
             hsts,
+            alt_svc,
         };
         let report = open(dir)?.set_https_policy(&domain, policy)?;
         Ok(output::print_report(&report, json))

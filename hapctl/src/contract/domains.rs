@@ -157,6 +157,14 @@ pub struct HttpsRequest {
     pub hsts_max_age: Option<u64>,
     #[serde(default)]
     pub hsts_include_subdomains: bool,
+    /// HTTPS answers announce HTTP/3 (`alt-svc`) where the edge serves it (the default).
+    #[serde(default = "on")]
+    #[schema(default = true)]
+    pub alt_svc: bool,
+}
+
+fn on() -> bool {
+    true
 }
 
 fn redirect() -> utoipa::openapi::schema::ObjectBuilder {

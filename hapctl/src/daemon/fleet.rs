@@ -136,6 +136,14 @@ impl follow::Local for LocalEdge<'_> {
             .map_err(|e| tracing::error!("cannot read this edge's keys for the fleet's diff: {e}"))
             .ok()
     }
+
+    fn revision(&self) -> Option<i64> {
+        lock(self.0)
+            .fleet_record()
+            .map(|r| r.revision)
+            .map_err(|e| tracing::error!("cannot read this edge's fleet revision: {e}"))
+            .ok()
+    }
 }
 
 /// Applies `changes` on the follower's connection, off the async threads. `waiting` tells the

@@ -21,6 +21,8 @@ pub enum EdgeError {
     #[error(transparent)]
     Settings(#[from] SettingsError),
     #[error(transparent)]
+    Quic(#[from] crate::quic::QuicError),
+    #[error(transparent)]
     Templates(#[from] render::TemplateError),
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -157,7 +159,8 @@ pub struct Edge {
 
 impl Edge {
     pub fn open(state_dir: &Path) -> Result<Edge, EdgeError> {
-        let settings = Settings::load(state_dir)?;
+        let mut settings = Settings::load(state_dir)?;
+        settings.edge.quic = crate::quic::resolve(&settings)?;
         let templates = Templates::load(settings.render.templates_dir.as_deref())?;
         Edge::with_store(settings, templates)
     }

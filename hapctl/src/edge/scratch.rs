@@ -48,9 +48,11 @@ impl Edge {
         let files = set
             .files()
             .iter()
-            .map(|f| (f.path.clone(), f.bytes.clone()));
-        for (path, bytes) in files.chain([blocked_map, blocked_delta, acme_map]) {
-            crate::fsutil::write_atomic(&path, &bytes, crate::fsutil::DEFAULT_MODE)
+            .map(|f| (f.path.clone(), f.bytes.clone(), f.id.mode()));
+        let data = [blocked_map, blocked_delta, acme_map]
+            .map(|(path, bytes)| (path, bytes, crate::fsutil::DEFAULT_MODE));
+        for (path, bytes, mode) in files.chain(data) {
+            crate::fsutil::write_atomic(&path, &bytes, mode)
                 .map_err(io_err("cannot write the scratch copy"))?;
         }
         let verdict = Validator::from_settings(&self.settings).check(&set.config_paths());

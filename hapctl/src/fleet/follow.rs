@@ -1,7 +1,11 @@
 //! Following the fleet's state: a watch from the last revision seen, and one consistent read
 //! (then a diff against this edge's objects) whenever the watch cannot be trusted — at start,
-//! after a cancelled or compacted watch, a reconnect, a revision that went back, and
-//! periodically, since watches have lost events before (etcd #18089, #19179).
+//! after a cancelled or compacted watch, a revision that went back, and periodically, since
+//! watches have lost events before (etcd #18089, #19179). A watch that merely ended (etcd
+//! restarted, a connection lost) is opened again from this edge's revision at once: etcd
+//! replays every change since, or says the revision was compacted (then the read). The read a
+//! reconnect calls for follows later, as a check, so that it never delays the catch-up: it
+//! lists every key of the fleet, and every edge makes it at the same moment after an outage.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -149,6 +153,18 @@ fn batch_of_events(
     batch
 }
 
+/// The revision of the newest write of the fleet's `changed` key among `responses` (0: none).
+fn last_change_in(layout: &Layout, responses: &[etcd_client::WatchResponse]) -> i64 {
+    let changed = layout.changed();
+    let events = responses.iter().flat_map(|r| r.events());
+    events
+        .filter_map(|e| e.kv())
+        .filter(|kv| kv.key() == changed.as_bytes())
+        .map(|kv| kv.mod_revision())
+        .max()
+        .unwrap_or(0)
+}
+
 type Parsed = Result<(ObjectKey, Option<Object>), (Option<ObjectKey>, String)>;
 
 /// An object's key and value (`None`: gone, or a block whose expiry passed).
@@ -171,6 +187,8 @@ pub trait Local {
     /// The keys of the objects this edge has, and the fleet revision its state is at (`None`
     /// when they cannot be read: the read compares every object then).
     fn keys(&self) -> Option<(BTreeSet<ObjectKey>, i64)>;
+    /// The fleet revision this edge's state is at (`None`: unknown, or none yet).
+    fn revision(&self) -> Option<i64>;
 }
 
 /// Changed keys read in one request after a broken watch; more are read page by page.
@@ -194,10 +212,14 @@ pub struct Follower {
     published: bool,
     /// Whether a read compared every object since this follower started.
     compared: bool,
+    /// The watch ended without being cancelled or compacted: open it again where this edge is.
+    resume: bool,
 }
 
 /// How long a watch waits for more events to apply with the first ones.
 const COALESCE: Duration = Duration::from_millis(5);
+/// When the consistent read follows a watch opened again after it ended.
+const READ_AFTER_RESUME: Duration = Duration::from_secs(30);
 
 impl Follower {
     /// `applied` is the revision this edge's state is at (0: none yet).
@@ -212,6 +234,7 @@ impl Follower {
             published: false,
             changed_seen: 0,
             compared: false,
+            resume: false,
         }
     }
 
@@ -223,7 +246,12 @@ impl Follower {
         now: impl Fn() -> i64,
     ) -> Result<Batch, FleetError> {
         loop {
-            if self.stream.is_none() || Instant::now() >= self.next_full {
+            let full_due = Instant::now() >= self.next_full;
+            let resumable = self.stream.is_none() && self.resume && self.compared && !full_due;
+            if resumable && self.resume_watch(local).await? {
+                continue;
+            }
+            if self.stream.is_none() || full_due {
                 return self.full_read(local, now()).await;
             }
             let stream = self.stream.as_mut().expect("a watch is open");
@@ -232,8 +260,11 @@ impl Follower {
                 Err(_) => continue,
                 Ok(Ok(Some(r))) => r,
                 Ok(Ok(None)) | Ok(Err(_)) => {
-                    tracing::warn!("the fleet's watch ended; reading the whole state again");
+                    tracing::warn!(
+                        "the fleet's watch ended; opening it again from this edge's revision"
+                    );
                     self.stream = None;
+                    self.resume = true;
                     continue;
                 }
             };
@@ -255,6 +286,9 @@ impl Follower {
                 .iter()
                 .filter_map(|r| r.header().map(|h| h.revision()));
             self.position = seen.fold(self.position, i64::max);
+            self.changed_seen = self
+                .changed_seen
+                .max(last_change_in(&self.layout, &responses));
             let batch = batch_of_events(&self.layout, &responses, now(), self.published);
             if batch.published && !self.published {
                 // Just published: everything is read at once, never half of it.
@@ -267,6 +301,31 @@ impl Follower {
             }
             return Ok(batch);
         }
+    }
+
+    /// The watch opened again from this edge's revision, after one read of the fleet's
+    /// `changed` key says etcd did not go back; false when the full read must decide.
+    async fn resume_watch(&mut self, local: &impl Local) -> Result<bool, FleetError> {
+        let Some(since) = local.revision().filter(|r| *r > 0) else {
+            self.resume = false;
+            return Ok(false);
+        };
+        let changed = self.etcd.read_prefix(&self.layout.changed()).await?;
+        self.resume = false;
+        if self.went_back(&changed) {
+            return Ok(false);
+        }
+        self.position = self.position.max(changed.revision);
+        self.stream = Some(self.etcd.watch(&self.layout.root(), since + 1).await?);
+        // The read a reconnect owes still comes, as a check of the replay, once the edge is
+        // serving what was replayed and etcd is past its restart.
+        self.next_full = self.next_full.min(Instant::now() + READ_AFTER_RESUME);
+        tracing::info!(
+            "the fleet's watch opened again from revision {} (etcd is at {})",
+            since + 1,
+            changed.revision
+        );
+        Ok(true)
     }
 
     /// One consistent read at one revision: every key listed, then, when a watch broke, the
@@ -337,8 +396,9 @@ impl Follower {
         Ok((changed, snapshot))
     }
 
-    /// Whether `listing` is older than what this follower saw (etcd restored from an older
-    /// snapshot); remembers its last change.
+    /// Whether `listing` (of the whole prefix, or of the `changed` key alone) is older than
+    /// what this follower saw (etcd restored from an older snapshot); remembers its last
+    /// change.
     fn went_back(&mut self, listing: &Snapshot) -> bool {
         let changed = self.layout.changed();
         let last_change = listing

@@ -30,4 +30,4 @@ pub use ssl::{LoadedCert, RuntimeCerts};
 pub use supervisor::{
     Draining, HaproxyStatus, StartReport, StopReport, Supervisor, SupervisorError,
 };
-pub use validator::{ConfigVerdict, Validator, VersionError};
+pub use validator::{ConfigVerdict, Features, Validator, VersionError};

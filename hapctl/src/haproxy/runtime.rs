@@ -51,6 +51,30 @@ pub enum Lookup {
     Found(String),
 }
 
+/// Copies of one key a removal deletes at most (copies come from adds racing a reload).
+const MAX_COPIES: usize = 64;
+
+/// Each `del map` answer of pipelined chunks, in order: whether it removed an entry (an empty
+/// answer) or found none (`Key not found.`); anything else is the refusal, returned.
+fn deletions(answers: &[String]) -> Result<Vec<bool>, String> {
+    let mut out = Vec::new();
+    for answer in answers {
+        let mut lines = answer.lines().peekable();
+        while let Some(line) = lines.next() {
+            match line.trim() {
+                "" => out.push(true),
+                "Key not found." => {
+                    out.push(false);
+                    // The answer's own closing empty line.
+                    lines.next_if(|l| l.trim().is_empty());
+                }
+                other => return Err(other.to_string()),
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl RuntimeMap {
     /// Through the master socket `socket`.
     pub fn new(socket: CliSocket, map: impl Into<String>) -> RuntimeMap {
@@ -144,22 +168,32 @@ impl RuntimeMap {
         keys: &[String],
         suffix: &str,
     ) -> Result<Vec<String>, RuntimeError> {
-        let mut lines = Vec::new();
-        for chunk in keys.chunks(PIPELINE) {
-            let line = chunk
-                .iter()
-                .map(|k| format!("{}{verb} {} {k}{suffix}", self.route, self.map))
-                .collect::<Vec<_>>()
-                .join(";");
-            let answer = self.send(&line)?;
-            lines.extend(
-                answer
-                    .lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .map(String::from),
-            );
-        }
-        Ok(lines)
+        let answers = self.pipelined_raw(verb, keys, suffix)?;
+        Ok(answers
+            .iter()
+            .flat_map(|a| a.lines())
+            .filter(|l| !l.trim().is_empty())
+            .map(String::from)
+            .collect())
+    }
+
+    /// Each chunk's answer as HAProxy wrote it (every command's answer ends with an empty line).
+    fn pipelined_raw(
+        &self,
+        verb: &str,
+        keys: &[String],
+        suffix: &str,
+    ) -> Result<Vec<String>, RuntimeError> {
+        keys.chunks(PIPELINE)
+            .map(|chunk| {
+                let line = chunk
+                    .iter()
+                    .map(|k| format!("{}{verb} {} {k}{suffix}", self.route, self.map))
+                    .collect::<Vec<_>>()
+                    .join(";");
+                self.send(&line)
+            })
+            .collect()
     }
 
     /// Adds every key with `value` (duplicates as `add`), pipelined.
@@ -179,17 +213,37 @@ impl RuntimeMap {
 
     /// Removes every copy of every key, pipelined; absent keys are fine.
     pub fn remove_many(&self, keys: &[String]) -> Result<(), RuntimeError> {
-        match self
-            .pipelined("del map", keys, "")?
-            .into_iter()
-            .find(|l| l.trim() != "Key not found.")
-        {
-            None => Ok(()),
-            Some(answer) => Err(RuntimeError::Refused {
+        // Up to 3.2 `del map` removes every entry of the key; 3.4 removes one per command. So
+        // the keys that still had one go round again until HAProxy finds none.
+        let mut left = keys.to_vec();
+        for _ in 0..MAX_COPIES {
+            let answers = self.pipelined_raw("del map", &left, "")?;
+            let removed = deletions(&answers).map_err(|answer| RuntimeError::Refused {
                 command: format!("del map {} (pipelined)", self.map),
                 answer,
-            }),
+            })?;
+            if removed.len() != left.len() {
+                return Err(RuntimeError::Refused {
+                    command: format!("del map {} (pipelined)", self.map),
+                    answer: format!("{} answers to {} commands", removed.len(), left.len()),
+                });
+            }
+            left = left
+                .into_iter()
+                .zip(removed)
+                .filter_map(|(k, removed)| removed.then_some(k))
+                .collect();
+            if left.is_empty() {
+                return Ok(());
+            }
         }
+        Err(RuntimeError::Refused {
+            command: format!("del map {} (pipelined)", self.map),
+            answer: format!(
+                "{} key(s) still in the map after {MAX_COPIES} deletions each",
+                left.len()
+            ),
+        })
     }
 
     /// Looks every address up, pipelined; one answer per key, in order.
@@ -315,6 +369,17 @@ mod tests {
     use super::*;
     use crate::haproxy::testutil::{free_port, TestEdge};
     use std::time::Duration;
+
+    #[test]
+    fn each_deletion_answer_is_read_in_order() {
+        let chunks = [
+            "\nKey not found.\n\n\n".to_string(),
+            "Key not found.\n\n".to_string(),
+        ];
+        assert_eq!(deletions(&chunks).unwrap(), [true, false, true, false]);
+        let refused = ["\nUnknown map identifier.\n\n".to_string()];
+        assert_eq!(deletions(&refused).unwrap_err(), "Unknown map identifier.");
+    }
 
     #[test]
     fn lookup_answers_parse() {

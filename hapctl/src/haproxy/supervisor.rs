@@ -234,7 +234,7 @@ impl Supervisor {
         }
     }
 
-    /// Polls the master socket until the master lists a current worker. With `child`, stops
+    /// Polls the master socket until the master lists a current worker that answers. With `child`, stops
     /// early when it exits (HAProxy's ALERTs are then in the log) and kills it on timeout.
     fn wait_for_worker(
         &self,
@@ -259,9 +259,11 @@ impl Supervisor {
                 expected_pid = None;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if let Ok(procs) = master.show_proc_within(remaining.min(SOCKET_TIMEOUT)) {
+            let bound = remaining.min(SOCKET_TIMEOUT);
+            if let Ok(procs) = master.show_proc_within(bound) {
                 let ours = expected_pid.is_none_or(|pid| pid == procs.master.pid);
-                if ours && !procs.workers.is_empty() {
+                let ready = |w: &super::WorkerProc| master.worker_ready(w.pid, bound);
+                if ours && procs.workers.first().is_some_and(ready) {
                     return Ok(StartReport {
                         master_pid: procs.master.pid,
                     });

@@ -118,6 +118,15 @@ impl Validator {
         resolve_executable(&self.binary).map(|_| ())
     }
 
+    /// What the binary was built with, from `haproxy -vv`'s feature list.
+    pub fn features(&self) -> Result<Features, VersionError> {
+        let output = run_with_timeout(
+            Command::new(&self.binary).arg("-vv"),
+            VERSION_TIMEOUT.min(self.timeout),
+        )?;
+        Ok(Features::parse(&String::from_utf8_lossy(&output.stdout)))
+    }
+
     /// The version `haproxy -v` reports, e.g. `2.6.12-1+deb12u4`.
     pub fn version(&self) -> Result<String, VersionError> {
         let output = run_with_timeout(
@@ -141,6 +150,30 @@ impl Validator {
                 binary: self.binary.display().to_string(),
                 output: stdout.chars().take(200).collect(),
             })
+    }
+}
+
+/// The build features hapctl looks at (`haproxy -vv`: `Feature list : … +QUIC …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Features {
+    /// Serves QUIC (HTTP/3).
+    pub quic: bool,
+    /// Its QUIC runs on OpenSSL's compatibility layer (needs `limited-quic`).
+    pub quic_openssl_compat: bool,
+}
+
+impl Features {
+    pub fn parse(vv: &str) -> Features {
+        let on = |name: &str| {
+            vv.lines()
+                .filter(|l| l.trim_start().starts_with("Feature list"))
+                .flat_map(|l| l.split_whitespace())
+                .any(|w| w.strip_prefix('+') == Some(name))
+        };
+        Features {
+            quic: on("QUIC"),
+            quic_openssl_compat: on("QUIC_OPENSSL_COMPAT"),
+        }
     }
 }
 
@@ -200,6 +233,20 @@ fn is_executable_file(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_feature_list_says_whether_quic_is_built_in_and_on_which_layer() {
+        let vv = |list: &str| {
+            format!("HAProxy version 3.0.11\nFeature list : -51DEGREES {list} +RT\nDefault settings :\n")
+        };
+        assert_eq!(Features::parse(&vv("-QUIC")), Features::default());
+        let native = Features::parse(&vv("+QUIC -QUIC_OPENSSL_COMPAT"));
+        assert!(native.quic && !native.quic_openssl_compat);
+        let compat = Features::parse(&vv("+QUIC +QUIC_OPENSSL_COMPAT"));
+        assert!(compat.quic && compat.quic_openssl_compat);
+        // Only the feature list counts.
+        assert!(!Features::parse("OPTIONS = USE_QUIC=1 +QUIC\n").quic);
+    }
+
     use super::super::testutil::{edge_config, free_port, haproxy_bin};
     use super::*;
 

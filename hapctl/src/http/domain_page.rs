@@ -69,7 +69,8 @@ fn https_json(policy: HttpsPolicy) -> Value {
         code => code.to_string(),
     };
     json!({"redirect": redirect, "hsts_max_age": policy.hsts.map(|h| h.max_age()),
-        "hsts_include_subdomains": policy.hsts.is_some_and(|h| h.include_subdomains)})
+        "hsts_include_subdomains": policy.hsts.is_some_and(|h| h.include_subdomains),
+        "alt_svc": policy.alt_svc})
 }
 
 #[cfg(test)]

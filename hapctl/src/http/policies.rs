@@ -45,7 +45,11 @@ fn https_policy(request: HttpsRequest) -> Result<HttpsPolicy, ApiError> {
                 .map_err(|e| e.in_field("hsts_max_age"))?,
         ),
     };
-    Ok(HttpsPolicy { redirect, hsts })
+    Ok(HttpsPolicy {
+        redirect,
+        hsts,
+        alt_svc: request.alt_svc,
+    })
 }
 
 /// A map change at runtime: no `haproxy -c`, no reload (the apply report says so).

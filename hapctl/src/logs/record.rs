@@ -38,6 +38,8 @@ pub struct AccessRecord {
     /// HAProxy's termination state (`----`, `CD--`, `LR--`, …).
     pub term: String,
     pub backend: String,
+    /// The HTTP version the client spoke: `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`.
+    pub proto: String,
     pub tls: String,
     pub sni: String,
     /// The hapctl rule that answered instead of a backend: `blocked`, `unknown-host`,

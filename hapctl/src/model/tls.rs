@@ -167,11 +167,24 @@ impl Hsts {
     }
 }
 
-/// A domain's HTTPS policy. The default (serve both, no HSTS) writes no map entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+/// A domain's HTTPS policy. The default (serve both, no HSTS, `alt-svc` on) writes no map
+/// entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HttpsPolicy {
     pub redirect: Redirect,
     pub hsts: Option<Hsts>,
+    /// HTTPS answers announce HTTP/3 (`alt-svc`) where the edge serves it.
+    pub alt_svc: bool,
+}
+
+impl Default for HttpsPolicy {
+    fn default() -> HttpsPolicy {
+        HttpsPolicy {
+            redirect: Redirect::Off,
+            hsts: None,
+            alt_svc: true,
+        }
+    }
 }
 
 impl HttpsPolicy {
@@ -179,22 +192,40 @@ impl HttpsPolicy {
         *self == HttpsPolicy::default()
     }
 
-    /// The map value the frontend splits with `field(N,:)`: `REDIRECT:MAXAGE:SUBDOMAINS`.
+    /// The map value the frontend splits with `field(N,:)`: `REDIRECT:MAXAGE:SUBDOMAINS`,
+    /// then `:0` when `alt-svc` is off (so every value written before it existed stays the
+    /// value of the same policy).
     pub fn map_value(&self) -> String {
         let (age, sub) = self
             .hsts
             .map_or((0, 0), |h| (h.max_age, h.include_subdomains as u8));
-        format!("{}:{age}:{sub}", self.redirect.code())
+        let alt_svc = if self.alt_svc { "" } else { ":0" };
+        format!("{}:{age}:{sub}{alt_svc}", self.redirect.code())
     }
 
     /// Parses `map_value`'s form back (how the database stores it).
     pub fn from_map_value(s: &str) -> Result<HttpsPolicy, Invalid> {
-        let bad = || Invalid::new("https policy", s, "must be REDIRECT:MAXAGE:SUBDOMAINS");
+        let bad = || {
+            Invalid::new(
+                "https policy",
+                s,
+                "must be REDIRECT:MAXAGE:SUBDOMAINS, then :0 when alt-svc is off",
+            )
+        };
         let mut parts = s.split(':');
-        let (Some(r), Some(age), Some(sub), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(r), Some(age), Some(sub), alt_svc, None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
             return Err(bad());
+        };
+        let alt_svc = match alt_svc {
+            None => true,
+            Some("0") => false,
+            Some(_) => return Err(bad()),
         };
         let redirect = match r {
             "0" => Redirect::Off,
@@ -213,7 +244,11 @@ impl HttpsPolicy {
             0 => return Err(bad()),
             n => Some(Hsts::new(n, include)?),
         };
-        Ok(HttpsPolicy { redirect, hsts })
+        Ok(HttpsPolicy {
+            redirect,
+            hsts,
+            alt_svc,
+        })
     }
 }
 
@@ -239,10 +274,18 @@ mod tests {
         let p = HttpsPolicy {
             redirect: Redirect::Permanent308,
             hsts: Some(Hsts::new(31_536_000, true).unwrap()),
+            alt_svc: true,
         };
         assert_eq!(p.map_value(), "308:31536000:1");
         assert_eq!(HttpsPolicy::from_map_value(&p.map_value()).unwrap(), p);
         assert_eq!(HttpsPolicy::default().map_value(), "0:0:0");
+        let quiet = HttpsPolicy {
+            alt_svc: false,
+            ..HttpsPolicy::default()
+        };
+        assert_eq!(quiet.map_value(), "0:0:0:0");
+        assert_eq!(HttpsPolicy::from_map_value("0:0:0:0").unwrap(), quiet);
+        assert!(!quiet.is_default());
         for bad in [
             "",
             "308",
@@ -251,6 +294,8 @@ mod tests {
             "0:0:1",
             "0:99999999999:0",
             "1:2:3:4",
+            "0:0:0:1",
+            "0:0:0:0:0",
         ] {
             assert!(HttpsPolicy::from_map_value(bad).is_err(), "{bad:?}");
         }

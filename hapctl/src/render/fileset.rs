@@ -43,6 +43,15 @@ pub enum FileId {
 }
 
 impl FileId {
+    /// The mode of a new file: haproxy.cfg is 0600 (it holds the QUIC cluster secret, and only
+    /// the master, as root, reads it); the maps and pages 0644.
+    pub fn mode(self) -> u32 {
+        match self {
+            FileId::Config => 0o600,
+            _ => crate::fsutil::DEFAULT_MODE,
+        }
+    }
+
     pub const ALL: [FileId; 30] = [
         FileId::Config,
         FileId::Generation,

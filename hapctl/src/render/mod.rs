@@ -144,6 +144,7 @@ fn template_context(state: &EdgeState, settings: &Settings, backends: String) ->
             port => format!(":{port}"),
         }),
         crt_list => at(FileId::CrtList),
+        quic => quic_view(settings),
         tls_min_version => settings.tls.min_version.haproxy_name(),
         tls_ciphers => &settings.tls.ciphers,
         tls_ciphersuites => &settings.tls.ciphersuites,
@@ -183,6 +184,20 @@ fn template_context(state: &EdgeState, settings: &Settings, backends: String) ->
             settings.apps.iter().find(|a| &a.name == name).map(|a| a.backend.clone())
         }),
     }
+}
+
+/// HTTP/3: the QUIC bind on the HTTPS address's UDP port, the global lines it needs and the
+/// port `alt-svc` announces.
+fn quic_view(settings: &Settings) -> Option<minijinja::Value> {
+    let quic = settings.edge.quic.as_ref()?;
+    let https = settings.edge.https_bind?;
+    let family = if https.is_ipv4() { "quic4" } else { "quic6" };
+    Some(minijinja::context! {
+        bind => format!("{family}@{https}"),
+        limited => quic.limited,
+        cluster_secret => quic.cluster_secret.expose(),
+        port => https.port(),
+    })
 }
 
 /// Each app with its live generation, if any.

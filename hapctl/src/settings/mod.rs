@@ -17,6 +17,7 @@ mod alerts;
 mod api;
 mod apps;
 mod fleet;
+mod http3;
 mod logs;
 mod paths;
 mod privileges;
@@ -31,6 +32,7 @@ pub use alerts::{AlertSettings, SmtpSecurity, SmtpSettings, WebhookFormat, Webho
 pub use api::{ApiSettings, ApiTls, PlainHttpRefused};
 pub use apps::{AppSettings, PortPlan, RunnerSettings};
 pub use fleet::{without_fleet, FleetPrefix, FleetSettings, FleetTls, Rollout};
+pub use http3::{ClusterSecret, Http3, Quic};
 pub use logs::{LogSettings, LogTarget, DEV_LOG};
 pub use paths::Paths;
 pub use privileges::{user_exists, Account, Privileges, DEFAULT_USER};
@@ -112,6 +114,11 @@ pub struct EdgeSettings {
     pub normalize_uri: bool,
     /// The answer for an unknown host: the 404 page or the old 200 "site not configured" one.
     pub unknown_host: UnknownHost,
+    /// `[edge] http3` as asked.
+    pub http3: Http3,
+    /// HTTP/3 as served, once `crate::quic::resolve` looked at the HAProxy binary (an `Edge`
+    /// does when it opens): `None` is TCP only.
+    pub quic: Option<Quic>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +182,7 @@ struct RawEdge {
     default_app: Option<String>,
     normalize_uri: Option<bool>,
     unknown_host: Option<String>,
+    http3: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -235,6 +243,9 @@ https_bind = "127.0.0.1:8443"
 # Unknown hosts get "404" (the unknown-host page) or "200" (the old manager's "site not
 # configured" page on /). Both pages are templates (render.templates_dir).
 # unknown_host = "404"
+# HTTP/3 on the HTTPS port (UDP, QUIC): "auto" turns it on where `haproxy -vv` lists QUIC;
+# true asks for it (an error where HAProxy has none), false turns it off.
+# http3 = "auto"
 
 [haproxy]
 # Path of the haproxy binary (the HAPCTL_HAPROXY_BIN environment variable overrides it).
@@ -452,6 +463,8 @@ impl Settings {
                 default_app,
                 normalize_uri: raw.edge.normalize_uri.unwrap_or(true),
                 unknown_host: unknown_host::resolve(raw.edge.unknown_host.as_deref())?,
+                http3: http3::resolve(raw.edge.http3.as_ref(), https_bind.is_some())?,
+                quic: None,
             },
             tls,
             acme,

@@ -52,6 +52,15 @@ fn serves(host: &'static str, body: &'static str) -> impl Fn(usize, &Edge) -> Re
     }
 }
 
+fn not_served(host: &'static str) -> impl Fn(usize, &Edge) -> Result<(), String> {
+    move |_, edge| {
+        let r = edge.get(host, "/");
+        (r.status == 404)
+            .then_some(())
+            .ok_or_else(|| format!("GET {host}: {} (404 expected)", r.status))
+    }
+}
+
 /// The master's reload count once it stays the same for a moment (a reload in flight, such
 /// as the one of a start, is over).
 fn settled_reloads(edge: &Edge) -> u32 {

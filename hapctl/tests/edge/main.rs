@@ -18,6 +18,7 @@ mod deliveries;
 mod domains;
 mod fleet;
 mod hostile_input;
+mod http3;
 mod import_legacy;
 mod logs;
 mod privileges;

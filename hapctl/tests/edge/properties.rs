@@ -146,10 +146,12 @@ fn https_policy() -> impl Strategy<Value = HttpsPolicy> {
             Just(Redirect::Permanent308)
         ],
         prop::option::of((1u32..=MAX_HSTS_AGE, any::<bool>())),
+        any::<bool>(),
     )
-        .prop_map(|(redirect, hsts)| HttpsPolicy {
+        .prop_map(|(redirect, hsts, alt_svc)| HttpsPolicy {
             redirect,
             hsts: hsts.map(|(age, sub)| Hsts::new(age, sub).unwrap()),
+            alt_svc,
         })
 }
 

@@ -17,6 +17,9 @@ use super::{Draining, HaproxyStatus, Supervisor, POLL_INTERVAL};
 /// (a reload) rather than for none: on a loaded machine a re-execution was seen to take 1.75 s.
 const REEXEC_GRACE: Duration = Duration::from_millis(2500);
 
+/// Bound on one look at whether a worker is ready (a master busy forking answers late).
+const POLL_BOUND: Duration = Duration::from_secs(1);
+
 impl Supervisor {
     /// The running master's PID. Direct: from the pidfile (verified alive and HAProxy), else
     /// from the master socket. Systemd: the unit's MainPID.
@@ -29,10 +32,29 @@ impl Supervisor {
         }
     }
 
-    /// The process list once the master answers, waiting up to `timeout` while it
-    /// re-executes (a reload: its socket refuses connections and its pidfile is rewritten for
-    /// a moment). `None` when no master runs, or it never answered.
+    /// The process list once the master answers and its current worker is ready, waiting up
+    /// to `timeout` while it re-executes (a reload: its socket refuses connections and its
+    /// pidfile is rewritten for a moment) and, from 3.1, while the new worker loads (until
+    /// then `@1` reaches the worker before it). `None` when no master runs, or it never
+    /// answered.
     pub fn procs_when_answering(&self, timeout: Duration) -> Option<ProcList> {
+        let started = Instant::now();
+        let mut procs = self.procs_of_answering_master(timeout)?;
+        let master = self.master();
+        loop {
+            let Some(current) = procs.workers.first().map(|w| w.pid) else {
+                return Some(procs);
+            };
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() || master.worker_ready(current, left.min(POLL_BOUND)) {
+                return Some(procs);
+            }
+            thread::sleep(POLL_INTERVAL);
+            procs = master.show_proc().unwrap_or(procs);
+        }
+    }
+
+    fn procs_of_answering_master(&self, timeout: Duration) -> Option<ProcList> {
         let master = self.master();
         let started = Instant::now();
         let pid = loop {

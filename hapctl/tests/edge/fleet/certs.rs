@@ -121,7 +121,12 @@ fn a_certificate_is_ordered_once_for_the_fleet_and_a_dead_holders_order_finished
         !out.status.success(),
         "the fault point was not reached: {out:?}"
     );
-    assert_eq!(pebble.issued_count(), 2, "{}", pebble.log_tail());
+    assert_eq!(
+        pebble.issued_count_once(2, WITHIN),
+        2,
+        "{}",
+        pebble.log_tail()
+    );
     let deadline = Instant::now() + TAKEOVER;
     let later = loop {
         let (fleet_serial, _) = fleet_entry(lab.edge(0), "later.test");

@@ -6,7 +6,7 @@ use serde_json::json;
 use testkit::fleet::FleetLab;
 use testkit::Backend;
 
-use super::{put_domain, put_domain_once_etcd_is_back, serves, WITHIN};
+use super::{not_served, put_domain, put_domain_once_etcd_is_back, serves, WITHIN};
 
 #[test]
 fn with_etcd_down_every_edge_serves_writes_answer_503_and_all_catch_up_when_it_returns() {
@@ -36,6 +36,61 @@ fn with_etcd_down_every_edge_serves_writes_answer_503_and_all_catch_up_when_it_r
     let next = Backend::start("after");
     put_domain_once_etcd_is_back(&lab, 2, "after.example.com", &next);
     lab.wait_all(WITHIN, serves("after.example.com", "after"));
+}
+
+/// An edge that can reach only one member, killed while the others take a put and a delete:
+/// when the member returns, the edge's watch opens again from its revision and etcd replays
+/// both, before any second read of the whole fleet (it follows 30 s later).
+#[test]
+fn an_edge_cut_off_from_etcd_resumes_its_watch_and_gets_every_change_made_meanwhile() {
+    let mut lab = FleetLab::start_with(3, 2, |i, edge| {
+        if i == 1 {
+            only_the_last_endpoint(edge);
+            // The follower's reads are logged at `info`.
+            edge.set_env("HAPCTL_LOG", "hapctl::fleet=info,warn");
+        }
+    });
+    let backend = Backend::start("kept");
+    put_domain(&lab, 0, "gone.example.com", &backend);
+    put_domain(&lab, 0, "kept.example.com", &backend);
+    lab.wait_all(WITHIN, serves("gone.example.com", "kept"));
+    lab.etcd.kill(2);
+    let r = lab
+        .daemon(0)
+        .call("DELETE", "/v1/domains/gone.example.com", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let added = Backend::start("added");
+    put_domain(&lab, 0, "added.example.com", &added);
+    // Cut off, e1 serves what it had.
+    assert_eq!(lab.edge(1).get("gone.example.com", "/").status, 200);
+    assert_eq!(lab.edge(1).get("added.example.com", "/").status, 404);
+    lab.etcd.restart(2);
+    lab.wait_all(WITHIN, serves("added.example.com", "added"));
+    lab.wait_all(WITHIN, not_served("gone.example.com"));
+    lab.wait_all(WITHIN, serves("kept.example.com", "kept"));
+    let log = lab.daemon(1).log_text();
+    assert!(
+        log.contains("the fleet's watch opened again from revision"),
+        "{log}"
+    );
+    let full_reads = log.matches("keys at revision").count();
+    assert_eq!(full_reads, 1, "only the start read the whole fleet: {log}");
+}
+
+/// Keeps only the last of the `[fleet]` endpoints in `edge`'s settings.
+fn only_the_last_endpoint(edge: &mut testkit::Edge) {
+    let text = edge.settings_text();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("endpoints = "))
+        .expect("a [fleet] endpoints line");
+    let last = line
+        .trim_end_matches(']')
+        .rsplit(", ")
+        .next()
+        .expect("an endpoint");
+    let last = last.trim_start_matches("endpoints = [");
+    edge.write_settings(&text.replace(line, &format!("endpoints = [{last}]")));
 }
 
 #[test]
@@ -112,12 +167,7 @@ fn etcd_restored_from_an_older_snapshot_is_detected_and_its_state_wins() {
     put_domain(&lab, 1, "after.example.com", &backend);
     lab.wait_all(WITHIN, serves("after.example.com", "old"));
     lab.etcd.restore(&snapshot);
-    lab.wait_all(WITHIN, |_, edge| {
-        let r = edge.get("after.example.com", "/");
-        (r.status == 404)
-            .then_some(())
-            .ok_or_else(|| format!("after.example.com: {}", r.status))
-    });
+    lab.wait_all(WITHIN, not_served("after.example.com"));
     lab.wait_all(WITHIN, serves("before.example.com", "old"));
     assert!(lab.daemon(0).log_text().contains("revision went back"));
 }
