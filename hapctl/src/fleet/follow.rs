@@ -246,12 +246,13 @@ impl Follower {
         now: impl Fn() -> i64,
     ) -> Result<Batch, FleetError> {
         loop {
-            let full_due = Instant::now() >= self.next_full;
-            let resumable = self.stream.is_none() && self.resume && self.compared && !full_due;
+            // A periodic read that fell due during an outage waits for the resumed watch: made
+            // by every edge at once as etcd returns, it would hold back the catch-up.
+            let resumable = self.stream.is_none() && self.resume && self.compared;
             if resumable && self.resume_watch(local).await? {
                 continue;
             }
-            if self.stream.is_none() || full_due {
+            if self.stream.is_none() || Instant::now() >= self.next_full {
                 return self.full_read(local, now()).await;
             }
             let stream = self.stream.as_mut().expect("a watch is open");
@@ -317,9 +318,10 @@ impl Follower {
         }
         self.position = self.position.max(changed.revision);
         self.stream = Some(self.etcd.watch(&self.layout.root(), since + 1).await?);
-        // The read a reconnect owes still comes, as a check of the replay, once the edge is
-        // serving what was replayed and etcd is past its restart.
-        self.next_full = self.next_full.min(Instant::now() + READ_AFTER_RESUME);
+        // The read a reconnect owes (and a periodic one due meanwhile) still comes, as a check
+        // of the replay, once the edge is serving what was replayed and etcd is past its
+        // restart.
+        self.next_full = Instant::now() + READ_AFTER_RESUME;
         tracing::info!(
             "the fleet's watch opened again from revision {} (etcd is at {})",
             since + 1,
