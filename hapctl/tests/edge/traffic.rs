@@ -21,10 +21,12 @@ pub(crate) struct Hosts {
     pub broken: &'static str,
 }
 
+// Names no other test uses: a line another test's HAProxy sends to a log port this test's
+// daemon took over (after that test ended) must not count as this pattern's.
 const HOSTS: Hosts = Hosts {
-    shop: "shop.example.com",
-    api: "api.example.com",
-    broken: "broken.example.com",
+    shop: "shop.pattern.example.com",
+    api: "api.pattern.example.com",
+    broken: "broken.pattern.example.com",
 };
 const SHOP: &str = HOSTS.shop;
 const API: &str = HOSTS.api;
