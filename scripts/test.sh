@@ -19,10 +19,11 @@ cargo nextest run -j2 --workspace --no-fail-fast
 # Again on HAProxy 3.0, 3.2 and 3.4, the suites that talk to HAProxy most (reload
 # confirmation, the runtime API, certificates, the log ring and the traffic counted from it,
 # adoption, kills at every crash point, HTTP/3: QUIC on OpenSSL's compatibility layer on 3.0,
-# native on 3.2 and 3.4), by module of the integration binary: docs/haproxy-versions.md.
+# native on 3.2 and 3.4, the WAF's SPOE: applets on 3.0, a multiplexer from 3.1), by module of
+# the integration binary: docs/haproxy-versions.md.
 for haproxy in "$HAPROXY30_BIN" "$HAPROXY32_BIN" "$HAPROXY34_BIN"; do
   echo "=== the HAProxy-facing suites on $("$haproxy" -v | sed -n 1p)" >&2
   HAPCTL_HAPROXY_BIN="$haproxy" HAPCTL_QUIC_HAPROXY_BIN="$haproxy" \
     cargo nextest run -j2 -p hapctl --no-fail-fast -E \
-    '(binary(edge) & test(/^(apply|blocks|certs::tls|crash|deliveries|domains::runtime|domains::servers|http3|logs|traffic)::/)) | (kind(lib) & test(/^haproxy::/))'
+    '(binary(edge) & test(/^(apply|blocks|certs::tls|crash|deliveries|domains::runtime|domains::servers|http3|logs|traffic|waf)::/)) | (kind(lib) & test(/^haproxy::/))'
 done

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::fsutil;
-use crate::haproxy::{Validator, VersionError};
+use crate::haproxy::{Features, Validator, VersionError};
 use crate::settings::{ClusterSecret, Http3, Quic, Settings};
 
 #[derive(Debug, thiserror::Error)]
@@ -23,15 +23,25 @@ pub enum QuicError {
     Secret { path: String, why: String },
 }
 
-/// HTTP/3 as this edge serves it with its settings and its HAProxy (`None`: TCP only).
-pub fn resolve(settings: &Settings) -> Result<Option<Quic>, QuicError> {
+/// Whether the settings ask for HTTP/3 where it could be served: only then does [`resolve`]
+/// need to know what HAProxy was built with.
+pub fn wanted(settings: &Settings) -> bool {
+    settings.edge.http3 != Http3::Off && settings.edge.https_bind.is_some()
+}
+
+/// HTTP/3 as this edge serves it with its settings and its HAProxy, whose build `features`
+/// are (`haproxy -vv`; `None`: TCP only).
+pub fn resolve(
+    settings: &Settings,
+    features: Result<Features, VersionError>,
+) -> Result<Option<Quic>, QuicError> {
     let asked = settings.edge.http3;
-    if asked == Http3::Off || settings.edge.https_bind.is_none() {
+    if !wanted(settings) {
         return Ok(None);
     }
     let validator = Validator::from_settings(settings);
     let binary = settings.haproxy.binary.display().to_string();
-    let features = match validator.features() {
+    let features = match features {
         Ok(features) => features,
         Err(e) if asked == Http3::Auto => {
             tracing::debug!("HTTP/3 off: cannot tell what {binary} was built with: {e}");

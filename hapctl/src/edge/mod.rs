@@ -123,6 +123,21 @@ pub use supervise::{Look, Reloaded, Restart, Supervision, SupervisorState, Watch
 pub use crate::haproxy::StopReport;
 pub use certs::{CertView, RenewOutcome};
 
+/// What the settings become on the HAProxy in use: HTTP/3 served or not, and the WAF agent's
+/// backend on SPOP's multiplexer where HAProxy has one. `haproxy -vv` runs once, and only
+/// when one of them needs it.
+fn resolve_build(settings: &mut Settings) -> Result<(), crate::quic::QuicError> {
+    if settings.waf.is_none() && !crate::quic::wanted(settings) {
+        return Ok(());
+    }
+    let features = crate::haproxy::Validator::from_settings(settings).features();
+    if let Some(waf) = settings.waf.as_mut() {
+        waf.spop_backend = features.as_ref().is_ok_and(|f| f.spop_mux);
+    }
+    settings.edge.quic = crate::quic::resolve(settings, features)?;
+    Ok(())
+}
+
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EdgeError {
     let context = context.into();
     move |source| EdgeError::Io { context, source }
@@ -160,7 +175,7 @@ pub struct Edge {
 impl Edge {
     pub fn open(state_dir: &Path) -> Result<Edge, EdgeError> {
         let mut settings = Settings::load(state_dir)?;
-        settings.edge.quic = crate::quic::resolve(&settings)?;
+        resolve_build(&mut settings)?;
         let templates = Templates::load(settings.render.templates_dir.as_deref())?;
         Edge::with_store(settings, templates)
     }

@@ -153,13 +153,17 @@ impl Validator {
     }
 }
 
-/// The build features hapctl looks at (`haproxy -vv`: `Feature list : … +QUIC …`).
+/// The build features hapctl looks at (`haproxy -vv`: `Feature list : … +QUIC …`, and the
+/// multiplexers it lists).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Features {
     /// Serves QUIC (HTTP/3).
     pub quic: bool,
     /// Its QUIC runs on OpenSSL's compatibility layer (needs `limited-quic`).
     pub quic_openssl_compat: bool,
+    /// Speaks SPOP through a multiplexer (3.1 and later): an SPOE agent's backend is
+    /// `mode spop`, its idle connections kept and shared between threads.
+    pub spop_mux: bool,
 }
 
 impl Features {
@@ -170,9 +174,17 @@ impl Features {
                 .flat_map(|l| l.split_whitespace())
                 .any(|w| w.strip_prefix('+') == Some(name))
         };
+        // "Available multiplexer protocols :" then one line each, e.g.
+        // "       spop : mode=SPOP  side=BE     mux=SPOP  flags=HOL_RISK|NO_UPG".
+        let spop_mux = vv
+            .lines()
+            .skip_while(|l| !l.starts_with("Available multiplexer protocols"))
+            .take_while(|l| !l.trim().is_empty())
+            .any(|l| l.split_whitespace().any(|w| w == "mux=SPOP"));
         Features {
             quic: on("QUIC"),
             quic_openssl_compat: on("QUIC_OPENSSL_COMPAT"),
+            spop_mux,
         }
     }
 }
@@ -245,6 +257,18 @@ mod tests {
         assert!(compat.quic && compat.quic_openssl_compat);
         // Only the feature list counts.
         assert!(!Features::parse("OPTIONS = USE_QUIC=1 +QUIC\n").quic);
+    }
+
+    #[test]
+    fn the_multiplexer_list_says_whether_spop_has_its_own() {
+        let vv = |muxes: &str| {
+            format!("Feature list : +QUIC\nAvailable multiplexer protocols :\n(protocols marked as <default> cannot be specified using 'proto' keyword)\n{muxes}         h2 : mode=HTTP  side=FE|BE  mux=H2  flags=HTX|HOL_RISK|NO_UPG\n\nAvailable services : none\n")
+        };
+        // 3.2's line; 3.0 has no such multiplexer.
+        let spop = "       spop : mode=SPOP  side=BE     mux=SPOP  flags=HOL_RISK|NO_UPG\n";
+        assert!(Features::parse(&vv(spop)).spop_mux);
+        assert!(!Features::parse(&vv("")).spop_mux);
+        assert!(!Features::parse("mux=SPOP\n").spop_mux, "outside the list");
     }
 
     use super::super::testutil::{edge_config, free_port, haproxy_bin};

@@ -399,3 +399,32 @@ fn a_render_reusing_earlier_sections_gives_the_same_bytes_as_a_fresh_one() {
         }
     }
 }
+
+#[test]
+fn the_waf_agents_backend_is_spop_where_haproxy_has_its_multiplexer() {
+    let t = Templates::embedded();
+    let config = |spop_backend: bool| {
+        let mut s = Settings::parse(
+            Path::new("/srv/h"),
+            Path::new("hapctl.toml"),
+            &format!("{DEFAULT_SETTINGS_TOML}\n[waf]\n"),
+        )
+        .unwrap();
+        s.waf.as_mut().unwrap().spop_backend = spop_backend;
+        text(&render(&sample_state(), &s, &t).unwrap(), FileId::Config)
+    };
+    let backend = |cfg: &str| {
+        let at = cfg.find("backend hapctl_waf_agent").unwrap();
+        cfg[at..].lines().take(5).collect::<Vec<_>>().join("\n")
+    };
+    let spop = config(true);
+    assert!(
+        backend(&spop).contains("\n    mode spop\n"),
+        "{}",
+        backend(&spop)
+    );
+    // 2.6 and 3.0 refuse `mode spop`: the TCP defaults' mode stays.
+    let tcp = config(false);
+    assert!(!tcp.contains("mode spop"), "{}", backend(&tcp));
+    assert!(backend(&tcp).contains("option spop-check"));
+}

@@ -23,6 +23,8 @@ pub(super) struct View {
     blocked_page: String,
     unavailable_page: String,
     backend: &'static str,
+    /// `mode spop` for the backend (HAProxy 3.1+), else the TCP defaults' mode.
+    spop: bool,
     agent: String,
     timeout: String,
     body_max: u32,
@@ -39,6 +41,7 @@ pub(super) fn view(settings: Option<&WafSettings>, paths: &Paths) -> Option<View
         blocked_page: at(FileId::WafBlockedPage),
         unavailable_page: at(FileId::WafUnavailablePage),
         backend: AGENT_BACKEND,
+        spop: s.spop_backend,
         agent: s.listen.to_string(),
         timeout: format!("{}ms", s.timeout.as_millis()),
         body_max: s.body_max,

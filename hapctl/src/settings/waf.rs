@@ -24,6 +24,9 @@ pub struct WafSettings {
     pub timeout: Duration,
     /// Most request-body bytes HAProxy sends (a domain's `body_limit` cuts further).
     pub body_max: u32,
+    /// HAProxy speaks SPOP through its own multiplexer (3.1 and later): the agent's backend is
+    /// `mode spop`. Not a setting: what `haproxy -vv` says, set when an `Edge` opens.
+    pub spop_backend: bool,
 }
 
 impl WafSettings {
@@ -106,6 +109,7 @@ pub(super) fn resolve_waf(raw: Option<RawWaf>) -> Result<Option<WafSettings>, (S
         workers,
         timeout,
         body_max,
+        spop_backend: false,
     }))
 }
 
