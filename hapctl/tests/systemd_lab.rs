@@ -1,5 +1,6 @@
-//! The lab on a real systemd: a booted Debian 12 container (systemd as PID 1, the stock
-//! `haproxy` package and its unit), where `examples/lab/README.md` is followed as written —
+//! The lab on a real systemd: a booted Debian container (systemd as PID 1, the stock
+//! `haproxy` package and its unit: Debian 12's 2.6, Debian 13's 3.0, and Debian 13 with 3.4,
+//! the version the delivery lesson ran), where `examples/lab/README.md` is followed as written —
 //! its shell blocks are run as they are — and every cutover is measured by `hapctl prove`;
 //! real template units for the generations, real power-offs and boots, and a master killed
 //! under a probe. The image is built once by `scripts/ensure-systemd-image.sh`.
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use container::Container;
+use container::{Container, Image};
 use probe::Probe;
 
 /// The shell blocks (```sh) of the README section `## {title}`, joined.
@@ -56,10 +57,14 @@ fn lab_settings() -> toml::Value {
 /// A booted container where the README's "The application" and "Set up" sections ran as
 /// written: the lab serves 1.4.2. Returns it with the line that exports the state directory
 /// (every later command of the README runs in that shell).
-fn lab_set_up() -> (Container, String) {
-    let mut c = Container::new();
+fn lab_set_up(image: Image) -> (Container, String) {
+    let mut c = Container::new(image);
     let boot = c.boot();
-    println!("systemd-lab: boot {:.2} s", boot.as_secs_f64());
+    println!(
+        "systemd-lab: boot {:.2} s, {}",
+        boot.as_secs_f64(),
+        c.haproxy_version()
+    );
     let app = readme_section("The application");
     let set_up = readme_section("Set up");
     let export = set_up
@@ -213,7 +218,24 @@ fn documented(command: &str) -> &str {
 
 #[test]
 fn the_lab_readme_works_literally_on_a_real_systemd() {
-    let (mut c, export) = lab_set_up();
+    lab_readme(Image::Bookworm);
+}
+
+#[test]
+fn the_lab_readme_works_on_debian_13() {
+    lab_readme(Image::Trixie);
+}
+
+/// As the lesson ran it: Debian 13 with HAProxy 3.4 (whose unit also loads an empty
+/// `/etc/haproxy/conf.d`).
+#[test]
+fn the_lab_readme_works_on_debian_13_with_haproxy_3_4() {
+    lab_readme(Image::TrixieHaproxy34);
+}
+
+/// The README's cycle: deliveries, a return, one that never gets ready, a reboot, again.
+fn lab_readme(image: Image) {
+    let (mut c, export) = lab_set_up(image);
     let master = master_pid(&c);
 
     prove(&c, &export, "1.5.0", documented("./livrer 1.5.0"));
@@ -287,7 +309,7 @@ fn reboot_serves_what_generation_cfg_designates(c: &mut Container, export: &str,
 
 #[test]
 fn a_killed_master_is_restarted_by_the_stock_unit() {
-    let (c, _export) = lab_set_up();
+    let (c, _export) = lab_set_up(Image::Bookworm);
     kill_master_under_probe(&c, LAB_HOST, "1.4.2", "stock unit Restart=always");
 }
 

@@ -93,17 +93,12 @@ impl MasterCommand {
             .filter(|(path, content)| *content && !self.loads(path))
             .map(|(path, _)| path.to_path_buf())
             .collect();
+        let ours_canonical: Vec<PathBuf> = ours.iter().map(|(p, _)| canonical(p)).collect();
         let foreign: Vec<PathBuf> = self
             .files
             .iter()
-            .filter(|f| {
-                let f = canonical(f);
-                !ours.iter().any(|(path, _)| {
-                    let path = canonical(path);
-                    path == f || (f.is_dir() && path.parent() == Some(&f))
-                })
-            })
-            .cloned()
+            .flat_map(|f| read_by_reload(f))
+            .filter(|f| !ours_canonical.contains(&canonical(f)) && declares_something(f))
             .collect();
         if missing.is_empty() && foreign.is_empty() {
             MasterLayout::Fits
@@ -111,6 +106,29 @@ impl MasterCommand {
             MasterLayout::Differs { missing, foreign }
         }
     }
+}
+
+/// The files a reload reads for one `-f` argument: the file, or a folder's `.cfg` files (as
+/// HAProxy lists them). A folder that cannot be listed stands for itself.
+fn read_by_reload(f: &Path) -> Vec<PathBuf> {
+    if !f.is_dir() {
+        return vec![f.to_path_buf()];
+    }
+    match std::fs::read_dir(f) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "cfg"))
+            .collect(),
+        Err(_) => vec![f.to_path_buf()],
+    }
+}
+
+/// Whether loading `file` changes what HAProxy serves; one that cannot be read counts (a
+/// reload would fail on it). An empty folder of drop-ins, as Debian's 3.2+ unit loads
+/// (`-f /etc/haproxy/conf.d`), declares nothing.
+fn declares_something(file: &Path) -> bool {
+    std::fs::read(file).map_or(true, |text| has_configuration(&text))
 }
 
 /// Whether a configuration file's text declares anything (not only comments and blank lines).
@@ -206,6 +224,39 @@ mod tests {
         assert_eq!(
             c.layout(&[(&config, true), (&generation, true)]),
             MasterLayout::Fits
+        );
+    }
+
+    #[test]
+    fn a_folder_of_drop_ins_counts_only_for_the_configuration_in_it() {
+        let etc = tempfile::tempdir().unwrap();
+        let config = etc.path().join("haproxy.cfg");
+        std::fs::write(&config, "global\n").unwrap();
+        let conf_d = etc.path().join("conf.d");
+        std::fs::create_dir(&conf_d).unwrap();
+        // Debian's 3.2+ unit: `-f haproxy.cfg -f conf.d`, the folder shipped empty.
+        let debian = cmd(&[
+            "haproxy",
+            "-f",
+            config.to_str().unwrap(),
+            "-f",
+            conf_d.to_str().unwrap(),
+        ]);
+        let ours = [(config.as_path(), true)];
+        assert_eq!(debian.layout(&ours), MasterLayout::Fits);
+        // Comments only, or not a .cfg: still nothing a reload would serve.
+        std::fs::write(conf_d.join("00-note.cfg"), "# nothing yet\n").unwrap();
+        std::fs::write(conf_d.join("README"), "frontend x\n").unwrap();
+        assert_eq!(debian.layout(&ours), MasterLayout::Fits);
+        // A drop-in that declares something is named, the file itself.
+        let extra = conf_d.join("50-extra.cfg");
+        std::fs::write(&extra, "frontend extra\n    bind :8080\n").unwrap();
+        assert_eq!(
+            debian.layout(&ours),
+            MasterLayout::Differs {
+                missing: vec![],
+                foreign: vec![extra]
+            }
         );
     }
 

@@ -1,5 +1,5 @@
-//! A booted Debian 12 with systemd as PID 1: a copy of the cached image
-//! (`scripts/ensure-systemd-image.sh`) in a temp dir, with this build's `hapctl` and `demo-app`
+//! A booted Debian (12, 13, or 13 with HAProxy 3.4) with systemd as PID 1: a copy of a cached
+//! image (`scripts/ensure-systemd-image.sh`) in a temp dir, with this build's `hapctl` and `demo-app`
 //! in `/usr/local/bin` and the lab in `/root/lab`, run by `systemd-nspawn -b` with its own
 //! network namespace (loopback only, so its port 80 is its own). Commands run inside through
 //! `nsenter`. Dropping it kills the container and removes the copy, also when a test panicked.
@@ -29,20 +29,52 @@ pub struct Container {
     /// The container's PID 1 as the host sees it.
     leader: i32,
     boots: u32,
+    image: Image,
 }
 
-fn image() -> PathBuf {
-    let image = PathBuf::from(
-        std::env::var("HAPCTL_SYSTEMD_IMAGE")
-            .unwrap_or_else(|_| "/var/cache/hapctl-tests/bookworm-systemd".into()),
-    );
-    assert!(
-        image.join(".hapctl-image").is_file(),
-        "the systemd test image {} is missing: run ./scripts/ensure-systemd-image.sh \
-         (scripts/test.sh does)",
-        image.display()
-    );
-    image
+/// The images `scripts/ensure-systemd-image.sh` caches.
+#[derive(Debug, Clone, Copy)]
+pub enum Image {
+    /// Debian 12 and its HAProxy 2.6.
+    Bookworm,
+    /// Debian 13 and its HAProxy 3.0.
+    Trixie,
+    /// Debian 13 with HAProxy 3.4 from experimental: the delivery lesson's lab.
+    TrixieHaproxy34,
+}
+
+impl Image {
+    /// Its folder: the script's variable for it, else the script's default.
+    fn dir(self) -> PathBuf {
+        let (var, default) = match self {
+            Image::Bookworm => ("HAPCTL_SYSTEMD_IMAGE", "bookworm-systemd"),
+            Image::Trixie => ("HAPCTL_SYSTEMD_IMAGE_TRIXIE", "trixie-systemd"),
+            Image::TrixieHaproxy34 => (
+                "HAPCTL_SYSTEMD_IMAGE_TRIXIE_HAPROXY34",
+                "trixie-haproxy34-systemd",
+            ),
+        };
+        let image = std::env::var_os(var).map_or_else(
+            || Path::new("/var/cache/hapctl-tests").join(default),
+            PathBuf::from,
+        );
+        assert!(
+            image.join(".hapctl-image").is_file(),
+            "the systemd test image {} is missing: run ./scripts/ensure-systemd-image.sh \
+             (scripts/test.sh does)",
+            image.display()
+        );
+        image
+    }
+
+    /// The start of the version its stock `haproxy -v` prints.
+    fn haproxy_series(self) -> &'static str {
+        match self {
+            Image::Bookworm => "2.6.",
+            Image::Trixie => "3.0.",
+            Image::TrixieHaproxy34 => "3.4.",
+        }
+    }
 }
 
 fn copy_file(from: &Path, to: &Path) {
@@ -52,8 +84,8 @@ fn copy_file(from: &Path, to: &Path) {
 
 impl Container {
     /// A fresh copy of the image with this build's `hapctl` and `demo-app`; not booted yet.
-    pub fn new() -> Container {
-        let c = Container::without_hapctl();
+    pub fn new(image: Image) -> Container {
+        let c = Container::without_hapctl(image);
         copy_file(
             Path::new(env!("CARGO_BIN_EXE_hapctl")),
             &c.root().join("usr/local/bin/hapctl"),
@@ -62,14 +94,16 @@ impl Container {
     }
 
     /// The same with `demo-app` only (hapctl comes from its Debian package).
-    pub fn without_hapctl() -> Container {
+    pub fn without_hapctl(image: Image) -> Container {
         let dir = tempfile::Builder::new()
             .prefix("hapctl-systemd-")
             .tempdir()
             .unwrap();
         let root = dir.path().join("root");
         let mut cp = Command::new("cp");
-        cp.args(["-a", "--reflink=auto"]).arg(image()).arg(&root);
+        cp.args(["-a", "--reflink=auto"])
+            .arg(image.dir())
+            .arg(&root);
         let out = run_bounded(cp, Duration::from_secs(120));
         assert!(
             out.status.success(),
@@ -97,6 +131,7 @@ impl Container {
             nspawn: None,
             leader: 0,
             boots: 0,
+            image,
         }
     }
 
@@ -168,6 +203,18 @@ impl Container {
             thread::sleep(Duration::from_millis(50));
         }
         started.elapsed()
+    }
+
+    /// Asserts that the image's HAProxy is the one it stands for; returns its version line.
+    pub fn haproxy_version(&self) -> String {
+        let line = self.sh("haproxy -v | sed -n 1p").trim().to_string();
+        let series = self.image.haproxy_series();
+        assert!(
+            line.contains(&format!("version {series}")),
+            "{:?} runs `{line}`, not HAProxy {series}x: rebuild it (scripts/ensure-systemd-image.sh)",
+            self.image
+        );
+        line
     }
 
     /// `systemctl poweroff` inside, then waits for the container to end; returns how long that

@@ -1,11 +1,11 @@
-//! The Debian package on a stock Debian 12 whose distribution HAProxy serves a site: install,
+//! The Debian package on a stock Debian 12 or 13 whose distribution HAProxy serves a site: install,
 //! adoption, a master killed while `hapctl.service` runs, upgrade and removal, each under a
 //! probe of that site (`docs/production.md`, followed step by step).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::container::Container;
+use super::container::{Container, Image};
 use super::probe::Probe;
 use super::{kill_master_under_probe, master_pid, served, wait_served};
 
@@ -60,12 +60,13 @@ fn under_probe(c: &Container, what: &str, step: impl FnOnce()) {
 
 /// A booted stock Debian whose HAProxy serves the site, with the package installed (nothing
 /// of HAProxy's changed), then adopted and `hapctl.service` running (production.md).
-pub(super) fn install_and_adopt() -> Container {
+pub(super) fn install_and_adopt(image: Image) -> Container {
     let deb = package();
     let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
-    let mut c = Container::without_hapctl();
+    let mut c = Container::without_hapctl(image);
     std::fs::copy(&deb, c.root().join("root").join(&deb_name)).unwrap();
     c.boot();
+    println!("systemd-lab: {}", c.haproxy_version());
 
     // The stock HAProxy serves a site before hapctl comes: a frontend added to the stock
     // haproxy.cfg, its backend a demo-app unit.
@@ -145,7 +146,16 @@ pub(super) fn install_and_adopt() -> Container {
 
 #[test]
 fn the_package_installs_adopts_upgrades_and_is_removed_under_a_probe() {
-    let c = install_and_adopt();
+    package_life(Image::Bookworm);
+}
+
+#[test]
+fn the_package_installs_adopts_upgrades_and_is_removed_on_debian_13() {
+    package_life(Image::Trixie);
+}
+
+fn package_life(image: Image) {
+    let c = install_and_adopt(image);
     let deb_name = package()
         .file_name()
         .unwrap()

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::container::Container;
+use super::container::{Container, Image};
 use super::package::{install_and_adopt, SITE};
 
 /// An SQL injection the Core Rule Set blocks (942100, libinjection).
@@ -36,7 +36,7 @@ fn wait_status(c: &Container, path: &str, want: &str, what: &str) -> Duration {
 
 #[test]
 fn the_waf_unit_inspects_requests_and_is_restarted_when_killed() {
-    let c = install_and_adopt();
+    let c = install_and_adopt(Image::Bookworm);
     // [waf] makes the next apply add the SPOE filter; the agent's unit then serves it.
     c.sh("printf '\\n[waf]\\nlisten = \"127.0.0.1:12345\"\\n' >> /var/lib/hapctl/hapctl.toml");
     let out = c.sh("systemctl enable --now hapctl-waf.service 2>&1 && hapctl apply 2>&1");
