@@ -45,10 +45,14 @@ _image_haproxy34() {
   printf 'Types: deb\nURIs: %s\nSuites: sid experimental\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
     "$_image_mirror" | $_image_sudo tee "$root/etc/apt/sources.list.d/hapctl-experimental.sources" >/dev/null
   $_image_sudo cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # No service may start from the chroot (the upgrade's postinst reloads haproxy, which would
+  # run on the host's network): Debian's policy-rc.d convention, exit 101 = not allowed.
+  printf '#!/bin/sh\nexit 101\n' | $_image_sudo tee "$root/usr/sbin/policy-rc.d" >/dev/null
+  $_image_sudo chmod 0755 "$root/usr/sbin/policy-rc.d"
   $_image_sudo chroot "$root" apt-get "${apt[@]}" update >/dev/null
   DEBIAN_FRONTEND=noninteractive $_image_sudo chroot "$root" apt-get "${apt[@]}" install -y \
     --no-install-recommends -t experimental haproxy
-  $_image_sudo rm -f "$root/etc/apt/sources.list.d/hapctl-experimental.sources"
+  $_image_sudo rm -f "$root/etc/apt/sources.list.d/hapctl-experimental.sources" "$root/usr/sbin/policy-rc.d"
   local version
   version=$($_image_sudo chroot "$root" haproxy -v)
   [[ $version == *"version 3.4."* ]] || {
