@@ -473,8 +473,11 @@ impl Drop for Edge {
     }
 }
 
+/// Also the cached builds named by version (`haproxy-3.2`, `haproxy-3.4`): their name is
+/// their `comm`.
 fn is_haproxy(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "haproxy")
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| c.trim().starts_with("haproxy"))
 }
 
 pub(crate) fn collect_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
