@@ -5,8 +5,9 @@
 //! One edge, one domain with a certificate of its own, one keep-alive backend. Rounds
 //! alternate h2, h3, h2, h3…: the same clients count, path and Host, each client one kept
 //! connection (TLS with ALPN h2, or QUIC) with requests one after another on it (`http3_round`).
-//! Per round: req/s, latency, failed requests, and the CPU of HAProxy and of the clients per
-//! request (QUIC costs more of both). The target is the ratio of the medians, h3 ÷ h2.
+//! Per round: req/s, latency, failed requests, and the CPU of HAProxy and of the bench per
+//! request (QUIC costs more of both; the bench's share is the clients' and the in-process
+//! backend's). The target is the ratio of the medians, h3 ÷ h2.
 
 use std::path::Path;
 use std::time::Duration;
@@ -138,7 +139,7 @@ fn report_rounds(report: &mut Report, rounds: &[Round]) {
             "non-200",
             "failed",
             "HAProxy µs/req",
-            "clients µs/req",
+            "bench µs/req",
             "machine cores busy",
         ],
     );
