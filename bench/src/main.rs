@@ -25,6 +25,8 @@ mod fixture;
 mod fleet;
 mod fleet_wide;
 mod harness;
+mod http3;
+mod http3_round;
 mod log_idle;
 mod logs;
 mod memory;
@@ -141,6 +143,12 @@ const SECTIONS: &[Section] = &[
         long: false,
     },
     Section {
+        name: "http3",
+        about: "HTTP/3 beside HTTP/2 over TLS through the edge on a QUIC-capable HAProxy (HAPCTL_QUIC_HAPROXY_BIN): req/s, latency, failed requests and HAProxy's CPU per request with 8 kept connections each, alternating rounds, the ratio h3 ÷ h2",
+        run: http3::run,
+        long: false,
+    },
+    Section {
         name: "certs",
         about: "TLS: `hapctl cert import` to served at 10/100/1,000 certificates, haproxy -c and start with 1,000, handshakes/s during 100 renewals, daemon RSS",
         run: certs::run,
@@ -176,7 +184,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, traffic-collect, log-idle, waf, and (long, only with --only or --all) certs, fleet, fleet-wide, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, traffic-collect, log-idle, http3, waf, and (long, only with --only or --all) certs, fleet, fleet-wide, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {

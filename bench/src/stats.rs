@@ -56,6 +56,16 @@ pub fn percentile(s: &[f64], p: f64) -> f64 {
     s[lo] + (s[hi] - s[lo]) * (rank - lo as f64)
 }
 
+/// The `p`th percentile of samples in any order; NaN for none.
+pub fn percentile_of(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    percentile(&s, p)
+}
+
 /// Milliseconds with a precision that suits the magnitude.
 pub fn ms(v: f64) -> String {
     if v < 1.0 {

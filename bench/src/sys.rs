@@ -88,6 +88,12 @@ pub fn machine_ticks() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// Cores the whole machine was busy on average between two [`machine_ticks`] readings.
+pub fn cores_busy(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let ncpu = thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64 * ncpu
+}
+
 /// A folder removed (with everything in it) on drop, also when a panic unwinds.
 pub struct TempDir {
     path: PathBuf,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use hapctl::waf::metrics::{CountersSnapshot, LATENCY_BUCKETS_US};
 use serde_json::{json, Value};
 
-use crate::stats::percentile;
-use crate::sys::machine_ticks;
+use crate::stats::percentile_of;
+use crate::sys::{cores_busy, machine_ticks};
 use crate::traffic::{cpu_secs, Client};
 
 pub const WARMUP: Duration = Duration::from_millis(500);
@@ -94,12 +94,7 @@ impl Round {
     }
 
     pub fn p(&self, q: f64) -> f64 {
-        if self.latencies_ms.is_empty() {
-            return f64::NAN;
-        }
-        let mut v = self.latencies_ms.clone();
-        v.sort_by(f64::total_cmp);
-        percentile(&v, q)
+        percentile_of(&self.latencies_ms, q)
     }
 
     /// The agent's CPU per answered request in the window, µs.
@@ -155,7 +150,6 @@ pub fn run(port: u16, host: &str, plan: Plan, pids: &Pids) -> anyhow::Result<Rou
     let (h0, a0, m0) = cpu();
     thread::sleep(to.saturating_duration_since(Instant::now()));
     let (h1, a1, m1) = cpu();
-    let ncpu = thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let mut r = Round {
         plan,
         ok: 0,
@@ -163,7 +157,7 @@ pub fn run(port: u16, host: &str, plan: Plan, pids: &Pids) -> anyhow::Result<Rou
         latencies_ms: Vec::new(),
         haproxy_cpu: h1 - h0,
         agent_cpu: a1 - a0,
-        machine_cores: (m1.0 - m0.0) as f64 / (m1.1 - m0.1).max(1) as f64 * ncpu,
+        machine_cores: cores_busy(m0, m1),
         inspected: 0,
         agent_failed: 0,
         agent_sum_us: 0,

@@ -17,11 +17,13 @@ mod demo;
 mod edge;
 mod haproxy;
 mod ports;
+mod rt;
 
 pub mod app;
 pub mod daemon;
 pub mod etcd;
 pub mod fleet;
+pub mod h2;
 pub mod h3;
 pub mod http;
 pub mod pages;
@@ -39,6 +41,7 @@ pub use haproxy::{
     check_runs, counting_haproxy, haproxy_bin, haproxy_version, quic_haproxy_bin, refusing_haproxy,
 };
 pub use ports::{free_port, free_port_in};
+pub use rt::Answer;
 
 pub fn describe(out: &Output) -> String {
     format!(

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use hapctl::tls::x509::{serial_matches, CertInfo};
 use testkit::daemon::{https_request, ApiResponse, Daemon};
-use testkit::h3::{h3_get, H3Response};
+use testkit::h2::H2Client;
+use testkit::h3::{h3_get, H3Client, H3Response};
 use testkit::pki::TestCa;
 use testkit::{Backend, DemoApp, DemoEdge, Edge};
 
@@ -83,6 +84,23 @@ fn a_request_over_http3_is_routed_with_its_request_id_and_alt_svc() {
     assert_eq!(edge.get(SHOP, "/").header("alt-svc"), None);
     // A host no domain serves gets the unknown-host page, over HTTP/3 too.
     assert_eq!(get(&edge, None, "nobody.example.com", "/").status, 404);
+}
+
+/// The kit's kept connections (what the http3 benchmark loads the edge with): many requests
+/// on one QUIC connection and on one HTTP/2 connection over TLS.
+#[test]
+fn kept_http3_and_http2_connections_answer_request_after_request() {
+    let (edge, _app) = shop_edge();
+    let mut h3 = H3Client::connect(None, edge.https_port, SHOP).unwrap_or_else(|e| panic!("{e}"));
+    let mut h2 = H2Client::connect(edge.https_port, SHOP).unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..5 {
+        let path = format!("/kept/{i}");
+        let a = h3.get(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((a.status, a.body.as_str()), (200, "hello over h3"), "{a:?}");
+        let b = h2.get(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((b.status, b.body.as_str()), (200, "hello over h3"), "{b:?}");
+        assert!(b.header("alt-svc").is_some(), "{b:?}");
+    }
 }
 
 #[test]
@@ -258,7 +276,7 @@ fn a_delivery_cut_over_under_an_http3_probe_answers_every_request_right() {
         let probe = s.spawn(|| {
             let mut outcomes = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                outcomes.push(h3_get(None, port, SHOP, "/").map(|r| (r.status, r.body)));
+                outcomes.push(h3_get(None, port, SHOP, "/").map(|r| (r.status, r.answer.body)));
             }
             outcomes
         });
