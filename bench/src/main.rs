@@ -146,7 +146,8 @@ const SECTIONS: &[Section] = &[
         name: "http3",
         about: "HTTP/3 beside HTTP/2 over TLS through the edge on a QUIC-capable HAProxy (HAPCTL_QUIC_HAPROXY_BIN): req/s, latency, failed requests and HAProxy's CPU per request with 8 kept connections each, alternating rounds, the ratio h3 ÷ h2",
         run: http3::run,
-        long: false,
+        // Needs a QUIC-capable HAProxy (scripts/ensure-haproxy-sid.sh caches one).
+        long: true,
     },
     Section {
         name: "certs",
@@ -184,7 +185,7 @@ const SECTIONS: &[Section] = &[
 #[command(
     name = "hapctl-bench",
     about = "Benchmarks of hapctl against a real HAProxy: render, domain add, deliveries, the API daemon, proven cutovers",
-    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, traffic-collect, log-idle, http3, waf, and (long, only with --only or --all) certs, fleet, fleet-wide, cutovers. \
+    after_help = "Sections: render, domain-add, deliver, blocks, api-domains, server-change, mixed-changes, rss, protect, logs, traffic-collect, log-idle, waf, and (long, only with --only or --all) http3 (a QUIC-capable HAProxy), certs, fleet, fleet-wide, cutovers. \
 Results go to stdout as tables; --json writes them as JSON too."
 )]
 struct Args {
