@@ -15,7 +15,7 @@ cargo clippy -j2 --workspace --all-targets -- -D warnings
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # The package tests/systemd_lab.rs installs in a booted Debian container.
 ./scripts/build-deb.sh --dev
-cargo nextest run -j2 --workspace --no-run
+cargo nextest run --workspace --no-run
 # The real-systemd lab (tests/systemd_lab.rs: the lab README on Debian 12, on Debian 13, on
 # Debian 13 with HAProxy 3.4, the package on both) mostly waits (15 s probes around each
 # delivery, boots): it runs beside the rest, its report printed after.
