@@ -4,7 +4,8 @@
 //! written"), the process kills itself with SIGKILL there: no destructor, no flush, exactly
 //! like a power cut or an OOM kill. The crash-consistency tests drive every point; in normal
 //! operation the variable is unset and a point costs one environment lookup. `fail:NAME`
-//! makes the step `NAME` fail instead ([`fails`]), for the tests of a failure's undo.
+//! makes the step `NAME` fail instead ([`fails`]), for the tests of a failure's undo (`fail:reload`:
+//! every reload of an apply, so its rollback fails too).
 
 /// Environment variable naming the point at which to crash.
 pub const FAULT_ENV: &str = "HAPCTL_FAULT";

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use crate::fsutil;
-use crate::haproxy::{ConfigVerdict, ReloadKind, ReloadReason, Supervisor};
+use crate::haproxy::{
+    ConfigVerdict, ReloadError, ReloadKind, ReloadReason, ReloadReport, Supervisor,
+};
 use crate::render::FileId;
 
 use super::report::Progress;
@@ -102,9 +104,7 @@ impl Applier<'_> {
             .map_err(|e| format!("ROLLBACK FAILED: restoring the previous files failed ({e}); fix the files under {} by hand", paths.config.display()));
         let result = result.and_then(|()| {
             if reload_back {
-                self.master
-                    .reload(self.settings.haproxy.reload_timeout)
-                    .map(|_| ())
+                self.reload_back()
                     .map_err(|e| format!("ROLLBACK FAILED: the previous files are back but reloading them failed ({e}); check HAProxy now"))
             } else {
                 Ok(())
@@ -118,6 +118,23 @@ impl Applier<'_> {
                 (ApplyOutcome::RollbackFailed, message)
             }
         }
+    }
+
+    /// The rollback's reload.
+    fn reload_back(&self) -> Result<(), String> {
+        self.reload_master().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// An apply's reload of the running HAProxy. `HAPCTL_FAULT=fail:reload` makes every one
+    /// fail, the new set's and the rollback's, for the tests of a rollback that fails (no real
+    /// cause of one is safe to provoke on a test machine).
+    pub(super) fn reload_master(&self) -> Result<ReloadReport, ReloadError> {
+        if crate::fault::fails("reload") {
+            return Err(ReloadError::Failed {
+                messages: vec!["HAPCTL_FAULT=fail:reload".into()],
+            });
+        }
+        self.master.reload(self.settings.haproxy.reload_timeout)
     }
 
     /// Finishes what a killed apply left: removes temp files, puts the known-good set back,

@@ -168,7 +168,7 @@ impl Applier<'_> {
             from.why_not.as_ref(),
         ));
         let map_before = a.blocks.file_now();
-        let reload = self.master.reload(self.settings.haproxy.reload_timeout);
+        let reload = self.reload_master();
         p.step("reload");
         if let Err(e) = reload {
             p.reload(ReloadReason::new(

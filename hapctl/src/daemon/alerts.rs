@@ -26,6 +26,19 @@ struct Seen {
     restart_times: VecDeque<i64>,
     /// Fleet edges seen: one missing later is gone.
     edges: BTreeSet<String>,
+    /// When the loop started, and whether the WAF agent was up at a look since.
+    started: i64,
+    agent_was_up: bool,
+}
+
+/// How long after the daemon's start an agent that was never up is not yet down: the daemon
+/// starts it, and loading the CRS takes seconds (longer on a busy machine).
+const AGENT_START_GRACE: i64 = 60;
+
+/// Whether a WAF agent not up now is down: at once when it was up since the daemon started
+/// (killed, stuck), else once it had its start's grace.
+fn agent_down(up: bool, was_up: bool, started: i64, now: i64) -> bool {
+    !up && (was_up || now - started >= AGENT_START_GRACE)
 }
 
 /// Starts the loop on its own thread when `[alerts]` is set.
@@ -48,6 +61,7 @@ pub fn start(services: Services, metrics: Arc<Metrics>) {
             let mut seen = Seen {
                 restarts: metrics.haproxy_restarts(),
                 rollbacks_failed: metrics.applies_with("rollback-failed"),
+                started: unix_now(),
                 ..Seen::default()
             };
             loop {
@@ -170,7 +184,11 @@ fn holding(services: &Services, s: &AlertSettings, seen: &mut Seen, now: i64) ->
             ),
         ));
     }
-    if let Some(agent) = services.waf_status().agent.filter(|a| !a.up) {
+    let agent = services.waf_status().agent.filter(|a| {
+        seen.agent_was_up |= a.up;
+        agent_down(a.up, seen.agent_was_up, seen.started, now)
+    });
+    if let Some(agent) = agent {
         out.push(Alert::new(
             Kind::WafAgentDown,
             "",
@@ -232,4 +250,19 @@ fn fleet(link: &crate::fleet::FleetLink, seen: &mut Seen) -> Vec<Alert> {
     // Once seen, an edge is missed until it comes back.
     seen.edges.extend(now);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_never_up_is_down_after_its_start_grace_one_that_was_up_at_once() {
+        // Starting: not up yet, not down.
+        assert!(!agent_down(false, false, 100, 100 + AGENT_START_GRACE - 1));
+        assert!(agent_down(false, false, 100, 100 + AGENT_START_GRACE));
+        // Up once, then not: down at once.
+        assert!(agent_down(false, true, 100, 101));
+        assert!(!agent_down(true, true, 100, 101));
+    }
 }

@@ -36,17 +36,7 @@ fn lab() -> Lab {
 /// [`lab`] with `rules` after Debian's CRS (the loader's copy).
 fn lab_with_rules(rules: &str) -> Lab {
     let edge = Edge::new();
-    let agent_port = free_port();
-    let crs = edge.path("crs.load");
-    let loader = std::fs::read_to_string(hapctl::settings::waf::DEBIAN_CRS).unwrap();
-    std::fs::write(&crs, format!("{loader}\n{rules}\n")).unwrap();
-    edge.set_setting_keys(
-        "waf",
-        &[
-            ("listen", format!("127.0.0.1:{agent_port}")),
-            ("crs", crs.display().to_string()),
-        ],
-    );
+    let (agent_port, crs) = agent_settings(&edge, rules);
     edge.ok(&["haproxy", "start"]);
     let app = Backend::start("ok");
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
@@ -64,8 +54,25 @@ fn lab_with_rules(rules: &str) -> Lab {
     }
 }
 
+/// `[waf]` for `edge`: the agent on a free port, reading a copy of Debian's CRS loader with
+/// `rules` after it. The port, and the copy's path (a test can break it).
+pub(crate) fn agent_settings(edge: &Edge, rules: &str) -> (u16, PathBuf) {
+    let agent_port = free_port();
+    let crs = edge.path("crs.load");
+    let loader = std::fs::read_to_string(hapctl::settings::waf::DEBIAN_CRS).unwrap();
+    std::fs::write(&crs, format!("{loader}\n{rules}\n")).unwrap();
+    edge.set_setting_keys(
+        "waf",
+        &[
+            ("listen", format!("127.0.0.1:{agent_port}")),
+            ("crs", crs.display().to_string()),
+        ],
+    );
+    (agent_port, crs)
+}
+
 /// The agent's PID, while its state file is fresh.
-fn agent_pid(edge: &Edge) -> Option<i32> {
+pub(crate) fn agent_pid(edge: &Edge) -> Option<i32> {
     // Exit 1 while it is down: the JSON says so too.
     let out = edge.run(&["waf", "status", "--json"]);
     let s: Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -74,11 +81,11 @@ fn agent_pid(edge: &Edge) -> Option<i32> {
         .flatten()
 }
 
-fn wait_for(what: &str, ok: &dyn Fn() -> bool) {
+pub(crate) fn wait_for(what: &str, ok: &dyn Fn() -> bool) {
     wait_up_to(Duration::from_secs(20), what, ok)
 }
 
-fn wait_up_to(bound: Duration, what: &str, ok: &dyn Fn() -> bool) {
+pub(crate) fn wait_up_to(bound: Duration, what: &str, ok: &dyn Fn() -> bool) {
     let deadline = Instant::now() + bound;
     while !ok() {
         assert!(Instant::now() < deadline, "{what}");
