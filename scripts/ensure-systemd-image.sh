@@ -2,8 +2,8 @@
 # Makes sure the Debian images the real-systemd tests boot (hapctl/tests/systemd_lab.rs) are
 # cached: minbase Debian with systemd as init and the stock haproxy package, built once with
 # debootstrap from this machine's own Debian mirror, kept OUTSIDE the checkout and rebuilt only
-# when their recipe below changes (its stamp). Sourced by test.sh; runnable alone. Exports, for
-# the tests:
+# when their recipe below changes (its stamp). Run by test.sh (in the background, while cargo
+# builds); runnable alone, or sourced, when it exports, for the tests:
 #   HAPCTL_SYSTEMD_IMAGE         Debian 12 (bookworm), its HAProxy 2.6
 #   HAPCTL_SYSTEMD_IMAGE_TRIXIE  Debian 13 (trixie), its HAProxy 3.0
 #   HAPCTL_SYSTEMD_IMAGE_TRIXIE_HAPROXY34

@@ -4,25 +4,41 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-haproxy.sh
 source scripts/ensure-test-tools.sh
-source scripts/ensure-systemd-image.sh
 source scripts/ensure-haproxy30.sh
 # HAProxy 3.2 LTS and 3.4 as Debian sid/experimental ship them, run from a cached folder.
 source scripts/ensure-haproxy-sid.sh
 # The fleet's suites run a real etcd cluster (tests/edge/fleet/).
 source scripts/ensure-etcd.sh
+# The Debian images the real-systemd lab boots (debootstrap: the network, not the CPU) are
+# made while cargo builds. Their tools are installed first, here: apt-get holds the
+# system's dpkg lock, which build-deb.sh may need meanwhile.
+image_tools=()
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || image_tools+=(debootstrap)
+command -v systemd-nspawn >/dev/null 2>&1 || image_tools+=(systemd-container)
+apt_install_missing "${image_tools[@]+"${image_tools[@]}"}"
+images_log=$(mktemp)
+lab_log=$(mktemp)
+bash scripts/ensure-systemd-image.sh >"$images_log" 2>&1 &
+images_pid=$!
+lab_pid=""
+trap 'kill $images_pid $lab_pid 2>/dev/null || true; rm -f "$images_log" "$lab_log"' EXIT
 cargo fmt --all -- --check
 cargo clippy -j2 --workspace --all-targets -- -D warnings
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # The package tests/systemd_lab.rs installs in a booted Debian container.
 ./scripts/build-deb.sh --dev
 cargo nextest run --workspace --no-run
+if ! wait "$images_pid"; then
+  cat "$images_log" >&2
+  echo "test.sh: the systemd test images could not be made (log above)" >&2
+  exit 1
+fi
+cat "$images_log" >&2
 # The real-systemd lab (tests/systemd_lab.rs: the lab README on Debian 12, on Debian 13, on
 # Debian 13 with HAProxy 3.4, the package on both) mostly waits (15 s probes around each
 # delivery, boots): it runs beside the rest, its report printed after.
-lab_log=$(mktemp)
 cargo nextest run -j3 -p hapctl --test systemd_lab --no-fail-fast >"$lab_log" 2>&1 &
 lab_pid=$!
-trap 'kill "$lab_pid" 2>/dev/null || true; rm -f "$lab_log"' EXIT
 main_status=0
 cargo nextest run -j2 --workspace --no-fail-fast -E 'not binary(systemd_lab)' || main_status=$?
 lab_status=0

@@ -55,7 +55,11 @@ impl Image {
             ),
         };
         let image = std::env::var_os(var).map_or_else(
-            || Path::new("/var/cache/hapctl-tests").join(default),
+            || {
+                let cache = std::env::var_os("HAPCTL_TEST_CACHE")
+                    .unwrap_or_else(|| "/var/cache/hapctl-tests".into());
+                Path::new(&cache).join(default)
+            },
             PathBuf::from,
         );
         assert!(
