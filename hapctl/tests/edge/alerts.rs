@@ -159,8 +159,8 @@ fn a_killed_master_a_failing_renewal_a_defect_alarm_and_5xx_fire_once() {
     let app = Backend::start("ok");
     edge.ok(&["domain", "add", SHOP, "--server", &app.addr()]);
 
-    // A certificate from the CA, then the CA gone and the certificate due: the daemon's
-    // renewal fails.
+    // A certificate from the CA; then a CA that refuses every request (Pebble rejecting each
+    // nonce it gave) and the certificate due: the daemon's renewal fails on the CA's answer.
     let api = Daemon::start(&edge);
     let r = api.call(
         "POST",
@@ -170,6 +170,8 @@ fn a_killed_master_a_failing_renewal_a_defect_alarm_and_5xx_fire_once() {
     assert_eq!(r.status, 201, "{r:?}");
     drop(api);
     drop(pebble);
+    let refusing = Pebble::start_with_env(edge.port, &[("PEBBLE_WFE_NONCEREJECT", "100")]);
+    edge.set_acme(&refusing.directory_url(), &refusing.ca_root_path(), None);
     let db = rusqlite::Connection::open(edge.path("state.db")).unwrap();
     db.busy_timeout(Duration::from_secs(10)).unwrap();
     db.execute(
@@ -179,6 +181,14 @@ fn a_killed_master_a_failing_renewal_a_defect_alarm_and_5xx_fire_once() {
     .unwrap();
     let api = Daemon::start(&edge);
     wait_notice(&bodies, "renewal-failing", "firing");
+    let refused = notices(&bodies)
+        .into_iter()
+        .find(|n| n["kind"] == "renewal-failing")
+        .unwrap();
+    assert!(
+        refused["summary"].as_str().unwrap().contains("badNonce"),
+        "{refused}"
+    );
 
     // The master killed: the daemon starts it again; the alert resolves 2 s later.
     let master = edge.master_pid();
