@@ -102,6 +102,17 @@ pub fn state(n: usize, servers: Servers<'_>) -> EdgeState {
     state
 }
 
+/// A block of the address `ip` for `reason`, as the bench writes it (no expiry).
+pub fn address_block(ip: std::net::Ipv4Addr, reason: &str) -> Block {
+    Block {
+        key: ip.to_string().parse().expect("a valid address"),
+        reason: Note::parse("reason", reason).expect("a valid note"),
+        author: Note::parse("author", "hapctl-bench").expect("a valid note"),
+        created_at: 1_700_000_000,
+        expires_at: None,
+    }
+}
+
 /// The fixture's blocks (they live beside the state, in their own database).
 pub fn blocks() -> Vec<Block> {
     (0..BLOCKS).map(block).collect()

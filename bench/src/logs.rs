@@ -166,7 +166,7 @@ fn closed_loop(port: u16, host: &str, path: &str, until: Instant) -> anyhow::Res
 
 /// Lines of the access log whose path starts with `prefix`, once the count reached `expected`
 /// or stopped growing for 2 s (the receiver flushes every 0.2 s; HAProxy's ring may lag).
-fn settled_count(file: &Path, prefix: &str, expected: u64) -> anyhow::Result<u64> {
+pub(crate) fn settled_count(file: &Path, prefix: &str, expected: u64) -> anyhow::Result<u64> {
     let mut last = (u64::MAX, Instant::now());
     loop {
         let text = std::fs::read_to_string(file)

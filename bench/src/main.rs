@@ -39,6 +39,7 @@ mod stats;
 mod sys;
 mod traffic;
 mod traffic_collect;
+mod traffic_memory;
 mod waf;
 mod waf_floor;
 mod waf_report;
@@ -132,7 +133,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         name: "traffic-collect",
-        about: "traffic per domain: req/s with [traffic] collect on ÷ off (alternating rounds), /v1/traffic against a fixed number of requests per domain, heap for an hour of series at 10,000 domains",
+        about: "traffic per domain: req/s with [traffic] collect on ÷ off (alternating rounds), /v1/traffic against a fixed number of requests per domain, the daemon's memory with the counts of 10,000 domains",
         run: traffic_collect::run,
         long: false,
     },

@@ -6,10 +6,7 @@
 //!    writes the log, so the difference is the counting alone): the ratio of the medians.
 //! 2. The figures equal the traffic: a fixed number of requests per domain (some of them
 //!    turned away by a block), then `GET /v1/traffic` compared with what the clients got.
-//! 3. Memory for an hour of series at 10,000 domains: the counts' own code fed an hour of
-//!    lines per domain (a simulated clock, a request per domain per minute, a tenth of them
-//!    blocked), heap in use before and after (glibc's `mallinfo2`), in this process; and how
-//!    long reading them (a report, the `/metrics` series) holds their lock.
+//! 3. Memory at 10,000 domains, in the daemon and in this process (`traffic_memory.rs`).
 
 use std::time::Duration;
 
@@ -21,8 +18,10 @@ use testkit::{Backend, Edge};
 use crate::api::Api;
 use crate::fixture::{self, Servers};
 use crate::harness::{new_edge, BenchEdge};
+use crate::memory::mib;
 use crate::stats::Summary;
 use crate::traffic::{self, Round, Watched};
+use crate::traffic_memory::{self, DaemonRound, DOMAINS as DOMAINS_10K};
 use crate::{Ctx, Report, Table, Target};
 
 const CLIENTS: usize = 8;
@@ -33,10 +32,12 @@ const TARGET_RATIO: f64 = 0.98;
 /// Requests per domain of the fixed-count phase, over this many domains.
 const PER_DOMAIN: u64 = 5_000;
 const DOMAINS: usize = 4;
-const MEMORY_DOMAINS: usize = 10_000;
 const TARGET_MIB: f64 = 30.0;
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    // First, while this process runs no other thread: glibc's counts cover every arena.
+    eprintln!("traffic-collect: a minute and an hour of series at {DOMAINS_10K} domains, in this process…");
+    let hour = traffic_memory::in_process();
     let hapctl = ctx.hapctl_bin()?;
     let backend = Backend::keep_alive("hapctl-bench traffic\n")?;
     let edge = new_edge(&hapctl)?;
@@ -52,16 +53,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let accuracy = accuracy(&edge)?;
     accuracy_report(&mut report, &accuracy);
 
-    eprintln!("traffic-collect: an hour of series at {MEMORY_DOMAINS} domains…");
-    let hour = memory();
-    report.targets.push(Target {
-        goal: format!("an hour of series at {MEMORY_DOMAINS} domains < {TARGET_MIB} MiB"),
-        met: Some(hour.mib < TARGET_MIB),
-        detail: format!("{:.1} MiB of heap in use more than before", hour.mib),
-    });
+    let daemons = traffic_memory::in_daemon(&hapctl, &backend.addr())?;
+    memory_report(&mut report, &daemons);
     report.notes.push(format!(
-        "at {MEMORY_DOMAINS} domains, a report (top 50) takes {:.1} ms and the /metrics series {:.1} ms (medians of 5)",
-        hour.report_ms, hour.metrics_ms
+        "the counts' code in this process at {DOMAINS_10K} domains holds {:.1} MiB of heap after a minute of lines and {:.1} MiB after an hour (a domain's rings are whole from its first request); a report (top 50) holds their lock {:.1} ms, the /metrics series {:.1} ms (medians of 5)",
+        hour.minute_mib, hour.hour_mib, hour.report_ms, hour.metrics_ms
     ));
     report.json = json!({
         "rounds": rounds.iter().map(|(on, r)| json!({
@@ -69,7 +65,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "haproxy_cpu_s": r.haproxy_cpu, "daemon_cpu_s": r.daemon_cpu,
         })).collect::<Vec<_>>(),
         "accuracy": accuracy,
-        "memory_mib": hour.mib,
+        "daemons": traffic_memory::rounds_json(&daemons),
+        "in_process_mib": {"minute": hour.minute_mib, "hour": hour.hour_mib},
         "report_ms": hour.report_ms,
         "metrics_ms": hour.metrics_ms,
     });
@@ -77,7 +74,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 }
 
 /// Starts `hapctl serve` with `[traffic] collect` set as asked.
-fn daemon(edge: &Edge, collect: bool) -> anyhow::Result<Daemon> {
+pub(crate) fn daemon(edge: &Edge, collect: bool) -> anyhow::Result<Daemon> {
     let toml = edge.path("hapctl.toml");
     let text = std::fs::read_to_string(&toml)?;
     let (from, to) = if collect {
@@ -244,61 +241,33 @@ fn accuracy_report(report: &mut Report, rows: &Value) {
     report.tables.push(t);
 }
 
-/// An hour of series at [`MEMORY_DOMAINS`] domains: the MiB of heap it holds, and how long
-/// the lock is held to read it (ms: the top 50 of a report, the `/metrics` series), medians of
-/// 5; the access log's writer waits that long.
-struct Hour {
-    mib: f64,
-    report_ms: f64,
-    metrics_ms: f64,
-}
-
-fn memory() -> Hour {
-    let in_use = || {
-        // SAFETY: mallinfo2 only reads the allocator's counters.
-        unsafe { libc::mallinfo2() }.uordblks
-    };
-    let t0 = 1_800_000_000;
-    // The lines first: only what the counts hold is measured.
-    let lines: Vec<Vec<u8>> = (0..MEMORY_DOMAINS)
-        .map(|i| {
-            let denied = if i % 10 == 0 { "blocked" } else { "-" };
-            format!(
-                r#"{{"host":"site-{i}.example.com","status":200,"bytes":1200,"bytes_in":300,"ta":12,"denied_by":"{denied}"}}"#
-            )
-            .into_bytes()
-        })
-        .collect();
-    let before = in_use();
-    let traffic = hapctl::traffic::Traffic::new(t0, 20_000);
-    for minute in 0..60 {
-        for line in &lines {
-            traffic.record_line(t0 + minute * 60, line);
-        }
+/// The daemon's resident memory after a request to each of 10,000 domains, counts on and off.
+fn memory_report(report: &mut Report, rounds: &[DaemonRound]) {
+    let mut t = Table::new(
+        format!("`hapctl serve` at {DOMAINS_10K} domains, before and after a request to each (MiB, /proc/PID/status)"),
+        &["collect", "VmRSS before", "VmRSS after", "RssAnon after", "domains tracked"],
+    );
+    for r in rounds {
+        t.row(vec![
+            if r.collect { "on" } else { "off" }.into(),
+            mib(r.before.rss_kb),
+            mib(r.after.rss_kb),
+            mib(r.after.anon_kb),
+            r.tracked.map_or("-".into(), |n| n.to_string()),
+        ]);
     }
-    let after = in_use();
-    let held = after.saturating_sub(before);
-    let now = t0 + 59 * 60 + 30;
-    let timed = |f: &dyn Fn()| {
-        let samples: Vec<f64> = (0..5)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                f();
-                t.elapsed().as_secs_f64() * 1000.0
-            })
-            .collect();
-        Summary::of(&samples).map_or(0.0, |s| s.median)
-    };
-    use hapctl::traffic::{SortKey, Window};
-    let report_ms = timed(&|| drop(traffic.report(now, SortKey::Requests, Window::OneMinute, 50)));
-    let metrics_ms = timed(&|| {
-        let domains = traffic.with(|b| b.domain_reports(now));
-        drop(hapctl::traffic::render_metrics(domains, 20, MEMORY_DOMAINS));
+    let (on, off) = traffic_memory::medians(rounds);
+    let more = (on - off) / 1024.0;
+    report.targets.push(Target {
+        goal: format!(
+            "the daemon at {DOMAINS_10K} domains, counts on, < {TARGET_MIB} MiB more than off"
+        ),
+        met: Some(more < TARGET_MIB),
+        detail: format!(
+            "VmRSS medians {:.1} − {:.1} = {more:.1} MiB",
+            on / 1024.0,
+            off / 1024.0
+        ),
     });
-    drop(traffic);
-    Hour {
-        mib: held as f64 / f64::from(1u32 << 20),
-        report_ms,
-        metrics_ms,
-    }
+    report.tables.push(t);
 }

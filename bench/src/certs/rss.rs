@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use hapctl::model::{Block, Note};
+use hapctl::model::Block;
 use serde_json::{json, Value};
 use testkit::daemon::{Daemon, Serve};
 
@@ -54,13 +54,7 @@ impl RssRun {
 /// The `i`-th extra blocked address: 10.0.0.0 + i (as `rss`).
 pub(super) fn block(i: usize) -> Block {
     let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 0)) + i as u32);
-    Block {
-        key: ip.to_string().parse().expect("a valid address"),
-        reason: Note::parse("reason", "hapctl-bench certs").expect("valid note"),
-        author: Note::parse("author", "hapctl-bench").expect("valid note"),
-        created_at: 1_700_000_000,
-        expires_at: None,
-    }
+    crate::fixture::address_block(ip, "hapctl-bench certs")
 }
 
 /// Fields drop in order: the daemon before the edge.

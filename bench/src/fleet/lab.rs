@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hapctl::model::{Block, Note};
+use hapctl::model::Block;
 use testkit::fleet::FleetLab;
 use testkit::Edge;
 
@@ -128,13 +128,7 @@ fn fill(edge: &Edge, domains: usize, blocks: usize, backend: &str) -> anyhow::Re
 
 /// A block of `source` as the bench writes it (no expiry).
 pub fn block_of(source: Ipv4Addr) -> Block {
-    Block {
-        key: source.to_string().parse().expect("a valid address"),
-        reason: Note::parse("reason", "hapctl-bench fleet").expect("a valid note"),
-        author: Note::parse("author", "hapctl-bench").expect("a valid note"),
-        created_at: 1_700_000_000,
-        expires_at: None,
-    }
+    crate::fixture::address_block(source, "hapctl-bench fleet")
 }
 
 impl Fleet {

@@ -26,6 +26,9 @@ struct Seen {
     restart_times: VecDeque<i64>,
     /// Fleet edges seen: one missing later is gone.
     edges: BTreeSet<String>,
+    /// The fleet's revision at the last look: an edge lags once it has not applied it by the
+    /// next look. An edge is behind the newest revision for a moment after every change.
+    fleet_revision: i64,
     /// When the loop started, and whether the WAF agent was up at a look since.
     started: i64,
     agent_was_up: bool,
@@ -215,6 +218,26 @@ fn domain_errors(services: &Services, s: &AlertSettings) -> Vec<Alert> {
     crate::alerts::domain_errors(&domains, s.error_ratio, s.error_min_requests)
 }
 
+/// The edges that have not applied `before`, the fleet's revision a look ago (0 at the first
+/// look: none yet). Right after a change every edge is behind the newest revision for the
+/// moment its apply takes; that is not lagging.
+fn lagging(view: &crate::fleet::status::FleetView, before: i64) -> Vec<Alert> {
+    view.edges
+        .iter()
+        .filter(|e| e.report.applied_revision < before)
+        .map(|e| {
+            Alert::new(
+                Kind::FleetEdgeLagging,
+                e.report.name.clone(),
+                format!(
+                    "applied revision {} of {}; it had not applied {before}, the fleet's revision a look before",
+                    e.report.applied_revision, view.revision
+                ),
+            )
+        })
+        .collect()
+}
+
 /// Edges of the fleet that lag, and edges seen before whose status key is gone.
 fn fleet(link: &crate::fleet::FleetLink, seen: &mut Seen) -> Vec<Alert> {
     let view = link.handle().block_on(async {
@@ -228,18 +251,9 @@ fn fleet(link: &crate::fleet::FleetLink, seen: &mut Seen) -> Vec<Alert> {
         // etcd away: every edge keeps serving; the follower's own log says so.
         return Vec::new();
     };
-    let mut out = Vec::new();
     let now: BTreeSet<String> = view.edges.iter().map(|e| e.report.name.clone()).collect();
-    for e in view.edges.iter().filter(|e| e.lagging) {
-        out.push(Alert::new(
-            Kind::FleetEdgeLagging,
-            e.report.name.clone(),
-            format!(
-                "applied revision {} of {}",
-                e.report.applied_revision, view.revision
-            ),
-        ));
-    }
+    let mut out = lagging(&view, seen.fleet_revision);
+    seen.fleet_revision = view.revision;
     for gone in seen.edges.difference(&now) {
         out.push(Alert::new(
             Kind::FleetEdgeGone,
@@ -264,5 +278,33 @@ mod tests {
         // Up once, then not: down at once.
         assert!(agent_down(false, true, 100, 101));
         assert!(!agent_down(true, true, 100, 101));
+    }
+
+    #[test]
+    fn an_edge_lags_only_behind_a_revision_the_fleet_had_a_look_ago() {
+        use crate::fleet::status::{EdgeReport, EdgeView, FleetView};
+        let edge = |name: &str, applied: i64| EdgeView {
+            report: EdgeReport {
+                name: name.into(),
+                applied_revision: applied,
+                ..EdgeReport::default()
+            },
+            lagging: applied < 12,
+        };
+        let view = FleetView {
+            revision: 12,
+            published: true,
+            edges: vec![edge("e0", 12), edge("e1", 11), edge("e2", 9)],
+            rollout: None,
+            delivery: None,
+        };
+        // The fleet moved from 10 to 12 since the last look: e1 is on its way, e2 is not.
+        let names =
+            |alerts: Vec<Alert>| -> Vec<String> { alerts.into_iter().map(|a| a.subject).collect() };
+        assert_eq!(names(lagging(&view, 10)), ["e2"]);
+        assert!(
+            lagging(&view, 0).is_empty(),
+            "the first look has nothing to compare with"
+        );
     }
 }

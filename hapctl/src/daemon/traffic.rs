@@ -1,14 +1,14 @@
 //! The traffic counts this daemon keeps (`crate::traffic`), as the API reads them: the
 //! report, chart points, the metrics, and HAProxy's counters per backend when asked.
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use super::Services;
 use crate::clock::unix_now;
 use crate::contract::TrafficQuery;
 use crate::logs::LineTap;
-use crate::traffic::{read_backends, render_metrics, Point, Traffic, TrafficReport};
+use crate::traffic::{read_backends, render_metrics, Batch, Point, Traffic, TrafficReport};
 
 /// Bound on one `show stat` (megabytes at 10,000 backends).
 const STAT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -16,32 +16,71 @@ const STAT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why there are no traffic counts to read.
 pub const NOT_COLLECTED: &str = "this daemon does not count traffic: [traffic] collect = false, or [logs] target is not \"file\" (the counts come from the access log hapctl serve receives); change hapctl.toml and restart hapctl serve";
 
-/// Chunks of log lines waiting for the counting thread: a burst is absorbed here, so the
-/// access log's writer (and HAProxy's ring behind it) never waits for the counting.
-const QUEUE: usize = 1024;
+/// How often the counting thread takes the lines the access log's writer received: a few
+/// times a second, not once per chunk (a thread woken per chunk costs a context switch for a
+/// few lines, on the cores HAProxy needs).
+const BATCH_EVERY: Duration = Duration::from_millis(100);
+/// Bytes waiting at most. Past it the writer waits for the counting thread (HAProxy's ring
+/// holds the lines meanwhile), as a slow disk makes it wait.
+const BATCH_MAX: usize = 16 << 20;
 
 fn now() -> u64 {
     unix_now().max(0) as u64
 }
 
-/// The access log's tap: each chunk is copied to a thread that counts it, off the writer's
-/// thread. `None` when the thread cannot start (the log is still written; nothing counted).
+/// The lines between the access log's writer and the counting thread.
+#[derive(Default)]
+struct Pending {
+    batch: Mutex<Batch>,
+    taken: Condvar,
+}
+
+impl Pending {
+    fn lock(&self) -> MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, at: u64, chunk: &[u8]) {
+        let mut batch = self.lock();
+        while batch.len() >= BATCH_MAX {
+            batch = self.taken.wait(batch).unwrap_or_else(|e| e.into_inner());
+        }
+        batch.push(at, chunk);
+    }
+}
+
+/// The access log's tap: each chunk joins the batch a thread counts every [`BATCH_EVERY`],
+/// off the writer's thread. `None` when the thread cannot start (the log is still written;
+/// nothing counted).
 pub(super) fn tap(traffic: Arc<Traffic>) -> Option<LineTap> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUE);
+    let pending = Arc::new(Pending::default());
+    let taken = Arc::downgrade(&pending);
     let spawned = std::thread::Builder::new()
         .name("traffic-count".into())
-        .spawn(move || {
-            for chunk in rx {
-                traffic.record_lines(now(), &chunk);
-            }
-        });
+        .spawn(move || count(&traffic, &taken));
     if let Err(e) = spawned {
         tracing::error!("traffic: cannot start the counting thread: {e}; nothing is counted");
         return None;
     }
-    Some(Arc::new(move |chunk: &[u8]| {
-        let _ = tx.send(chunk.to_vec());
-    }))
+    Some(Arc::new(move |chunk: &[u8]| pending.push(now(), chunk)))
+}
+
+/// Counts what waits every [`BATCH_EVERY`] until the tap is gone.
+fn count(traffic: &Traffic, pending: &Weak<Pending>) {
+    let mut batch = Batch::default();
+    loop {
+        std::thread::sleep(BATCH_EVERY);
+        let Some(p) = pending.upgrade() else {
+            return;
+        };
+        std::mem::swap(&mut batch, &mut *p.lock());
+        p.taken.notify_all();
+        drop(p);
+        for (at, lines) in batch.runs() {
+            traffic.record_lines(at, lines);
+        }
+        batch.clear();
+    }
 }
 
 impl Services {

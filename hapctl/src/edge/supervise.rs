@@ -314,6 +314,12 @@ impl Edge {
     /// are logged, not fatal: the files HAProxy loaded are whole anyway.
     pub fn after_haproxy_started(&mut self) -> Result<(), EdgeError> {
         let blocks = self.sync_blocks();
+        if blocks.is_err() && self.supervisor().master_gone() {
+            // Died meanwhile: each socket call would wait out its timeout, and the restart
+            // that follows rebuilds all of this again.
+            tracing::warn!("HAProxy's master died while its runtime state was rebuilt; the certificates wait for the next start");
+            return blocks;
+        }
         match self.reconcile_certificates() {
             Ok(fixed) if fixed.is_empty() => {
                 tracing::info!("certificates: files, worker and database agree")

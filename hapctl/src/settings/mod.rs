@@ -338,7 +338,7 @@ buffer = "16MiB"
 # counted by hapctl serve from the access log (target "file") in memory: 1 min, 15 min, 1 h.
 collect = true
 top_domains = 20           # domains with their own series in /metrics; the rest as "(other)"
-max_domains = 20000        # host names counted apart (about 3 KiB each); the rest as "(other)"
+max_domains = 20000        # host names counted apart (about 1.5 KiB each); the rest as "(other)"
 
 # [alerts]: who hears when something needs a person (docs/alerts.md).
 # webhook = "https://hooks.example.com/…"   # or a list; webhook_format = "slack" for {"text"}

@@ -26,7 +26,7 @@ impl<const MIN: u32, const MAX: u32> Bounded<MIN, MAX> {
 
 /// Domains with their own series in `/metrics`.
 pub type TopDomains = Bounded<1, 1_000>;
-/// Host names counted apart in memory (about 3 KiB each); the rest count together.
+/// Host names counted apart in memory (about 1.5 KiB each); the rest count together.
 pub type MaxDomains = Bounded<1, 100_000>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

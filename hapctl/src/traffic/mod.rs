@@ -2,11 +2,12 @@
 //! daemon receives it (`crate::logs` hands each line to [`Traffic::record_line`]), over the
 //! windows 1 min, 15 min and 1 h; and HAProxy's own counters per backend (`stat.rs`).
 //!
-//! `sample.rs` reads a line, `window.rs` keeps counts in rings of time slots, `book.rs` keeps
+//! `batch.rs` holds lines until the counting thread takes them, `sample.rs` reads a line, `window.rs` keeps counts in rings of time slots, `book.rs` keeps
 //! them per domain within a bound, `report.rs` is what `GET /v1/traffic`, `hapctl top`, the
 //! metrics and the dashboard read. All of it is pure but for the lock here and `stat.rs`.
 //! Nothing is written to disk: a restarted daemon starts with an empty history (`since`).
 
+mod batch;
 mod book;
 mod expose;
 mod report;
@@ -16,6 +17,7 @@ mod window;
 
 use std::sync::Mutex;
 
+pub use batch::Batch;
 pub use book::{Book, NO_HOST, OTHER};
 pub use expose::render_metrics;
 pub use report::{
@@ -86,6 +88,17 @@ impl SortKey {
     }
 }
 
+/// The lines of `chunk`, cut at each newline (found with SIMD: a chunk is thousands of lines).
+fn lines(chunk: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let ends = memchr::memchr_iter(b'\n', chunk).chain(std::iter::once(chunk.len()));
+    let mut start = 0;
+    ends.map(move |end| {
+        let line = &chunk[start..end];
+        start = end + 1;
+        line
+    })
+}
+
 /// The daemon's traffic book, shared by the access log's writer and the readers.
 #[derive(Debug)]
 pub struct Traffic {
@@ -107,10 +120,7 @@ impl Traffic {
     /// Counts the access-log lines of `chunk` (newline-separated) received at `at`; other
     /// lines are ignored. Parsed before the lock is taken, counted under one lock.
     pub fn record_lines(&self, at: u64, chunk: &[u8]) {
-        let samples: Vec<_> = chunk
-            .split(|b| *b == b'\n')
-            .filter_map(sample::parse)
-            .collect();
+        let samples: Vec<_> = lines(chunk).filter_map(sample::parse).collect();
         if !samples.is_empty() {
             self.with(|b| samples.iter().for_each(|s| b.record(at, s)));
         }

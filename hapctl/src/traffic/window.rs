@@ -193,9 +193,11 @@ impl std::str::FromStr for Window {
     }
 }
 
-/// Minute slots for the 1 and 15 minute windows (the running minute and 15 whole ones).
-pub type Minutes<T> = Ring<T, 16, 60>;
-/// Five-minute slots for the hour (the running one and 12 whole ones).
+/// Minute slots for the 1 minute window (the running minute and the whole one before).
+pub type Minutes<T> = Ring<T, 2, 60>;
+/// Five-minute slots for the 15 minute window and the hour (the running one and 12 whole
+/// ones). Memory is per domain: five-minute slots for the 15 minutes take a seventh of what
+/// minute slots would.
 pub type FiveMinutes<T> = Ring<T, 13, 300>;
 
 /// A figure kept for every window: minute slots and five-minute slots.
@@ -214,11 +216,11 @@ impl<T: Default + Copy + for<'a> AddAssign<&'a T>> Series<T> {
 
     /// The window's sum and when the time it covers began: whole slots, the running one
     /// included, reaching back at least the window's length (1 min: 60 to 120 s; 15 min: 15 to
-    /// 16 min; 1 h: 60 to 65 min).
+    /// 20 min; 1 h: 60 to 65 min).
     pub fn window(&self, now: u64, window: Window) -> (T, u64) {
         match window {
             Window::OneMinute => self.minutes.sum(now, 1),
-            Window::FifteenMinutes => self.minutes.sum(now, 15),
+            Window::FifteenMinutes => self.fives.sum(now, 3),
             Window::OneHour => self.fives.sum(now, 12),
         }
     }
@@ -236,7 +238,7 @@ mod tests {
     #[test]
     fn a_slot_of_a_lap_ago_is_empty_and_windows_reach_back_whole_slots() {
         let mut s: Series<u32> = Series::default();
-        let t0 = 1_000_000 * 60;
+        let t0 = 1_000_000 * 300;
         s.record(t0, |c| *c += 1);
         s.record(t0 + 61, |c| *c += 2);
         s.record(t0 + 119, |c| *c += 4);
@@ -244,9 +246,15 @@ mod tests {
         assert_eq!(s.window(t0 + 125, Window::OneMinute), (6, t0 + 60));
         assert_eq!(s.window(t0 + 125, Window::FifteenMinutes).0, 7);
         assert_eq!(s.window(t0 + 125, Window::OneHour).0, 7);
-        // 16 minutes on, the first minute's slot was reused; 61 minutes on, all are gone.
-        s.record(t0 + 16 * 60, |c| *c += 8);
-        assert_eq!(s.window(t0 + 16 * 60, Window::FifteenMinutes).0, 14);
+        // 15 minutes reach back three whole five-minute slots: t0's is in at t0 + 19 min,
+        // out at t0 + 20 min; the minute slot of t0 was reused two minutes on.
+        s.record(t0 + 19 * 60, |c| *c += 8);
+        assert_eq!(s.window(t0 + 19 * 60, Window::FifteenMinutes), (15, t0));
+        assert_eq!(s.window(t0 + 20 * 60, Window::FifteenMinutes).0, 8);
+        assert_eq!(s.window(t0 + 19 * 60, Window::OneMinute).0, 8);
+        // An hour on, the hour still has t0's slot; 65 minutes on, only the last one.
+        assert_eq!(s.window(t0 + 61 * 60, Window::OneHour).0, 15);
+        assert_eq!(s.window(t0 + 65 * 60, Window::OneHour).0, 8);
         assert_eq!(s.window(t0 + 3 * 3600, Window::OneHour).0, 0);
         assert_eq!(s.hour_points(t0 + 16 * 60).len(), 13);
     }
