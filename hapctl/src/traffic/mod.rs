@@ -1,11 +1,13 @@
 //! Traffic per domain (`docs/traffic.md`): what the access log says, counted in memory as the
-//! daemon receives it (`crate::logs` hands each line to [`Traffic::record_line`]), over the
-//! windows 1 min, 15 min and 1 h; and HAProxy's own counters per backend (`stat.rs`).
+//! daemon receives it (`daemon/traffic.rs` hands [`Traffic::record_lines`] the lines in
+//! batches), over the windows 1 min, 15 min and 1 h; and HAProxy's own counters per backend
+//! (`stat.rs`).
 //!
-//! `batch.rs` holds lines until the counting thread takes them, `sample.rs` reads a line, `window.rs` keeps counts in rings of time slots, `book.rs` keeps
-//! them per domain within a bound, `report.rs` is what `GET /v1/traffic`, `hapctl top`, the
-//! metrics and the dashboard read. All of it is pure but for the lock here and `stat.rs`.
-//! Nothing is written to disk: a restarted daemon starts with an empty history (`since`).
+//! `batch.rs` holds lines until the counting thread takes them, `sample.rs` reads a line,
+//! `window.rs` keeps counts in rings of time slots, `book.rs` keeps them per domain within a
+//! bound, `report.rs` is what `GET /v1/traffic`, `hapctl top`, the metrics and the dashboard
+//! read. All of it is pure but for the lock here and `stat.rs`. Nothing is written to disk: a
+//! restarted daemon starts with an empty history (`since`).
 
 mod batch;
 mod book;
